@@ -1,0 +1,171 @@
+// dsattn — operations (SPEC §3). Each op: a params struct, a workspace query, the call.
+// Nothing allocates device memory inside a call: device scratch comes from Exec::workspace, which
+// the caller owns (size it with the *_workspace query). That makes every CUDA op capturable in a
+// CUDA graph. Do not share one workspace between eager calls and graph replays that may overlap.
+//
+// Conventions: shapes in comments ([B, N, H, D]); strides in elements; "optional" tensors are left
+// default-constructed (TensorView{}) when absent. Errors come back as a Status whose message names
+// the op, the argument, what was expected and what was given.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "dsattn/formats.h"
+#include "dsattn/status.h"
+#include "dsattn/tensor.h"
+
+namespace dsattn {
+
+enum class Backend { kAuto, kCpu, kCuda };
+const char* backend_name(Backend b);  // "auto", "cpu", "cuda"
+
+struct Exec {
+  // kAuto: CUDA when the tensors live on a CUDA device, else CPU. kCpu with CUDA tensors (or kCuda
+  // with host tensors) is an error, never a silent copy.
+  Backend backend = Backend::kAuto;
+  void* stream = nullptr;           // cudaStream_t; nullptr = legacy default stream
+  void* workspace = nullptr;        // device memory for kCuda, host memory for kCpu (may be unused)
+  size_t workspace_bytes = 0;
+  int num_threads = 0;              // CPU backend: 0 = hardware concurrency
+  // CUDA: shared-memory budget per block in bytes for kernels that tile to fit (0 = device max).
+  // 99 KiB (101376) reproduces the sm_120 / sm_121 configuration on larger GPUs.
+  int smem_budget_bytes = 0;
+};
+
+// True when this build has CUDA kernels and a CUDA device is visible.
+bool cuda_available();
+// Number of multiprocessors of the current device (0 without CUDA).
+int cuda_num_sms();
+
+// ---------------------------------------------------------------- indexer inputs (decode, paged)
+// Query rows: non-varlen mode has R = B*N rows, row (b, j) = b*N + j. Varlen mode (row_request
+// given) has R flattened rows, each naming its request (block-table row) and its own length.
+struct PagedIndexerArgs {
+  TensorView q;             // kFp8:   f8_e4m3 [B, N, H, D]    (varlen: [R, H, D])
+                            // kMxfp4: u8      [B, N, H, D/2]  (varlen: [R, H, D/2]) packed E2M1
+  TensorView q_scales;      // kMxfp4 only: i32 [B, N, H] (varlen [R, H]) packed UE8M0, D/32 bytes
+  TensorView weights;       // f32 [R, H] (FP8: the per-token q scale is folded in)
+  IndexerCache cache;
+  TensorView block_table;   // i32 [B, max_pages], any row stride
+  TensorView context_lens;  // i32 [B, N] states visible to each row, or [B]: row j of request b
+                            // sees L_b - N + j + 1 (clamped at 0). Varlen: i32 [R].
+  TensorView row_request;   // varlen only: i32 [R], block-table row of each query row
+  TensorView schedule;      // optional i32 [schedule_metadata_size(num_sms)] from
+                            // schedule_metadata(); absent = computed inside the call (CUDA)
+};
+
+struct PagedMqaLogitsParams : PagedIndexerArgs {
+  TensorView logits;        // f32 or bf16 [R, max_context], any row stride (last dim contiguous)
+  bool clean = false;       // write -inf on [ctx, max_context) of each row
+};
+Status paged_mqa_logits_workspace(const PagedMqaLogitsParams& p, const Exec& ex, size_t* bytes);
+Status paged_mqa_logits(const PagedMqaLogitsParams& p, const Exec& ex);
+
+// Balanced split of (request, KV-range) work over `num_sms` multiprocessors; a device kernel on
+// CUDA (graph-safe, no host sync). The layout of `metadata` is private to dsattn.
+struct ScheduleMetadataParams {
+  TensorView context_lens;  // as in PagedIndexerArgs
+  TensorView row_request;   // varlen only
+  int next_n = 1;           // N (1 in varlen mode)
+  int states_per_page = 0;
+  int num_sms = 0;          // 0 = cuda_num_sms()
+  TensorView metadata;      // i32 [schedule_metadata_size(num_sms)]
+};
+int64_t schedule_metadata_size(int num_sms);
+Status schedule_metadata(const ScheduleMetadataParams& p, const Exec& ex);
+
+// ---------------------------------------------------------------- mqa_logits (prefill, ragged)
+struct MqaLogitsParams {
+  IndexerFormat format = IndexerFormat::kFp8;
+  TensorView q;         // kFp8: f8_e4m3 [M, H, D]; kMxfp4: u8 [M, H, D/2]
+  TensorView q_scales;  // kMxfp4 only: i32 [M, H]
+  TensorView weights;   // f32 [M, H]
+  TensorView k;         // kFp8: f8_e4m3 [Nk, D]; kMxfp4: u8 [Nk, D/2]
+  TensorView k_scales;  // kFp8: f32 [Nk]; kMxfp4: i32 [Nk]
+  TensorView ks, ke;    // i32 [M]: row m covers keys [ks[m], ke[m])
+  TensorView logits;    // f32 or bf16 [M, Nk], or [M, W] when compressed (column t - ks[m])
+  bool compressed = false;
+  bool clean = false;   // -inf outside the window
+};
+Status mqa_logits_workspace(const MqaLogitsParams& p, const Exec& ex, size_t* bytes);
+Status mqa_logits(const MqaLogitsParams& p, const Exec& ex);
+
+// ---------------------------------------------------------------- topk
+struct TopkParams {
+  TensorView logits;       // f32 or bf16 [R, W], any row stride
+  TensorView starts;       // optional i32 [R] (absent = 0)
+  TensorView ends;         // optional i32 [R] (absent = W)
+  int k = 0;
+  TensorView indices;      // i32 [R, k] out, relative to start; -1 padding
+  TensorView values;       // optional f32 [R, k] out (the selected logits; -inf for padding)
+  bool sorted = false;     // sort each row by value, descending (ties: smaller index first)
+  // Optional slot-id transform: slot = block_table[b][i / S] * S + i % S, -1 stays -1.
+  TensorView block_table;  // i32 [B, max_pages]
+  TensorView row_request;  // optional i32 [R] block-table row of each row (absent: row / next_n)
+  int next_n = 1;
+  int states_per_page = 0;
+  TensorView slot_ids;     // optional i32 [R, k] out
+};
+Status topk_workspace(const TopkParams& p, const Exec& ex, size_t* bytes);
+Status topk(const TopkParams& p, const Exec& ex);
+
+// ---------------------------------------------------------------- fused indexer + top-k
+// paged_mqa_logits followed by topk without writing the [R, max_context] logits anywhere.
+struct PagedMqaTopkParams : PagedIndexerArgs {
+  int k = 0;
+  TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding
+  TensorView values;    // optional f32 [R, k] out: their scores
+  TensorView slot_ids;  // optional i32 [R, k] out: block_table[b][i / S] * S + i % S
+  bool sorted = false;
+};
+Status paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const Exec& ex, size_t* bytes);
+Status paged_mqa_topk(const PagedMqaTopkParams& p, const Exec& ex);
+
+// ---------------------------------------------------------------- sparse MLA
+struct SparseMlaDecodeParams {
+  TensorView q;                  // bf16 [B, Sq, Hq, d_qk]
+  LatentCache cache;
+  TensorView indices;            // i32 [B, Sq, topk] slot ids (page * P + offset), -1 invalid
+  TensorView topk_length;        // optional i32 [B]: only the first topk_length[b] indices count
+  // Optional second cache (V4: sliding window + compressed cache); absent when extra_indices is.
+  LatentCache extra_cache;
+  TensorView extra_indices;      // i32 [B, Sq, extra_topk]
+  TensorView extra_topk_length;  // optional i32 [B]
+  TensorView attn_sink;          // optional f32 [Hq]
+  float sm_scale = 0.0f;
+  TensorView out;                // bf16 [B, Sq, Hq, 512]
+  TensorView lse;                // f32 [B, Sq, Hq] (natural log); -inf for rows with no valid index
+};
+Status sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex, size_t* bytes);
+Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex);
+
+struct SparseMlaPrefillParams {
+  TensorView q;            // bf16 [M, Hq, d_qk]
+  TensorView kv;           // bf16 [Nk, d_qk]
+  TensorView indices;      // i32 [M, topk] rows of kv, -1 invalid
+  TensorView topk_length;  // optional i32 [M]
+  TensorView attn_sink;    // optional f32 [Hq]
+  float sm_scale = 0.0f;
+  int d_v = kLatentDv;
+  TensorView out;          // bf16 [M, Hq, d_v]
+  TensorView lse;          // f32 [M, Hq]
+};
+Status sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec& ex, size_t* bytes);
+Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex);
+
+// ---------------------------------------------------------------- cache writers (SPEC §3.7)
+struct WriteIndexerCacheParams {
+  TensorView k;             // f32 or bf16 [T, D]
+  TensorView slot_mapping;  // i32 or i64 [T]: page * S + offset, -1 = skip
+  IndexerCache cache;       // written in place
+};
+Status write_indexer_cache(const WriteIndexerCacheParams& p, const Exec& ex);
+
+struct WriteLatentCacheParams {
+  TensorView kv;            // f32 or bf16 [T, d_qk]
+  TensorView slot_mapping;  // i32 or i64 [T]: page * P + offset, -1 = skip
+  LatentCache cache;        // written in place
+};
+Status write_latent_cache(const WriteLatentCacheParams& p, const Exec& ex);
+
+}  // namespace dsattn

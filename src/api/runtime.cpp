@@ -1,0 +1,9 @@
+#include "cuda/cuda_ops.h"
+#include "dsattn/ops.h"
+
+namespace dsattn {
+
+bool cuda_available() { return cuda::available(); }
+int cuda_num_sms() { return cuda::num_sms(); }
+
+}  // namespace dsattn

@@ -1,0 +1,33 @@
+// CUDA backend entry points (host functions, implemented in src/cuda/**.cu). Called by src/api/
+// after validation with tensors on the current CUDA device. Without a CUDA build, src/api/no_cuda.cpp
+// provides versions that return kNotImplemented.
+#pragma once
+#include "api/problems.h"
+#include "dsattn/ops.h"
+
+namespace dsattn {
+namespace cuda {
+
+bool available();
+int num_sms();
+
+size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+Status paged_mqa_logits(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+Status schedule_metadata(const ScheduleMetadataParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+
+size_t mqa_logits_workspace(const MqaLogitsParams& p, const detail::MqaProblem& pb, const Exec& ex);
+Status mqa_logits(const MqaLogitsParams& p, const detail::MqaProblem& pb, const Exec& ex);
+
+size_t topk_workspace(const TopkParams& p, const detail::TopkProblem& pb, const Exec& ex);
+Status topk(const TopkParams& p, const detail::TopkProblem& pb, const Exec& ex);
+
+size_t paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+Status paged_mqa_topk(const PagedMqaTopkParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+
+Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex);
+Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex);
+Status write_indexer_cache(const WriteIndexerCacheParams& p, const Exec& ex);
+Status write_latent_cache(const WriteLatentCacheParams& p, const Exec& ex);
+
+}  // namespace cuda
+}  // namespace dsattn

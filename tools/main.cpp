@@ -1,0 +1,3 @@
+// TEMPORARY: replaced by the CLI.
+#include <cstdio>
+int main() { std::puts("dsattn"); return 0; }
