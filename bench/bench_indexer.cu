@@ -17,10 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "api/problems.h"
 #include "bench.h"
 #include "bench_util.cuh"
-#include "cuda/cuda_ops.h"
 #include "dsattn/formats.h"
 #include "dsattn/ops.h"
 
@@ -65,7 +63,7 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   DSATTN_BENCH_CHECK(cudaGetLastError());
   // Block tables: set k owns pages [k * set_pages, (k + 1) * set_pages), shuffled.
   std::mt19937_64 rng(5);
-  std::vector<int32_t> bt(size_t(num_pages));
+  std::vector<int32_t> bt(static_cast<size_t>(num_pages));
   for (int k = 0; k < sets; ++k) {
     auto* b = bt.data() + size_t(k) * set_pages;
     std::iota(b, b + set_pages, int32_t(k * set_pages));
@@ -111,28 +109,17 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   ex.stream = stream;
   ex.smem_budget_bytes = smem;
   check(schedule_metadata(sp, ex), "schedule_metadata");
-  detail::PagedIndexerProblem pb;
-  pb.rows = R;
-  pb.batch = sh.B;
-  pb.next_n = sh.N;
-  pb.heads = sh.H;
-  pb.head_dim = sh.D;
-  pb.states_per_page = sh.S;
-  pb.lens_per_row = false;
-  pb.num_pages = num_pages;
-  pb.max_pages = ppr;
-  pb.max_context = sh.ctx;
   // Warm-up run outside capture (module load, attributes).
   {
     PagedMqaLogitsParams p0 = p;
     p0.block_table = make_tensor(dbt.ptr, DType::kI32, {sh.B, ppr}, Device::kCuda);
-    check(cuda::paged_mqa_logits(p0, pb, ex), "paged_mqa_logits");
+    check(paged_mqa_logits(p0, ex), "paged_mqa_logits");
     DSATTN_BENCH_CHECK(cudaStreamSynchronize(stream));
   }
   const double us = time_graph_us(stream, sets, [&](int k) {
     PagedMqaLogitsParams pk = p;
     pk.block_table = make_tensor(dbt.as<int32_t>() + size_t(k) * set_pages, DType::kI32, {sh.B, ppr}, Device::kCuda);
-    check(cuda::paged_mqa_logits(pk, pb, ex), "paged_mqa_logits");
+    check(paged_mqa_logits(pk, ex), "paged_mqa_logits");
   });
   const double bytes = double(sh.B) * sh.ctx * (rb + 4) + double(R) * sh.ctx * 4;
   return {us, bytes};
@@ -163,22 +150,18 @@ std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t 
   p.ks = make_tensor(dks.ptr, DType::kI32, {M}, Device::kCuda);
   p.ke = make_tensor(dke.ptr, DType::kI32, {M}, Device::kCuda);
   p.logits = make_tensor(logits.ptr, DType::kF32, {M, Nk}, Device::kCuda);
-  detail::MqaProblem pb;
-  pb.rows = M;
-  pb.keys = Nk;
-  pb.heads = H;
-  pb.head_dim = D;
-  pb.out_width = Nk;
   Exec ex;
   ex.backend = Backend::kCuda;
   ex.stream = stream;
   ex.smem_budget_bytes = smem;
-  DeviceBuffer ws(cuda::mqa_logits_workspace(p, pb, ex) + 16);
+  size_t wsb = 0;
+  check(mqa_logits_workspace(p, ex, &wsb), "mqa_logits_workspace");
+  DeviceBuffer ws(wsb + 16);
   ex.workspace = ws.ptr;
   ex.workspace_bytes = ws.bytes;
-  check(cuda::mqa_logits(p, pb, ex), "mqa_logits");
+  check(mqa_logits(p, ex), "mqa_logits");
   DSATTN_BENCH_CHECK(cudaStreamSynchronize(stream));
-  const double us = time_graph_us(stream, 1, [&](int) { check(cuda::mqa_logits(p, pb, ex), "mqa_logits"); }, 5, 1);
+  const double us = time_graph_us(stream, 1, [&](int) { check(mqa_logits(p, ex), "mqa_logits"); }, 5, 1);
   return {us, flops};
 }
 

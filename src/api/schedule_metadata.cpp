@@ -2,6 +2,7 @@
 // partitions. CUDA: a one-CTA device kernel (graph-safe); CPU: the same arithmetic on the host.
 #include <cstdint>
 
+#include "api/indexer_args.h"
 #include "api/validate.h"
 #include "common/indexer_work.h"
 #include "cuda/cuda_ops.h"
@@ -16,36 +17,12 @@ namespace {
 constexpr const char* kOp = "schedule_metadata";
 
 Status validate(const ScheduleMetadataParams& p, int num_sms, detail::PagedIndexerProblem* pb) {
-  if (p.next_n < 1 || p.next_n > detail::kIndexerMaxGroupRows) {
-    return detail::invalid(kOp, "next_n expected in [1, %d], got %d", detail::kIndexerMaxGroupRows, p.next_n);
+  if (p.states_per_page < 1 || p.states_per_page > detail::kMaxStatesPerPage) {
+    return detail::invalid(kOp, "states_per_page expected 1..%d, got %d", detail::kMaxStatesPerPage, p.states_per_page);
   }
-  if (p.states_per_page < 1 || p.states_per_page > 256) {
-    return detail::invalid(kOp, "states_per_page expected in [1, 256], got %d", p.states_per_page);
-  }
-  DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "context_lens", p.context_lens));
-  DSATTN_RETURN_IF_ERROR(detail::check_dtype(kOp, "context_lens", p.context_lens, DType::kI32));
-  DSATTN_RETURN_IF_ERROR(detail::check_strides_nonneg(kOp, "context_lens", p.context_lens));
-  pb->next_n = p.next_n;
+  DSATTN_RETURN_IF_ERROR(detail::validate_paged_lens(kOp, p.context_lens, p.row_request, -1, p.next_n, -1, pb));
+  if (pb->varlen) pb->batch = pb->rows;
   pb->states_per_page = p.states_per_page;
-  if (p.row_request.defined()) {
-    if (p.next_n != 1) return detail::invalid(kOp, "next_n expected 1 in varlen mode (row_request given), got %d", p.next_n);
-    DSATTN_RETURN_IF_ERROR(detail::check_tensor(kOp, "row_request", p.row_request, DType::kI32, {-1}));
-    const int64_t R = p.row_request.shape[0];
-    DSATTN_RETURN_IF_ERROR(detail::check_shape(kOp, "context_lens", p.context_lens, {R}));
-    pb->varlen = true;
-    pb->lens_per_row = true;
-    pb->rows = R;
-    pb->batch = R;
-  } else if (p.context_lens.ndim == 1) {
-    pb->batch = p.context_lens.shape[0];
-    pb->rows = pb->batch * p.next_n;
-    pb->lens_per_row = false;
-  } else {
-    DSATTN_RETURN_IF_ERROR(detail::check_shape(kOp, "context_lens", p.context_lens, {-1, p.next_n}));
-    pb->batch = p.context_lens.shape[0];
-    pb->rows = pb->batch * p.next_n;
-    pb->lens_per_row = true;
-  }
   const int64_t size = detail::indexer_meta_size(num_sms);
   DSATTN_RETURN_IF_ERROR(detail::check_tensor(kOp, "metadata", p.metadata, DType::kI32, {size}));
   DSATTN_RETURN_IF_ERROR(detail::check_contiguous(kOp, "metadata", p.metadata));

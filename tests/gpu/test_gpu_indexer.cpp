@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "api/problems.h"
-#include "cuda/cuda_ops.h"
 #include "dsattn/codecs.h"
 #include "dsattn/formats.h"
 #include "dsattn/ops.h"
@@ -267,22 +265,6 @@ PagedMqaLogitsParams make_params(const IdxCase& c, const HostIdx& h, DevIdx& d) 
   return p;
 }
 
-detail::PagedIndexerProblem make_problem(const IdxCase& c, const HostIdx& h) {
-  detail::PagedIndexerProblem pb;
-  pb.rows = h.R;
-  pb.batch = c.B;
-  pb.next_n = c.lens == LensMode::kVarlen ? 1 : c.N;
-  pb.heads = c.H;
-  pb.head_dim = c.D;
-  pb.states_per_page = c.S;
-  pb.varlen = c.lens == LensMode::kVarlen;
-  pb.lens_per_row = c.lens != LensMode::k1D;
-  pb.num_pages = h.num_pages;
-  pb.max_pages = h.max_pages;
-  pb.max_context = h.width;
-  return pb;
-}
-
 void upload(const HostIdx& h, DevIdx& d, bool bf16) {
   d.q.upload(h.q);
   if (!h.q_scales.empty()) d.qs.upload(h.q_scales);
@@ -307,16 +289,17 @@ std::vector<float> download_logits(const IdxCase& c, const HostIdx& h, const Dev
 }
 
 Status run_paged(const IdxCase& c, const HostIdx& h, DevIdx& d, const PagedMqaLogitsParams& p, cudaStream_t st = nullptr) {
-  const detail::PagedIndexerProblem pb = make_problem(c, h);
+  (void)h;
   Exec ex;
   ex.backend = Backend::kCuda;
   ex.stream = st;
   ex.smem_budget_bytes = c.smem_budget;
-  const size_t wsb = cuda::paged_mqa_logits_workspace(p, pb, ex);
+  size_t wsb = 0;
+  DSATTN_RETURN_IF_ERROR(paged_mqa_logits_workspace(p, ex, &wsb));
   if (d.ws.bytes() < wsb) d.ws.alloc(wsb);
   ex.workspace = d.ws.get();
   ex.workspace_bytes = d.ws.bytes();
-  return cuda::paged_mqa_logits(p, pb, ex);
+  return paged_mqa_logits(p, ex);
 }
 
 // Compares against the reference: rel L2 over finite positions, identical -inf positions inside
@@ -475,6 +458,151 @@ TEST(GpuIndexer, LongSingleRequest) {
   IdxCase c;
   c.B = 1; c.N = 1; c.H = 16; c.max_ctx = 40000; c.seed = 41;
   run_case(c);
+}
+
+// Small cases for compute-sanitizer (memcheck + racecheck): every code path once.
+TEST(GpuIndexer, SanitizerSmall) {
+  SKIP_WITHOUT_GPU();
+  std::vector<IdxCase> cs(7);
+  for (auto& c : cs) { c.B = 2; c.max_ctx = 150; c.H = 16; }
+  cs[0].N = 2;
+  cs[1].S = 1; cs[1].max_ctx = 40;
+  cs[2].pad_stride = 4; cs[2].bad_pages = 2; cs[2].S = 48;
+  cs[3].lens = LensMode::kVarlen;
+  cs[4].fmt = IndexerFormat::kMxfp4; cs[4].N = 2;
+  cs[5].smem_budget = 101376; cs[5].N = 8; cs[5].H = 64;
+  cs[6].D = 32; cs[6].empty_row = true; cs[6].bf16 = true;
+  uint64_t seed = 4000;
+  for (auto& c : cs) { c.seed = ++seed; run_case(c); }
+}
+
+// ---------------------------------------------------------------- mqa_logits (prefill)
+struct PrefillCase {
+  int M = 37, Nk = 500, H = 32, D = 128;
+  IndexerFormat fmt = IndexerFormat::kFp8;
+  bool compressed = false, clean = true;
+  int smem_budget = 0;
+  uint64_t seed = 1;
+};
+
+void run_prefill_case(const PrefillCase& c) {
+  std::mt19937_64 rng(c.seed);
+  const bool fp4 = c.fmt == IndexerFormat::kMxfp4;
+  const int Dq = fp4 ? c.D / 2 : c.D;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint8_t> q(size_t(c.M) * c.H * Dq), k(size_t(c.Nk) * Dq);
+  std::vector<int32_t> qs(size_t(c.M) * c.H), ksc_i(c.Nk);
+  std::vector<float> ksc_f(c.Nk), w(size_t(c.M) * c.H);
+  std::vector<double> qd(size_t(c.M) * c.H * c.D), kd(size_t(c.Nk) * c.D);
+  auto fill = [&](uint8_t* codes, double* vals, int32_t* scale_i, float* scale_f) {
+    if (!fp4) {
+      for (int d = 0; d < c.D; ++d) { codes[d] = rand_e4m3(rng, 1.f); vals[d] = codec::e4m3_to_f32(codes[d]); }
+      if (scale_f) {
+        *scale_f = std::exp2(float(int(rng() % 7)) - 6.f);
+        for (int d = 0; d < c.D; ++d) vals[d] *= *scale_f;
+      }
+    } else {
+      uint32_t sc = 0;
+      for (int b = 0; b < c.D / 32; ++b) sc |= uint32_t(121 + rng() % 10) << (8 * b);
+      *scale_i = int32_t(sc);
+      for (int i = 0; i < Dq; ++i) codes[i] = uint8_t(rng());
+      for (int d = 0; d < c.D; ++d) {
+        const uint8_t nib = (d & 1) ? codes[d / 2] >> 4 : codes[d / 2] & 15;
+        vals[d] = double(codec::e2m1_to_f32(nib)) * codec::ue8m0_to_f32(uint8_t(sc >> (8 * (d / 32))));
+      }
+    }
+  };
+  for (int m = 0; m < c.M; ++m)
+    for (int h = 0; h < c.H; ++h) {
+      const size_t i = size_t(m) * c.H + h;
+      fill(&q[i * Dq], &qd[i * c.D], &qs[i], nullptr);
+      w[i] = nd(rng) * 0.3f;
+    }
+  for (int t = 0; t < c.Nk; ++t) fill(&k[size_t(t) * Dq], &kd[size_t(t) * c.D], &ksc_i[t], &ksc_f[t]);
+  std::vector<int32_t> ks(c.M), ke(c.M);
+  int W = 0;
+  for (int m = 0; m < c.M; ++m) {
+    ks[m] = int(rng() % (c.Nk / 2));
+    ke[m] = (m % 7 == 3) ? ks[m] : std::min(c.Nk, ks[m] + 1 + int(rng() % (c.Nk / 2)));  // some empty rows
+    W = std::max(W, ke[m] - ks[m]);
+  }
+  if (!c.compressed) W = c.Nk;
+  W += c.compressed ? 5 : 0;
+  DevBuf dq, dqs, dw, dk, dks, dkss, dke, dlog, dws;
+  dq.upload(q); dqs.upload(qs); dw.upload(w); dk.upload(k);
+  if (fp4) dkss.upload(ksc_i); else dkss.upload(ksc_f);
+  dks.upload(ks); dke.upload(ke);
+  dlog.alloc(size_t(c.M) * W * 4);
+  ASSERT_EQ(cudaMemset(dlog.get(), 0xFF, dlog.bytes()), cudaSuccess);
+  MqaLogitsParams p;
+  p.format = c.fmt;
+  p.q = test::dev_tensor(dq, fp4 ? DType::kU8 : DType::kF8E4M3, {c.M, c.H, Dq});
+  if (fp4) p.q_scales = test::dev_tensor(dqs, DType::kI32, {c.M, c.H});
+  p.weights = test::dev_tensor(dw, DType::kF32, {c.M, c.H});
+  p.k = test::dev_tensor(dk, fp4 ? DType::kU8 : DType::kF8E4M3, {c.Nk, Dq});
+  p.k_scales = test::dev_tensor(dkss, fp4 ? DType::kI32 : DType::kF32, {c.Nk});
+  p.ks = test::dev_tensor(dks, DType::kI32, {c.M});
+  p.ke = test::dev_tensor(dke, DType::kI32, {c.M});
+  p.logits = test::dev_tensor(dlog, DType::kF32, {c.M, W});
+  p.compressed = c.compressed;
+  p.clean = c.clean;
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  ex.smem_budget_bytes = c.smem_budget;
+  size_t wsb = 0;
+  ASSERT_TRUE(mqa_logits_workspace(p, ex, &wsb).ok());
+  dws.alloc(wsb + 16);
+  ex.workspace = dws.get();
+  ex.workspace_bytes = dws.bytes();
+  const Status st = mqa_logits(p, ex);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = dlog.download<float>(size_t(c.M) * W);
+  double num = 0, den = 0;
+  int64_t bad = 0;
+  for (int m = 0; m < c.M; ++m) {
+    for (int col = 0; col < W; ++col) {
+      const int t = c.compressed ? ks[m] + col : col;
+      const bool in = t >= ks[m] && t < ke[m];
+      const float g = got[size_t(m) * W + col];
+      if (!in) {
+        if (c.clean && !(std::isinf(g) && g < 0)) ++bad;
+        continue;
+      }
+      double acc = 0;
+      for (int h = 0; h < c.H; ++h) {
+        double sdot = 0;
+        for (int d = 0; d < c.D; ++d) sdot += qd[(size_t(m) * c.H + h) * c.D + d] * kd[size_t(t) * c.D + d];
+        acc += double(w[size_t(m) * c.H + h]) * std::max(sdot, 0.0);
+      }
+      if (!std::isfinite(g)) { ++bad; continue; }
+      num += (g - acc) * (g - acc);
+      den += acc * acc;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "M" << c.M << " Nk" << c.Nk << " compressed " << c.compressed;
+  EXPECT_LE(std::sqrt(num / std::max(den, 1e-300)), 2e-4);
+}
+
+TEST(GpuIndexer, PrefillMqaLogits) {
+  SKIP_WITHOUT_GPU();
+  PrefillCase c;
+  run_prefill_case(c);
+  c.compressed = true; c.seed = 2;
+  run_prefill_case(c);
+  c.fmt = IndexerFormat::kMxfp4; c.seed = 3; c.D = 64; c.H = 16;
+  run_prefill_case(c);
+  c.compressed = false; c.seed = 4; c.smem_budget = 101376; c.H = 64; c.D = 128;
+  run_prefill_case(c);
+  c.fmt = IndexerFormat::kFp8; c.seed = 5; c.M = 8; c.Nk = 3000; c.H = 64;
+  run_prefill_case(c);
+}
+
+TEST(GpuIndexer, SanitizerPrefill) {
+  SKIP_WITHOUT_GPU();
+  PrefillCase c;
+  c.M = 11; c.Nk = 130; c.H = 16; c.seed = 9;
+  run_prefill_case(c);
 }
 
 // ---------------------------------------------------------------- schedule metadata
