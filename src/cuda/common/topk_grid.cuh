@@ -89,6 +89,30 @@ __device__ __forceinline__ const T* row_ptr(const T* base, int64_t ld, int64_t r
   return base + r * ld;
 }
 
+// Last step of a row: sel_key / sel_pos [0, count) hold the winners (index order); pads the rest
+// of k_pad, sorts on request, writes indices (-1 padding), values (from `src` when given, else
+// decoded from the keys; -inf padding) and slot ids.
+template <typename T>
+__device__ __forceinline__ void finish_row(uint32_t* sel_key, int* sel_pos, int count, int k, int k_pad, bool sorted,
+                                           const T* src, int64_t r, const TopkOutputs& out) {
+  for (int j = count + threadIdx.x; j < k_pad; j += kTopkThreads) {
+    sel_key[j] = kAbsentKey;
+    sel_pos[j] = INT_MAX;
+  }
+  __syncthreads();
+  if (sorted) sort_desc(sel_key, sel_pos, k_pad);
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) {
+    const int32_t idx = j < count ? sel_pos[j] : -1;
+    out.indices[r * out.indices_ld + j] = idx;
+    if (out.values) {
+      float v = -__int_as_float(0x7f800000);
+      if (idx >= 0) v = src ? to_float(src[idx]) : key_to_float(sel_key[j]);
+      out.values[r * out.values_ld + j] = v;
+    }
+    if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
+  }
+}
+
 extern __shared__ __align__(16) uint32_t topk_dyn_smem[];
 
 // grid (R, C). Chunk c of row r covers positions [c * chunk_len, (c+1) * chunk_len) of the row;
@@ -220,27 +244,12 @@ __global__ void __launch_bounds__(kTopkThreads)
     }
     __syncthreads();
     select_topk(keys, n, k, region, sel_key, sel_pos, sh);
-    for (int j = threadIdx.x; j < k_pad; j += kTopkThreads) {
-      if (j < k) {
-        if (kFromCands) sel_pos[j] = cand_idx[r * cand_n + sel_pos[j]];
-      } else {
-        sel_key[j] = kAbsentKey;
-        sel_pos[j] = INT_MAX;
-      }
+    if (kFromCands) {
+      for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = cand_idx[r * cand_n + sel_pos[j]];
     }
     __syncthreads();
   }
-  if (sorted) sort_desc(sel_key, sel_pos, k_pad);
-  for (int j = threadIdx.x; j < k; j += kTopkThreads) {
-    const int32_t idx = j < count ? sel_pos[j] : -1;
-    out.indices[r * out.indices_ld + j] = idx;
-    if (out.values) {
-      float v = -__int_as_float(0x7f800000);
-      if (idx >= 0) v = src ? to_float(src[idx]) : key_to_float(sel_key[j]);
-      out.values[r * out.values_ld + j] = v;
-    }
-    if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
-  }
+  finish_row(sel_key, sel_pos, count, k, k_pad, sorted, src, r, out);
 }
 
 }  // namespace topk_detail
