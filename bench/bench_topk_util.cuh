@@ -101,22 +101,41 @@ struct BenchContext {
     return cudaGetLastError() == cudaSuccess;
   }
 
-  // Median time of fn() in microseconds; L2 flushed (a memset larger than L2) before each call.
+  // Median time of fn(stream) in microseconds; L2 flushed (a memset larger than L2) before each
+  // call. graph = true: fn is captured once into a CUDA graph and the replays are timed (no host
+  // launch overhead, as in a serving engine's decode graph).
   template <typename Fn>
-  float time_median_us(int iters, Fn fn, bool flush_l2 = true) {
-    fn();  // warm-up (module load, smem attributes)
-    cudaDeviceSynchronize();
+  float time_median_us(int iters, Fn fn, bool graph = true, bool flush_l2 = true) {
+    cudaStream_t st = nullptr;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    fn(st);  // warm-up (module load, smem attributes)
+    cudaStreamSynchronize(st);
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    if (graph) {
+      cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+      fn(st);
+      cudaStreamEndCapture(st, &g);
+      cudaGraphInstantiate(&ge, g, 0);
+    }
     std::vector<float> t;
     for (int i = 0; i < iters; ++i) {
-      if (flush_l2) cudaMemsetAsync(flush, i & 0xff, flush_bytes);
-      cudaEventRecord(e0);
-      fn();
-      cudaEventRecord(e1);
+      if (flush_l2) cudaMemsetAsync(flush, i & 0xff, flush_bytes, st);
+      cudaEventRecord(e0, st);
+      if (graph) {
+        cudaGraphLaunch(ge, st);
+      } else {
+        fn(st);
+      }
+      cudaEventRecord(e1, st);
       cudaEventSynchronize(e1);
       float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
       t.push_back(ms * 1e3f);
     }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
     std::sort(t.begin(), t.end());
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) std::fprintf(stderr, "CUDA error while timing: %s\n", cudaGetErrorString(err));

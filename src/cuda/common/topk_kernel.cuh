@@ -14,8 +14,8 @@
 //      T are still needed (`need`);
 //   3. a write pass: warp w owns a contiguous segment; ballots + one cross-warp prefix give each
 //      selected element its output position, so the k winners come out in source (index) order.
-// Histogram atomics are warp-aggregated (__match_any_sync): constant rows would otherwise serialize
-// 32 lanes on one shared-memory word.
+// Histogram atomics are aggregated when a whole warp hits one bin (constant rows would otherwise
+// serialize 32 lanes on one shared-memory word).
 //
 // Shared memory (dynamic): [keys: cap + 8 u32 (+8: shift so 16-byte source vectors land on
 // 16-byte smem words)][region: max(4096, 2 * k_pad) u32, the histogram, later (sel_key, sel_pos)].
@@ -71,12 +71,18 @@ struct TopkShared {
   int warp_eq[kTopkWarps];
 };
 
-// Warp-aggregated shared-memory histogram increment. All 32 lanes must call it together.
+// Shared-memory histogram increment for a warp. All 32 lanes must call it together. When every
+// active lane hits one bin (constant or sorted runs), one lane adds the count; otherwise each lane
+// adds 1 (__match_any_sync aggregation measured far slower than the conflicts it saves).
 __device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool active) {
   const unsigned mask = __ballot_sync(0xffffffffu, active);
-  if (active) {
-    const unsigned peers = __match_any_sync(mask, bin);
-    if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+  if (mask == 0u) return;
+  const int leader = __ffs(mask) - 1;
+  const uint32_t lead_bin = __shfl_sync(0xffffffffu, bin, leader);
+  if (__all_sync(0xffffffffu, !active || bin == lead_bin)) {
+    if ((threadIdx.x & 31) == leader) atomicAdd(&hist[lead_bin], __popc(mask));
+  } else if (active) {
+    atomicAdd(&hist[bin], 1u);
   }
 }
 
@@ -282,11 +288,16 @@ __device__ __forceinline__ bool ranks_below(uint32_t ka, int ia, uint32_t kb, in
 }
 
 // Bitonic sort of p (power of two) pairs in shared memory, descending by rank. Ends synced.
+// Pair t of a stage with stride s is (lo, lo + s), lo = ((t >> log s) << (log s + 1)) | (t & (s-1)).
+// With s <= 32 the pairs of t in [32w, 32w + 32) stay inside elements [64w, 64w + 64), and a
+// thread keeps the same t across stages, so such stages need only __syncwarp.
 __device__ __forceinline__ void sort_desc(uint32_t* key, int* idx, int p) {
+  const int half = p >> 1;
   for (int size = 2; size <= p; size <<= 1) {
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int t = threadIdx.x; t < p / 2; t += kTopkThreads) {
-        const int lo = 2 * stride * (t / stride) + (t % stride);
+      const int ls = __ffs(stride) - 1;
+      for (int t = threadIdx.x; t < half; t += kTopkThreads) {
+        const int lo = ((t >> ls) << (ls + 1)) | (t & (stride - 1));
         const int hi = lo + stride;
         const bool desc = (lo & size) == 0;
         const uint32_t ka = key[lo], kb = key[hi];
@@ -299,9 +310,15 @@ __device__ __forceinline__ void sort_desc(uint32_t* key, int* idx, int p) {
           idx[hi] = ia;
         }
       }
-      __syncthreads();
+      const int next = stride > 1 ? stride >> 1 : size;  // the next stage's stride
+      if (next > 32) {
+        __syncthreads();
+      } else {
+        __syncwarp();
+      }
     }
   }
+  __syncthreads();
 }
 
 }  // namespace topk_detail

@@ -25,6 +25,11 @@ Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out) {
   return Status::Ok();
 }
 
+TopkTuning& topk_tuning() {
+  static TopkTuning t;
+  return t;
+}
+
 size_t topk_smem_bytes(int n_keys, int k_pad) {
   return (static_cast<size_t>(n_keys) + kKeyPad + region_words(k_pad)) * 4;
 }
@@ -85,10 +90,12 @@ Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& 
 Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
   DSATTN_RETURN_IF_ERROR(plan_common(k, lim, plan));
   const int64_t W = std::max<int64_t>(width, 0);
-  int64_t C = std::max<int64_t>(1, ceil_div(W, plan->cap));
+  const TopkTuning& tune = topk_tuning();
+  const int64_t direct_max = tune.max_direct > 0 ? std::min(tune.max_direct, plan->cap) : plan->cap;
+  int64_t C = std::max<int64_t>(1, ceil_div(W, direct_max));
   // Few rows: split each over several CTAs (chunks of at least min_chunk positions) to fill the SMs.
-  const int64_t min_chunk = std::max<int64_t>(4 * plan->kc, 8192);
-  if (rows > 0 && rows * C < lim.num_sms / 2 && W >= 2 * min_chunk) {
+  const int64_t min_chunk = std::max<int64_t>(4 * plan->kc, tune.min_chunk);
+  if (rows > 0 && rows * C < lim.num_sms / std::max(1, tune.fill_div) && W >= 2 * min_chunk) {
     C = std::max(C, std::min(ceil_div(lim.num_sms, rows), W / min_chunk));
   }
   const int64_t chunk_len = std::max<int64_t>(8, (ceil_div(W, C) + 7) & ~int64_t(7));

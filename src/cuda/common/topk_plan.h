@@ -39,6 +39,16 @@ struct TopkPlan {
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
 size_t topk_smem_bytes(int n_keys, int k_pad);
 
+// Split policy, a process-wide setting that benchmarks sweep. A row goes straight to one CTA when
+// it fits in shared memory (and is no wider than max_direct, when set); with fewer than
+// num_sms / fill_div row-CTAs, rows are split further into chunks of at least min_chunk positions.
+struct TopkTuning {
+  int min_chunk = 8192;
+  int fill_div = 2;
+  int max_direct = 0;  // 0: the shared-memory capacity
+};
+TopkTuning& topk_tuning();
+
 // rows x width problem. `min_split_rows`: split rows into several CTAs when fewer rows than this
 // (num_sms / 2 by default) would run. Returns kNotImplemented when k is out of range.
 Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan);
