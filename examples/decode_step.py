@@ -139,7 +139,9 @@ def decode_step(device: str = "cpu", check: bool = False, seed: int = 0, verbose
     d_bt, d_lens, d_win_idx, d_sink = xp.put(block_table), xp.put(context_lens), xp.put(win_idx), xp.put(sink)
 
     # ---- 3. schedule metadata (once per step) -----------------------------------------------
-    meta = dsattn.schedule_metadata(d_lens, states_per_page=S, next_n=1, stream=stream)
+    # num_sms: the GPU's multiprocessor count (0 picks it); on the CPU backend any partition count.
+    num_sms = dsattn.cuda_num_sms() if device != "cpu" else 16
+    meta = dsattn.schedule_metadata(d_lens, states_per_page=S, next_n=1, num_sms=num_sms, stream=stream)
 
     # ---- 4. fused indexer + top-k --------------------------------------------------------------
     # Engines preallocate the workspace once (here sized for this batch) so the step is graph-safe.

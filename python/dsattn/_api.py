@@ -97,20 +97,13 @@ def _run(fn, args: dict, ex: dict, like) -> None:
     fn(**args, **ex)
 
 
-def _out(given, shape, dtype, like, dummy: bool):
-    """The caller's output, or a new one. dummy=True (workspace queries) gives a stride-0 stand-in
-    with one real row where the framework allows it, so a query never allocates a large output."""
+def _out(given, shape, dtype, like, dummy: bool = False):
+    """The caller's output, or a new one allocated like `like`. (dummy: for *_workspace_size
+    queries, which validate the full call and so need every output; pass the outputs you will use
+    to avoid the temporary allocation.)"""
     if given is not None:
         return _arrays.prep(given)
-    shape = tuple(max(int(s), 0) for s in shape)
-    if dummy and len(shape) >= 2:
-        row = _arrays.empty(shape[-1:], dtype, like)
-        fw = _arrays.framework(row)
-        if fw == "torch":
-            return row.expand(*shape)
-        if fw == "numpy":
-            return np.lib.stride_tricks.as_strided(row, shape, (0,) * (len(shape) - 1) + (row.strides[0],))
-    return _arrays.empty(shape, dtype, like)
+    return _arrays.empty(tuple(max(int(s), 0) for s in shape), dtype, like)
 
 
 def _dim(x, i: int) -> int:

@@ -134,7 +134,8 @@ def mxfp4_dequant(packed, scales_i32, dim: int) -> np.ndarray:
     vals[..., 0::2] = e2m1_to_f32(packed & 0xF)
     vals[..., 1::2] = e2m1_to_f32(packed >> 4)
     sc = ue8m0_to_f32(_mx_scales(scales_i32)[..., : dim // 32])
-    return vals * np.repeat(sc, 32, axis=-1)
+    with np.errstate(over="ignore", invalid="ignore"):  # garbage (unwritten) states may overflow
+        return vals * np.repeat(sc, 32, axis=-1)
 
 
 def mxfp4_quant(x, dim: int):

@@ -472,6 +472,7 @@ NB_MODULE(_dsattn, m) {
       .def_rw("topk", &dsattn::ModelPreset::topk)
       .def_rw("block_tokens", &dsattn::ModelPreset::block_tokens)
       .def_rw("compress_ratios", &dsattn::ModelPreset::compress_ratios)
+      .def_rw("indexer_ratios", &dsattn::ModelPreset::indexer_ratios)
       .def_rw("attn_heads", &dsattn::ModelPreset::attn_heads)
       .def_rw("window", &dsattn::ModelPreset::window)
       .def_prop_rw(
