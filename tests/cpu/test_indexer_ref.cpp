@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/indexer_test_util.h"
+#include "cpu/indexer_ref_util.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 
@@ -634,6 +635,158 @@ TEST(MqaLogitsRef, RandomMatchesReferenceAndCompressedMatchesFull) {
       }
     }
   }
+}
+
+// Prefill in chunks of query rows (bounded memory) gives the same rows as one call.
+TEST(MqaLogitsRef, ChunkedRowsEqualOneCall) {
+  const int H = 8, D = 64, M = 10, Nk = 40;
+  Rng rng(404);
+  QueryHost q = make_query(IndexerFormat::kFp8, M, H, D, rng.normals(static_cast<size_t>(M * H * D)));
+  std::vector<float> w = rng.normals(static_cast<size_t>(M * H));
+  std::vector<float> kf = rng.normals(static_cast<size_t>(Nk * D));
+  std::vector<uint8_t> k(static_cast<size_t>(Nk * D));
+  std::vector<float> kscale(Nk);
+  for (int t = 0; t < Nk; ++t) kscale[t] = quantize_fp8(kf.data() + t * D, D, k.data() + t * D);
+  std::vector<int32_t> ks(M), ke(M);
+  for (int m = 0; m < M; ++m) {  // causal prefill windows
+    ks[m] = 0;
+    ke[m] = 31 + m;
+  }
+  auto run = [&](int m0, int m1, float* out) {
+    MqaLogitsParams p;
+    p.q = make_tensor(q.q.data() + m0 * H * D, DType::kF8E4M3, {m1 - m0, H, D});
+    p.weights = make_tensor(w.data() + m0 * H, DType::kF32, {m1 - m0, H});
+    p.k = make_tensor(k.data(), DType::kF8E4M3, {Nk, D});
+    p.k_scales = make_tensor(kscale.data(), DType::kF32, {Nk});
+    p.ks = make_tensor(ks.data() + m0, DType::kI32, {m1 - m0});
+    p.ke = make_tensor(ke.data() + m0, DType::kI32, {m1 - m0});
+    p.logits = make_tensor(out + m0 * Nk, DType::kF32, {m1 - m0, Nk});
+    p.clean = true;
+    const Status st = mqa_logits(p, cpu_exec());
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  };
+  std::vector<float> whole(static_cast<size_t>(M * Nk)), chunked(static_cast<size_t>(M * Nk));
+  run(0, M, whole.data());
+  run(0, 3, chunked.data());
+  run(3, 7, chunked.data());
+  run(7, M, chunked.data());
+  EXPECT_EQ(chunked, whole);
+  for (int m = 0; m < M; ++m) {
+    EXPECT_NE(whole[static_cast<size_t>(m * Nk + ke[m] - 1)], -kInf);
+    if (ke[m] < Nk) {
+      EXPECT_EQ(whole[static_cast<size_t>(m * Nk + ke[m])], -kInf);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- decoders and test helpers
+// MXFP4 decoding (library and test side): low nibble = even element, scale byte i = block i.
+// A q/key pair decoded with the same wrong convention would give the same dot products, so the
+// convention is pinned here directly.
+TEST(IndexerDecode, Mxfp4NibbleOrderAndScaleBytes) {
+  std::vector<uint8_t> packed(32, 0);
+  packed[0] = 0x72;   // element 0: code 2 (1.0), element 1: code 7 (6.0)
+  packed[16] = 0xA1;  // element 32: code 1 (0.5), element 33: code 0xA (-1.0)
+  const uint32_t scales = 127u | (129u << 8);  // block 0: x1, block 1: x4
+  std::vector<double> lib(64);
+  std::vector<float> test(64);
+  cpu::decode_mxfp4(packed.data(), scales, 64, lib.data());
+  dequant_mxfp4(packed.data(), scales, 64, test.data());
+  const double want[4] = {1.0, 6.0, 2.0, -4.0};
+  const int at[4] = {0, 1, 32, 33};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(lib[at[i]], want[i]) << at[i];
+    EXPECT_EQ(test[at[i]], want[i]) << at[i];
+  }
+  for (int i = 2; i < 64; ++i) {
+    if (i == 32 || i == 33) continue;
+    EXPECT_EQ(lib[i], 0.0) << i;
+    EXPECT_EQ(test[i], 0.0f) << i;
+  }
+  // UE8M0 0xFF is NaN.
+  cpu::decode_mxfp4(packed.data(), 0xFFu, 32, lib.data());
+  EXPECT_TRUE(std::isnan(lib[0]));
+}
+
+TEST(IndexerDecode, Fp8Values) {
+  const uint8_t codes[4] = {0x3C, 0xBC, 0x7E, 0x01};  // 1.5, -1.5, 448, 2^-9
+  double out[4];
+  cpu::decode_fp8(codes, 4, out);
+  EXPECT_EQ(out[0], 1.5);
+  EXPECT_EQ(out[1], -1.5);
+  EXPECT_EQ(out[2], 448.0);
+  EXPECT_EQ(out[3], 1.0 / 512.0);
+}
+
+TEST(IndexerTestUtil, QuantizeFp8) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 896.0f;  // amax / 448 = 2 -> scale 2
+  x[1] = -3.0f;
+  std::vector<uint8_t> codes(32);
+  EXPECT_EQ(quantize_fp8(x.data(), 32, codes.data()), 2.0f);
+  EXPECT_EQ(codes[0], 0x7E);  // 448
+  EXPECT_EQ(codes[1], 0xBC);  // -1.5
+  EXPECT_EQ(codes[2], 0x00);
+  x[0] = 500.0f;  // pow2: 2^ceil(log2(500 / 448)) = 2; plain: 500 / 448
+  EXPECT_EQ(quantize_fp8(x.data(), 32, codes.data()), 2.0f);
+  EXPECT_EQ(quantize_fp8(x.data(), 32, codes.data(), false), 500.0f / 448.0f);
+  EXPECT_EQ(codes[0], 0x7E);
+  std::vector<float> zeros(32, 0.0f);
+  EXPECT_EQ(quantize_fp8(zeros.data(), 32, codes.data()), 1.0f);
+}
+
+TEST(IndexerTestUtil, QuantizeMxfp4) {
+  std::vector<float> x(64, 0.0f);
+  x[0] = 6.0f;   // block 0 amax 6 -> e = 127
+  x[1] = -3.0f;
+  x[2] = 0.5f;
+  x[32] = 12.0f;  // block 1 amax 12 -> e = 128: 12 -> 6, 1 -> 0.5
+  x[35] = 1.0f;
+  std::vector<uint8_t> packed(32, 0xEE);
+  const uint32_t scales = quantize_mxfp4(x.data(), 64, packed.data());
+  EXPECT_EQ(scales, 127u | (128u << 8));
+  EXPECT_EQ(packed[0], 0xD7);   // elements 0, 1: codes 7, 0xD
+  EXPECT_EQ(packed[1], 0x01);   // element 2: code 1
+  EXPECT_EQ(packed[16], 0x07);  // element 32: code 7
+  EXPECT_EQ(packed[17], 0x10);  // element 35 (high nibble of byte 17): code 1
+  EXPECT_EQ(packed[5], 0x00);
+}
+
+// The builder writes SPEC §2.1 byte positions: S = 2, D = 32, 8 B of pad -> 80 B pages.
+TEST(IndexerTestUtil, PagedCacheLayout) {
+  std::vector<std::vector<float>> keys(1, std::vector<float>(3 * 32, 0.0f));
+  keys[0][0 * 32 + 0] = 1.0f;    // state 0 (page 0, slot 0)
+  keys[0][1 * 32 + 3] = 896.0f;  // state 1 (page 0, slot 1): scale 2, code 448
+  keys[0][2 * 32 + 31] = -2.0f;  // state 2 (page 1, slot 0)
+  PagedCacheOptions o;
+  o.states_per_page = 2;
+  o.head_dim = 32;
+  o.stride_pad_bytes = 8;
+  o.shuffle_pages = false;
+  o.extra_pages = 0;
+  Rng rng(1);
+  PagedCacheHost c = build_paged_cache(keys, o, rng);
+  ASSERT_EQ(c.page_stride, 80);
+  ASSERT_EQ(c.num_pages, 2);
+  EXPECT_EQ(c.block_table, (std::vector<int32_t>{0, 1}));
+  const uint8_t* p0 = c.pages.data();
+  const uint8_t* p1 = c.pages.data() + 80;
+  float s;
+  // state 0: amax 1 -> scale 2^ceil(log2(1 / 448)) = 2^-8, value 1 / 2^-8 = 256 = 0x78
+  EXPECT_EQ(p0[0], 0x78);
+  std::memcpy(&s, p0 + 64, 4);
+  EXPECT_EQ(s, 0.00390625f);
+  EXPECT_EQ(p0[32 + 3], 0x7E);
+  std::memcpy(&s, p0 + 68, 4);
+  EXPECT_EQ(s, 2.0f);
+  for (int i = 72; i < 80; ++i) EXPECT_EQ(p0[i], 0xFF) << "pad byte " << i;
+  // state 2: amax 2 -> scale 2^-7, value -256 = 0xF8
+  EXPECT_EQ(p1[31], 0xF8);
+  std::memcpy(&s, p1 + 64, 4);
+  EXPECT_EQ(s, 0.0078125f);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(p1[i], 0xFF) << "unused state byte " << i;
+  for (int i = 68; i < 80; ++i) EXPECT_EQ(p1[i], 0xFF) << "unused scale / pad byte " << i;
+  EXPECT_EQ(c.key_scales[0], (std::vector<float>{0.00390625f, 2.0f, 0.0078125f}));
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/indexer_test_util.h"
+#include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 
 using namespace dsattn;
@@ -119,5 +121,130 @@ const FusedCase kFused[] = {
     {IndexerFormat::kMxfp4, 256, 16, 32, 3, false, false, 8},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedSweep, ::testing::ValuesIn(kFused));
+
+}  // namespace
+
+namespace {
+
+// The FP8 hand case of test_indexer_ref.cpp (S = 2, D = 32, H = 8, block_table {3, 1, 99},
+// lengths [B] = {3}): row 0 scores {34, 24}, row 1 scores {68, 48, 120}.
+TEST(PagedMqaTopkRef, HandCase) {
+  constexpr int S = 2, D = 32, H = 8;
+  constexpr int64_t kStride = 80;
+  std::vector<uint8_t> pages(4 * kStride, 0xFF);
+  auto put = [&](int page, int s, float a, float b, float scale) {
+    uint8_t* pg = pages.data() + page * kStride;
+    for (int d = 0; d < D; ++d) pg[s * D + d] = codec::f32_to_e4m3(0.0f);
+    pg[s * D] = codec::f32_to_e4m3(a);
+    pg[s * D + 1] = codec::f32_to_e4m3(b);
+    std::memcpy(pg + S * D + 4 * s, &scale, 4);
+  };
+  put(3, 0, 1.0f, 1.0f, 1.0f);
+  put(3, 1, 4.0f, 1.0f, 0.5f);
+  put(1, 0, -2.0f, 0.5f, 2.0f);
+  std::vector<uint8_t> q(2 * H * D, 0);
+  std::vector<float> w(2 * H);
+  for (int r = 0; r < 2; ++r) {
+    for (int h = 0; h < H; ++h) {
+      q[(r * H + h) * D] = codec::f32_to_e4m3(h % 2 == 0 ? 1.0f : -1.0f);
+      q[(r * H + h) * D + 1] = codec::f32_to_e4m3(2.0f);
+      w[r * H + h] = 0.5f * static_cast<float>(h + 1) * static_cast<float>(r + 1);
+    }
+  }
+  std::vector<int32_t> bt = {3, 1, 99}, lens = {3};
+  const int k = 2;
+  std::vector<int32_t> idx(2 * k, -7), slots(2 * k, -7);
+  std::vector<float> val(2 * k, kPoison);
+  PagedMqaTopkParams p;
+  p.q = make_tensor(q.data(), DType::kF8E4M3, {1, 2, H, D});
+  p.weights = make_tensor(w.data(), DType::kF32, {2, H});
+  p.cache.format = IndexerFormat::kFp8;
+  p.cache.states_per_page = S;
+  p.cache.head_dim = D;
+  p.cache.page_stride_bytes = kStride;
+  p.cache.pages = make_tensor(pages.data(), DType::kU8, {4, kStride});
+  p.block_table = make_tensor(bt.data(), DType::kI32, {1, 3});
+  p.context_lens = make_tensor(lens.data(), DType::kI32, {1});
+  p.k = k;
+  p.sorted = true;
+  p.indices = make_tensor(idx.data(), DType::kI32, {2, k});
+  p.values = make_tensor(val.data(), DType::kF32, {2, k});
+  p.slot_ids = make_tensor(slots.data(), DType::kI32, {2, k});
+  ASSERT_TRUE(paged_mqa_topk(p, cpu_exec()).ok());
+  EXPECT_EQ(idx, (std::vector<int32_t>{0, 1, 2, 0}));
+  EXPECT_EQ(val, (std::vector<float>{34, 24, 120, 68}));
+  // slot = bt[i / 2] * 2 + i % 2: 0 -> 6, 1 -> 7, 2 -> 1 * 2 + 0 = 2
+  EXPECT_EQ(slots, (std::vector<int32_t>{6, 7, 2, 6}));
+  // k = 4 > ctx: everything, then -1 / -inf / -1.
+  std::vector<int32_t> idx4(8), slots4(8);
+  std::vector<float> val4(8);
+  p.k = 4;
+  p.indices = make_tensor(idx4.data(), DType::kI32, {2, 4});
+  p.values = make_tensor(val4.data(), DType::kF32, {2, 4});
+  p.slot_ids = make_tensor(slots4.data(), DType::kI32, {2, 4});
+  p.sorted = false;
+  ASSERT_TRUE(paged_mqa_topk(p, cpu_exec()).ok());
+  EXPECT_EQ(idx4, (std::vector<int32_t>{0, 1, -1, -1, 0, 1, 2, -1}));
+  EXPECT_EQ(val4, (std::vector<float>{34, 24, -kInf, -kInf, 68, 48, 120, -kInf}));
+  EXPECT_EQ(slots4, (std::vector<int32_t>{6, 7, -1, -1, 6, 7, 2, -1}));
+}
+
+// States whose page bytes are NaN (the builder's poison) score NaN and rank below every number.
+TEST(PagedMqaTopkRef, NanStatesRankLast) {
+  PagedCaseSpec spec;
+  spec.batch = 1;
+  spec.next_n = 1;
+  spec.lengths = {6};  // states 0..5 written; page size 4: states 6, 7 of page 1 are poison
+  spec.states_per_page = 4;
+  spec.seed = 8;
+  PagedCase c = make_paged_case(spec);
+  c.context_lens = {8};
+  const Selected o = run_fused(c, 8, true);
+  for (int j = 0; j < 6; ++j) {
+    EXPECT_LT(o.idx[static_cast<size_t>(j)], 6) << j;
+    EXPECT_FALSE(std::isnan(o.val[static_cast<size_t>(j)])) << j;
+  }
+  EXPECT_EQ(o.idx[6], 6);  // NaN ties: smaller index first
+  EXPECT_EQ(o.idx[7], 7);
+  EXPECT_TRUE(std::isnan(o.val[6]));
+  EXPECT_TRUE(std::isnan(o.val[7]));
+  const Selected few = run_fused(c, 3, false);
+  for (int j = 0; j < 3; ++j) EXPECT_LT(few.idx[static_cast<size_t>(j)], 6);
+}
+
+TEST(PagedMqaTopkRef, ThreadCountDoesNotChangeResults) {
+  PagedCaseSpec spec;
+  spec.batch = 4;
+  spec.next_n = 2;
+  spec.states_per_page = 32;
+  spec.max_len = 300;
+  spec.seed = 44;
+  PagedCase c = make_paged_case(spec);
+  const Selected one = run_fused(c, 64, false, 1);
+  for (int t : {2, 5}) {
+    const Selected many = run_fused(c, 64, false, t);
+    EXPECT_EQ(many.idx, one.idx);
+    EXPECT_EQ(many.val, one.val);
+    EXPECT_EQ(many.slots, one.slots);
+  }
+}
+
+// A V3.2-like row shape (H = 64, D = 128, S = 64, k = 2048 < ctx) against the composition.
+TEST(PagedMqaTopkRef, V32ShapeEqualsComposition) {
+  PagedCaseSpec spec;
+  spec.batch = 1;
+  spec.next_n = 2;
+  spec.heads = 64;
+  spec.head_dim = 128;
+  spec.states_per_page = 64;
+  spec.lengths = {2300};
+  spec.lens_per_row = false;
+  spec.seed = 9;
+  PagedCase c = make_paged_case(spec);
+  const Selected a = run_fused(c, 2048, false), b = run_composed(c, 2048, false);
+  EXPECT_EQ(a.idx, b.idx);
+  EXPECT_EQ(a.val, b.val);
+  EXPECT_EQ(a.slots, b.slots);
+}
 
 }  // namespace
