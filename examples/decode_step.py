@@ -101,7 +101,6 @@ def decode_step(device: str = "cpu", check: bool = False, seed: int = 0, verbose
     # requests whose new token completes one ((pos + 1) % r == 0), -1 for the others.
     hist = [np.arange(states[b] - (1 if (positions[b] + 1) % r == 0 else 0)) for b in range(B)]
     new_state = np.array([states[b] - 1 if (positions[b] + 1) % r == 0 else -1 for b in range(B)])
-    all_states = [np.arange(states[b]) for b in range(B)]
     idx_keys = [rng.standard_normal((states[b], D)).astype(np.float32) for b in range(B)]
     latents = [rng.standard_normal((states[b], dqk)).astype(np.float32) for b in range(B)]
     win_pos = [np.arange(max(positions[b] - window + 1, 0), positions[b] + 1) for b in range(B)]

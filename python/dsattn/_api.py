@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
-
 from . import _arrays
 from . import _dsattn as _core
 

@@ -256,7 +256,7 @@ def mqa_logits(q, weights, k, k_scales, ks, ke, *, head_dim=None, format: str = 
     """Reference of mqa_logits: float32 [M, Nk] (or [M, max(ke - ks)] compressed, column t - ks[m]),
     -inf outside [ks[m], ke[m])."""
     q = np.asarray(q)
-    M, H = q.shape[0], q.shape[1]
+    M = q.shape[0]
     D = head_dim or (q.shape[2] if format == "fp8" else q.shape[2] * 2)
     if format == "fp8":
         kv = e4m3_to_f32(k).astype(np.float64)
