@@ -87,6 +87,7 @@ from .geometry import (
     latent_page_bytes,
     plan,
     preset_names,
+    visible_states,
 )
 
 __version__ = _dsattn.__version__

@@ -55,6 +55,12 @@ def check_indexer_cache(layer: LayerGeometry, preset: ModelPreset, cache: Indexe
                               a["head_dim"], a["page_stride_bytes"])
 
 
+def visible_states(pos, ratio: int):
+    """Compressed states visible to the query token at 0-based position `pos`: (pos + 1) // r
+    (0 for window-only layers, r = 0). Works on ints and on arrays of any framework."""
+    return (pos + 1) // ratio if ratio > 0 else pos * 0
+
+
 # ------------------------------------------------------------------ sizes
 def indexer_state_bytes(head_dim: int = 128, format: str = "fp8") -> int:
     """Bytes per state: D + 4 (fp8), D / 2 + 4 (mxfp4)."""

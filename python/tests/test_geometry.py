@@ -63,3 +63,9 @@ def test_check_indexer_cache_names_layer():
     with pytest.raises(ValueError, match="layer 2") as e:
         dsattn.check_indexer_cache(layer, p, dsattn.empty_indexer_cache(4, 64))
     assert "32" in str(e.value) and "64" in str(e.value)
+
+
+def test_visible_states():
+    assert dsattn.visible_states(0, 2) == 0 and dsattn.visible_states(1, 2) == 1 and dsattn.visible_states(127, 4) == 32
+    np.testing.assert_array_equal(dsattn.visible_states(np.array([0, 63, 64]), 1), [1, 64, 65])
+    assert dsattn.visible_states(500, 0) == 0
