@@ -82,8 +82,17 @@ inline double indexer_score(const double* q, const double* w, const double* k, i
   double acc = 0.0;
   for (int h = 0; h < heads; ++h) {
     const double* qh = q + static_cast<int64_t>(h) * d;
-    double dot = 0.0;
-    for (int i = 0; i < d; ++i) dot += qh[i] * k[i];
+    // Four partial sums (d is a multiple of 32) give the FPU independent chains. FP8 products have
+    // <= 8 significant bits within 2^-18..2^18, so the sum is exact in double whatever the order;
+    // MXFP4 sums are exact too unless two blocks' scales differ by more than ~2^40.
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (int i = 0; i < d; i += 4) {
+      s0 += qh[i] * k[i];
+      s1 += qh[i + 1] * k[i + 1];
+      s2 += qh[i + 2] * k[i + 2];
+      s3 += qh[i + 3] * k[i + 3];
+    }
+    const double dot = (s0 + s1) + (s2 + s3);
     // NaN must survive relu: std::max(0, NaN) would drop it.
     if (!(dot <= 0.0)) acc += w[h] * dot;
   }

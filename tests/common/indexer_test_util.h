@@ -9,6 +9,9 @@
 //    spare pages and spare block-table columns. Every byte the ops must not read is poisoned
 //    (0xFF: E4M3 NaN values, NaN fp32 scales, NaN UE8M0 exponents), so a stray read shows up as NaN.
 //  * ref_logit: the SPEC §3.1 formula in double on decoded values (a reference independent of src/).
+//  * make_paged_case: a whole random decode problem (cache, q, weights, lengths, varlen or not) with
+//    PagedCase::args() giving the op inputs and PagedCase::ref(r, t) the reference logit.
+//  * check_logits_row / check_topk_row: gtest-free checkers for outputs of any backend.
 //  * view(): TensorViews over std::vectors.
 #pragma once
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <initializer_list>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "dsattn/codecs.h"
@@ -371,6 +375,62 @@ inline PagedCase make_paged_case(const PagedCaseSpec& spec) {
   c.weights = rng.normals(static_cast<size_t>(c.rows * H));
   c.max_context = (L.empty() ? 0 : *std::max_element(L.begin(), L.end())) + spec.extra_width;
   return c;
+}
+
+// ---------------------------------------------------------------- checkers (gtest-free)
+// Each returns "" when the row is acceptable, else a description of the first problem, so any test
+// framework can assert on it: EXPECT_EQ(check_logits_row(...), "").
+
+// A logits row from some backend against reference values `want` on [0, ctx): |got - want| <=
+// atol + rtol * |want| (NaN must match NaN); on [ctx, width) -inf exactly when `clean`.
+inline std::string check_logits_row(const float* got, const double* want, int64_t ctx, int64_t width, bool clean,
+                                    double rtol, double atol) {
+  for (int64_t t = 0; t < ctx; ++t) {
+    const double w = want[t], g = got[t];
+    const bool ok = std::isnan(w) ? std::isnan(g) : std::fabs(g - w) <= atol + rtol * std::fabs(w);
+    if (!ok) return "column " + std::to_string(t) + ": got " + std::to_string(g) + ", want " + std::to_string(w);
+  }
+  if (clean) {
+    for (int64_t t = ctx; t < width; ++t) {
+      if (!(got[t] == -std::numeric_limits<float>::infinity())) {
+        return "column " + std::to_string(t) + " (>= ctx " + std::to_string(ctx) + "): got " + std::to_string(got[t]) +
+               ", want -inf";
+      }
+    }
+  }
+  return "";
+}
+
+// A top-k row (indices in any order) against reference scores [0, len), for backends whose
+// scores may differ from the reference by rounding: exactly min(len, k) distinct indices in
+// [0, len) first, then -1 padding; and no unselected state beats a selected one by more than
+// `tol` (NaN counts as -inf here). With tol = 0 and exact scores this pins the set up to ties.
+inline std::string check_topk_row(const float* scores, int64_t len, int k, const int32_t* idx, double tol) {
+  const int64_t take = std::min<int64_t>(len, k);
+  std::vector<char> chosen(static_cast<size_t>(len), 0);
+  auto score = [&](int64_t i) {
+    const double v = scores[i];
+    return std::isnan(v) ? -std::numeric_limits<double>::infinity() : v;
+  };
+  double worst_chosen = std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t i = idx[j];
+    if (j >= take) {
+      if (i != -1) return "slot " + std::to_string(j) + ": got " + std::to_string(i) + ", want -1 padding";
+      continue;
+    }
+    if (i < 0 || i >= len) return "slot " + std::to_string(j) + ": index " + std::to_string(i) + " outside [0, " + std::to_string(len) + ")";
+    if (chosen[static_cast<size_t>(i)]) return "index " + std::to_string(i) + " selected twice";
+    chosen[static_cast<size_t>(i)] = 1;
+    worst_chosen = std::min(worst_chosen, score(i));
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    if (!chosen[static_cast<size_t>(i)] && score(i) > worst_chosen + tol) {
+      return "unselected index " + std::to_string(i) + " (score " + std::to_string(score(i)) +
+             ") beats a selected one (score " + std::to_string(worst_chosen) + ")";
+    }
+  }
+  return "";
 }
 
 // ---------------------------------------------------------------- misc

@@ -789,4 +789,32 @@ TEST(IndexerTestUtil, PagedCacheLayout) {
   EXPECT_EQ(c.key_scales[0], (std::vector<float>{0.00390625f, 2.0f, 0.0078125f}));
 }
 
+// The checkers GPU tests use must reject wrong rows.
+TEST(IndexerTestUtil, CheckersRejectWrongRows) {
+  const float got[4] = {1.0f, 2.0f, -kInf, -kInf};
+  const double want[3] = {1.0, 2.0000001, 5.0};
+  EXPECT_EQ(check_logits_row(got, want, 2, 4, true, 1e-6, 0.0), "");
+  EXPECT_EQ(check_logits_row(got, want, 2, 4, true, 1e-9, 0.0), "column 1: got 2.000000, want 2.000000");
+  EXPECT_EQ(check_logits_row(got, want, 3, 4, true, 1e-6, 0.0), "column 2: got -inf, want 5.000000");
+  const float tail[3] = {1.0f, 0.0f, -kInf};
+  EXPECT_EQ(check_logits_row(tail, want, 1, 3, true, 1e-6, 0.0), "column 1 (>= ctx 1): got 0.000000, want -inf");
+  EXPECT_EQ(check_logits_row(tail, want, 1, 3, false, 1e-6, 0.0), "");
+
+  const float scores[5] = {5, 1, 4, std::nanf(""), 4};
+  const int32_t good[3] = {4, 0, 2}, bad[3] = {0, 1, 2}, dup[3] = {0, 0, 2}, oob[3] = {0, 5, 2};
+  const int32_t tie_a[2] = {0, 2}, tie_b[2] = {4, 0};  // k = 2: 2 and 4 tie at 4
+  EXPECT_EQ(check_topk_row(scores, 5, 3, good, 0.0), "");
+  EXPECT_EQ(check_topk_row(scores, 5, 2, tie_a, 0.0), "");
+  EXPECT_EQ(check_topk_row(scores, 5, 2, tie_b, 0.0), "");
+  EXPECT_EQ(check_topk_row(scores, 5, 3, bad, 0.0), "unselected index 4 (score 4.000000) beats a selected one (score 1.000000)");
+  EXPECT_EQ(check_topk_row(scores, 5, 3, bad, 3.5), "");  // within the tolerance
+  EXPECT_EQ(check_topk_row(scores, 5, 3, dup, 0.0), "index 0 selected twice");
+  EXPECT_EQ(check_topk_row(scores, 5, 3, oob, 0.0), "slot 1: index 5 outside [0, 5)");
+  const int32_t nan_pick[3] = {0, 3, 2};
+  EXPECT_EQ(check_topk_row(scores, 5, 3, nan_pick, 0.0), "unselected index 1 (score 1.000000) beats a selected one (score -inf)");
+  const int32_t shorter[3] = {1, 0, -1}, unpadded[3] = {1, 0, 2};
+  EXPECT_EQ(check_topk_row(scores, 2, 3, shorter, 0.0), "");
+  EXPECT_EQ(check_topk_row(scores, 2, 3, unpadded, 0.0), "slot 2: got 2, want -1 padding");
+}
+
 }  // namespace

@@ -301,4 +301,58 @@ TEST(TopkRef, LargestKOnLongRow) {
   }
 }
 
+// bf16 logits select exactly what their f32 widening selects (ties included).
+TEST(TopkRef, Bf16EqualsWidenedF32) {
+  Rng rng(321);
+  const int64_t R = 5, W = 300;
+  const int k = 40;
+  std::vector<uint16_t> b16(static_cast<size_t>(R * W));
+  std::vector<float> f32(b16.size());
+  for (size_t i = 0; i < b16.size(); ++i) {
+    const int64_t u = rng.randint(0, 49);
+    const float x = u == 0 ? kNaN : u == 1 ? -kInf : rng.normal() * 0.01f;  // coarse: many bf16 ties
+    b16[i] = codec::f32_to_bf16(x);
+    f32[i] = codec::bf16_to_f32(b16[i]);
+  }
+  std::vector<int32_t> ia(static_cast<size_t>(R * k)), ib(ia.size());
+  std::vector<float> va(ia.size()), vb(ia.size());
+  for (bool sorted : {false, true}) {
+    TopkParams p;
+    p.k = k;
+    p.sorted = sorted;
+    p.logits = make_tensor(b16.data(), DType::kBF16, {R, W});
+    p.indices = make_tensor(ia.data(), DType::kI32, {R, k});
+    p.values = make_tensor(va.data(), DType::kF32, {R, k});
+    ASSERT_TRUE(topk(p, cpu_exec()).ok());
+    p.logits = make_tensor(f32.data(), DType::kF32, {R, W});
+    p.indices = make_tensor(ib.data(), DType::kI32, {R, k});
+    p.values = make_tensor(vb.data(), DType::kF32, {R, k});
+    ASSERT_TRUE(topk(p, cpu_exec()).ok());
+    EXPECT_EQ(ia, ib) << "sorted " << sorted;
+    for (size_t i = 0; i < va.size(); ++i) {
+      if (std::isnan(vb[i])) {
+        EXPECT_TRUE(std::isnan(va[i])) << i;
+      } else {
+        EXPECT_EQ(va[i], vb[i]) << i;
+      }
+    }
+  }
+}
+
+TEST(TopkRef, SmallestShapes) {
+  EXPECT_EQ(run_row(F{-5}, 1, false).idx, (I{0}));
+  EXPECT_EQ(run_row(F{-5}, 1, true).val, (F{-5}));
+  EXPECT_EQ(run_row(F{kNaN}, 1, true).idx, (I{0}));
+  EXPECT_EQ(run_row(F{1, 2}, 1, true).idx, (I{1}));
+  EXPECT_EQ(run_row(F{2, 2}, 1, true).idx, (I{0}));
+  // Zero rows: nothing to do.
+  std::vector<float> none;
+  std::vector<int32_t> idx;
+  TopkParams p;
+  p.logits = make_tensor(none.data(), DType::kF32, {0, 8});
+  p.k = 4;
+  p.indices = make_tensor(idx.data(), DType::kI32, {0, 4});
+  EXPECT_TRUE(topk(p, cpu_exec()).ok());
+}
+
 }  // namespace
