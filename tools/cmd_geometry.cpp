@@ -14,6 +14,9 @@ namespace cli {
 
 namespace {
 
+constexpr size_t kMaxPeriod = 4;  // longest repeating layer pattern folded into one row per layer kind
+constexpr size_t kMinCycles = 3;
+
 std::string num_or_dash(int64_t v) { return v ? std::to_string(v) : std::string("-"); }
 
 std::string ratio_text(const LayerGeometry& g) {
@@ -71,17 +74,41 @@ int cmd_geometry(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   std::printf("%s: %s\n\n", preset.name.c_str(), preset_summary(preset).c_str());
-  std::printf("%-8s %-16s %12s %15s %14s %6s\n", "layers", "ratio", "states/page",
-              "indexer page B", "latent page B", "top-k");
-  for (size_t i = 0; i < layers.size();) {
-    size_t j = i + 1;
-    while (j < layers.size() && same_geometry(layers[i], layers[j])) ++j;
-    const LayerGeometry& g = layers[i];
-    const std::string range = j - i == 1 ? std::to_string(g.layer)
-                                         : std::to_string(g.layer) + "-" + std::to_string(layers[j - 1].layer);
-    std::printf("%-8s %-16s %12s %15s %14s %6s\n", range.c_str(), ratio_text(g).c_str(),
+  auto row = [](const std::string& range, const LayerGeometry& g) {
+    std::printf("%-16s %-16s %12s %15s %14s %6s\n", range.c_str(), ratio_text(g).c_str(),
                 num_or_dash(g.states_per_page).c_str(), num_or_dash(g.indexer_page_bytes).c_str(),
                 num_or_dash(g.latent_page_bytes).c_str(), num_or_dash(g.topk).c_str());
+  };
+  std::printf("%-16s %-16s %12s %15s %14s %6s\n", "layers", "ratio", "states/page", "indexer page B",
+              "latent page B", "top-k");
+  const size_t n = layers.size();
+  for (size_t i = 0; i < n;) {
+    // A cycle of single layers repeated >= kMinCycles times (V4: 4, 128, 4, 128, ...) prints as
+    // one row per position in the cycle; otherwise identical consecutive layers form one range.
+    size_t period = 0, cycles = 0;
+    for (size_t p = 2; p <= kMaxPeriod && !period; ++p) {
+      if (i + p > n || same_geometry(layers[i], layers[i + 1])) break;
+      size_t m = p;
+      while (i + m < n && same_geometry(layers[i + m], layers[i + m % p])) ++m;
+      if (m / p >= kMinCycles) {
+        period = p;
+        cycles = m / p;
+      }
+    }
+    if (period) {
+      const char* nth[] = {"", "", "2nd", "3rd", "4th"};
+      for (size_t q = 0; q < period; ++q)
+        row(std::to_string(layers[i + q].layer) + "-" + std::to_string(layers[i + q + (cycles - 1) * period].layer) +
+                " every " + nth[period],
+            layers[i + q]);
+      i += period * cycles;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < n && same_geometry(layers[i], layers[j])) ++j;
+    row(j - i == 1 ? std::to_string(layers[i].layer)
+                   : std::to_string(layers[i].layer) + "-" + std::to_string(layers[j - 1].layer),
+        layers[i]);
     i = j;
   }
   return kExitOk;
