@@ -16,6 +16,7 @@ struct ModelPreset {
   int topk = 0;
   int block_tokens = 0;              // tokens per cache page
   std::vector<int> compress_ratios;  // per layer; 0 = sliding-window only (no compressed cache)
+  std::vector<int> indexer_ratios;   // compress ratios whose layers select states with an indexer
   int attn_heads = 0;                // Hq of sparse MLA
   int window = 0;                    // sliding window in tokens (0 = none)
   IndexerFormat indexer_format = IndexerFormat::kFp8;
@@ -38,14 +39,16 @@ struct LayerGeometry {
   int topk = 0;                      // top-k of this layer's indexer (0 without one)
 };
 
-// Geometry of every layer of `preset`.
+// Geometry of every layer of `preset`. Rejects a preset whose ratios do not divide block_tokens,
+// whose indexer pages would hold more than 256 states, or whose sizes are not positive.
 Status plan(const ModelPreset& preset, std::vector<LayerGeometry>* layers);
 
 // States visible to a query token at 0-based position `pos`: (pos + 1) / r.
 inline int64_t visible_states(int64_t pos, int ratio) { return ratio > 0 ? (pos + 1) / ratio : 0; }
 
-// Checks a caller's indexer cache against a layer's geometry (states per page, head dim, format,
-// page stride); the message names the layer, the expected and the given values.
+// Checks a caller's indexer cache against a layer's geometry (format, head dim, states per page,
+// page stride, and the pages tensor when it is given); the message names the layer, the expected
+// and the given values.
 Status check_indexer_cache(const LayerGeometry& layer, const ModelPreset& preset,
                            const IndexerCache& cache);
 

@@ -1,0 +1,241 @@
+// CUDA cache writers vs the CPU writer: the whole page buffers must be identical byte for byte, on
+// random inputs with hard cases mixed in (zero groups, NaN, +-inf, huge and tiny magnitudes, values at
+// E4M3 / E2M1 midpoints), both input dtypes, both slot dtypes, -1 slots and out-of-range slots (which
+// the CUDA writer skips; the CPU writer is given -1 there, since it rejects them).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "dsattn/codecs.h"
+#include "dsattn/ops.h"
+
+using namespace dsattn;
+
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
+};
+
+// Copies `bytes` host bytes to a fresh device buffer.
+void to_device(DeviceBuffer* d, const void* host, size_t bytes) {
+  CUDA_OK(cudaMalloc(&d->ptr, bytes == 0 ? 1 : bytes));
+  if (bytes) {
+    CUDA_OK(cudaMemcpy(d->ptr, host, bytes, cudaMemcpyHostToDevice));
+  }
+}
+
+// Random values with hard cases mixed in, in groups of `group` elements.
+std::vector<float> hard_inputs(int rows, int dim, int group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::uniform_real_distribution<float> mag(-20.0f, 20.0f);
+  std::vector<float> x(static_cast<size_t>(rows) * dim);
+  for (int r = 0; r < rows; ++r) {
+    for (int g0 = 0; g0 < dim; g0 += group) {
+      const int kind = pick(rng);
+      const float scale = std::exp2(mag(rng));
+      for (int i = g0; i < g0 + group && i < dim; ++i) {
+        float v = n(rng) * scale;
+        if (kind < 5) v = 0.0f;                                          // all-zero group
+        else if (kind < 10) v = (i % 2 ? -0.0f : 0.0f);
+        else if (kind < 20) v = std::ldexp(static_cast<float>(static_cast<int>(n(rng) * 8)) + 0.5f, -3);  // midpoints
+        const int elem = pick(rng);
+        if (elem == 0) v = std::numeric_limits<float>::quiet_NaN();
+        if (elem == 1 && kind % 7 == 0) v = std::numeric_limits<float>::infinity() * (i % 2 ? 1 : -1);
+        if (elem == 2) v = std::numeric_limits<float>::denorm_min() * 3;
+        x[static_cast<size_t>(r) * dim + i] = v;
+      }
+    }
+  }
+  return x;
+}
+
+struct Case {
+  bool bf16;
+  bool i64;
+};
+
+template <typename T>
+std::vector<T> cast_slots(const std::vector<int64_t>& s) {
+  return std::vector<T>(s.begin(), s.end());
+}
+
+TensorView on_cuda(TensorView t, void* dptr) {
+  t.data = dptr;
+  t.device = Device::kCuda;
+  t.device_id = 0;
+  return t;
+}
+
+}  // namespace
+
+TEST(GpuCacheWriters, IndexerBytesMatchCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  CUDA_OK(cudaSetDevice(0));
+  int seed = 0;
+  for (IndexerFormat f : {IndexerFormat::kFp8, IndexerFormat::kMxfp4}) {
+    for (int D : {32, 64, 128}) {
+      for (int S : {1, 32, 64, 37}) {
+        for (Case c : {Case{false, false}, Case{true, true}, Case{false, true}, Case{true, false}}) {
+          ++seed;
+          const int T = 150, kPages = 7;
+          const int64_t stride = ((S * indexer_state_bytes(f, D) + 4 + 3) / 4) * 4;  // padded a little
+          const int64_t num_slots = int64_t(kPages) * S;
+          std::vector<float> x = hard_inputs(T, D, 32, seed);
+          std::vector<uint16_t> xb(x.size());
+          for (size_t i = 0; i < x.size(); ++i) xb[i] = codec::f32_to_bf16(x[i]);
+          // distinct slots; some -1, some out of range (CUDA skips them, CPU gets -1)
+          std::mt19937 rng(seed);
+          std::vector<int64_t> perm(num_slots);
+          for (int64_t i = 0; i < num_slots; ++i) perm[i] = i;
+          std::shuffle(perm.begin(), perm.end(), rng);
+          std::vector<int64_t> slots_cuda(T), slots_cpu(T);
+          for (int t = 0; t < T; ++t) {
+            int64_t s = t < num_slots ? perm[t] : -1;
+            if (t % 11 == 3) s = -1;
+            if (t % 13 == 5) s = num_slots + t;  // out of range
+            if (t % 17 == 6) s = -7;             // other negative: skipped too
+            slots_cuda[t] = s;
+            slots_cpu[t] = (s >= 0 && s < num_slots) ? s : -1;
+          }
+          std::vector<uint8_t> init(kPages * stride);
+          for (auto& b : init) b = static_cast<uint8_t>(rng());
+
+          WriteIndexerCacheParams p;
+          p.cache.format = f;
+          p.cache.states_per_page = S;
+          p.cache.head_dim = D;
+          p.cache.page_stride_bytes = stride;
+          const DType in_dt = c.bf16 ? DType::kBF16 : DType::kF32;
+          void* in_ptr = c.bf16 ? static_cast<void*>(xb.data()) : static_cast<void*>(x.data());
+          const size_t in_bytes = c.bf16 ? xb.size() * 2 : x.size() * 4;
+
+          // CPU
+          std::vector<uint8_t> pages_cpu = init;
+          std::vector<int64_t> s64 = slots_cpu;
+          std::vector<int32_t> s32 = cast_slots<int32_t>(slots_cpu);
+          p.k = make_tensor(in_ptr, in_dt, {T, D});
+          p.slot_mapping = c.i64 ? make_tensor(s64.data(), DType::kI64, {T}) : make_tensor(s32.data(), DType::kI32, {T});
+          p.cache.pages = make_tensor(pages_cpu.data(), DType::kU8, {kPages, stride});
+          Status st = write_indexer_cache(p, Exec{});
+          ASSERT_TRUE(st.ok()) << st.to_string();
+
+          // CUDA
+          std::vector<int64_t> g64 = slots_cuda;
+          std::vector<int32_t> g32 = cast_slots<int32_t>(slots_cuda);
+          DeviceBuffer din, dslots, dpages;
+          to_device(&din, in_ptr, in_bytes);
+          to_device(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
+          to_device(&dpages, init.data(), init.size());
+          WriteIndexerCacheParams g = p;
+          g.k = on_cuda(p.k, din.ptr);
+          g.slot_mapping = on_cuda(p.slot_mapping, dslots.ptr);
+          g.cache.pages = on_cuda(p.cache.pages, dpages.ptr);
+          st = write_indexer_cache(g, Exec{});
+          ASSERT_TRUE(st.ok()) << st.to_string();
+          CUDA_OK(cudaDeviceSynchronize());
+          std::vector<uint8_t> pages_gpu(init.size());
+          CUDA_OK(cudaMemcpy(pages_gpu.data(), dpages.ptr, init.size(), cudaMemcpyDeviceToHost));
+          size_t first = pages_gpu.size();
+          for (size_t i = 0; i < pages_gpu.size(); ++i) {
+            if (pages_gpu[i] != pages_cpu[i]) {
+              first = i;
+              break;
+            }
+          }
+          ASSERT_EQ(first, pages_gpu.size()) << indexer_format_name(f) << " D=" << D << " S=" << S
+                                             << " bf16=" << c.bf16 << " i64=" << c.i64 << ": first differing byte";
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuCacheWriters, LatentBytesMatchCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  CUDA_OK(cudaSetDevice(0));
+  int seed = 100;
+  for (LatentFormat f : {LatentFormat::kV4Fp8, LatentFormat::kV32Fp8}) {
+    for (int P : {1, 2, 32, 64}) {
+      for (Case c : {Case{false, false}, Case{true, true}, Case{true, false}}) {
+        ++seed;
+        const int T = 120, kPages = 5, dqk = latent_dqk(f);
+        const int64_t stride = latent_min_page_bytes(f, P) + (P % 2 ? 0 : 656);  // some padded strides
+        const int64_t num_slots = int64_t(kPages) * P;
+        std::vector<float> x = hard_inputs(T, dqk, 64, seed);
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = codec::f32_to_bf16(x[i]);
+        std::mt19937 rng(seed);
+        std::vector<int64_t> perm(num_slots);
+        for (int64_t i = 0; i < num_slots; ++i) perm[i] = i;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::vector<int64_t> slots_cuda(T), slots_cpu(T);
+        for (int t = 0; t < T; ++t) {
+          int64_t s = t < num_slots ? perm[t] : -1;
+          if (t % 9 == 2) s = -1;
+          if (t % 10 == 7) s = num_slots;  // first out-of-range slot
+          slots_cuda[t] = s;
+          slots_cpu[t] = (s >= 0 && s < num_slots) ? s : -1;
+        }
+        std::vector<uint8_t> init(kPages * stride);
+        for (auto& b : init) b = static_cast<uint8_t>(rng());
+
+        WriteLatentCacheParams p;
+        p.cache.format = f;
+        p.cache.tokens_per_page = P;
+        p.cache.page_stride_bytes = stride;
+        const DType in_dt = c.bf16 ? DType::kBF16 : DType::kF32;
+        void* in_ptr = c.bf16 ? static_cast<void*>(xb.data()) : static_cast<void*>(x.data());
+        const size_t in_bytes = c.bf16 ? xb.size() * 2 : x.size() * 4;
+
+        std::vector<uint8_t> pages_cpu = init;
+        std::vector<int64_t> s64 = slots_cpu;
+        std::vector<int32_t> s32 = cast_slots<int32_t>(slots_cpu);
+        p.kv = make_tensor(in_ptr, in_dt, {T, dqk});
+        p.slot_mapping = c.i64 ? make_tensor(s64.data(), DType::kI64, {T}) : make_tensor(s32.data(), DType::kI32, {T});
+        p.cache.pages = make_tensor(pages_cpu.data(), DType::kU8, {kPages, stride});
+        Status st = write_latent_cache(p, Exec{});
+        ASSERT_TRUE(st.ok()) << st.to_string();
+
+        std::vector<int64_t> g64 = slots_cuda;
+        std::vector<int32_t> g32 = cast_slots<int32_t>(slots_cuda);
+        DeviceBuffer din, dslots, dpages;
+        to_device(&din, in_ptr, in_bytes);
+        to_device(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
+        to_device(&dpages, init.data(), init.size());
+        WriteLatentCacheParams g = p;
+        g.kv = on_cuda(p.kv, din.ptr);
+        g.slot_mapping = on_cuda(p.slot_mapping, dslots.ptr);
+        g.cache.pages = on_cuda(p.cache.pages, dpages.ptr);
+        st = write_latent_cache(g, Exec{});
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<uint8_t> pages_gpu(init.size());
+        CUDA_OK(cudaMemcpy(pages_gpu.data(), dpages.ptr, init.size(), cudaMemcpyDeviceToHost));
+        size_t first = pages_gpu.size();
+        for (size_t i = 0; i < pages_gpu.size(); ++i) {
+          if (pages_gpu[i] != pages_cpu[i]) {
+            first = i;
+            break;
+          }
+        }
+        ASSERT_EQ(first, pages_gpu.size()) << latent_format_name(f) << " P=" << P << " bf16=" << c.bf16
+                                           << " i64=" << c.i64 << ": first differing byte";
+      }
+    }
+  }
+}
