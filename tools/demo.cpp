@@ -296,6 +296,7 @@ Status Demo::setup(Layer& l) {
   std::copy(l.ctx.begin(), l.ctx.end(), l.ends.h<int32_t>());
   DSATTN_RETURN_IF_ERROR(l.idx_cache.init(DType::kU8, {l.num_pages, g.indexer_page_bytes}, dev));
   DSATTN_RETURN_IF_ERROR(l.lat_cache.init(DType::kU8, {l.num_pages, g.latent_page_bytes}, dev));
+  DSATTN_RETURN_IF_ERROR(check_indexer_cache(g, p_, idx_cache_view(l, dev)));  // what an engine would do
 
   // Indexer query and weights.
   const uint64_t s = o_.seed, lay = uint64_t(g.layer) * 1000;
