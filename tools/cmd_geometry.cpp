@@ -7,6 +7,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "dsattn/geometry.h"
+#include "layer_folding.h"
 #include "preset_arg.h"
 
 namespace dsattn {
@@ -14,20 +15,10 @@ namespace cli {
 
 namespace {
 
-constexpr size_t kMaxPeriod = 4;  // longest repeating layer pattern folded into one row per layer kind
-constexpr size_t kMinCycles = 3;
-
 std::string num_or_dash(int64_t v) { return v ? std::to_string(v) : std::string("-"); }
 
 std::string ratio_text(const LayerGeometry& g) {
   return g.compress_ratio ? std::to_string(g.compress_ratio) : std::string("0 (window only)");
-}
-
-bool same_geometry(const LayerGeometry& a, const LayerGeometry& b) {
-  return a.compress_ratio == b.compress_ratio && a.has_indexer == b.has_indexer &&
-         a.states_per_page == b.states_per_page && a.indexer_page_bytes == b.indexer_page_bytes &&
-         a.latent_tokens_per_page == b.latent_tokens_per_page &&
-         a.latent_page_bytes == b.latent_page_bytes && a.topk == b.topk;
 }
 
 }  // namespace
@@ -81,36 +72,7 @@ int cmd_geometry(const std::vector<std::string>& args) {
   };
   std::printf("%-16s %-16s %12s %15s %14s %6s\n", "layers", "ratio", "states/page", "indexer page B",
               "latent page B", "top-k");
-  const size_t n = layers.size();
-  for (size_t i = 0; i < n;) {
-    // A cycle of single layers repeated >= kMinCycles times (V4: 4, 128, 4, 128, ...) prints as
-    // one row per position in the cycle; otherwise identical consecutive layers form one range.
-    size_t period = 0, cycles = 0;
-    for (size_t p = 2; p <= kMaxPeriod && !period; ++p) {
-      if (i + p > n || same_geometry(layers[i], layers[i + 1])) break;
-      size_t m = p;
-      while (i + m < n && same_geometry(layers[i + m], layers[i + m % p])) ++m;
-      if (m / p >= kMinCycles) {
-        period = p;
-        cycles = m / p;
-      }
-    }
-    if (period) {
-      const char* nth[] = {"", "", "2nd", "3rd", "4th"};
-      for (size_t q = 0; q < period; ++q)
-        row(std::to_string(layers[i + q].layer) + "-" + std::to_string(layers[i + q + (cycles - 1) * period].layer) +
-                " every " + nth[period],
-            layers[i + q]);
-      i += period * cycles;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < n && same_geometry(layers[i], layers[j])) ++j;
-    row(j - i == 1 ? std::to_string(layers[i].layer)
-                   : std::to_string(layers[i].layer) + "-" + std::to_string(layers[j - 1].layer),
-        layers[i]);
-    i = j;
-  }
+  for (const FoldedRow& f : fold_layers(layers)) row(f.layers, layers[f.first]);
   return kExitOk;
 }
 

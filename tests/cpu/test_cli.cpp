@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "../../tools/cli_args.h"
+#include "../../tools/layer_folding.h"
 
 using namespace dsattn::cli;
 
@@ -94,4 +95,41 @@ TEST(CliArgs, Bench) {
   EXPECT_EQ(parse_bench_args(A({"mla"}), &kind, &rest, &err), ParseResult::kError);
   EXPECT_EQ(err, "dsattn bench: unknown benchmark 'mla' (accepted: indexer, indexer --fused, topk)");
   EXPECT_EQ(parse_bench_args({}, &kind, &rest, &err), ParseResult::kError);
+}
+
+namespace {
+dsattn::LayerGeometry L(int layer, int ratio, int spp) {
+  dsattn::LayerGeometry g;
+  g.layer = layer;
+  g.compress_ratio = ratio;
+  g.states_per_page = spp;
+  return g;
+}
+std::vector<std::string> labels(const std::vector<dsattn::LayerGeometry>& layers) {
+  std::vector<std::string> out;
+  for (const FoldedRow& r : fold_layers(layers)) out.push_back(r.layers + ":" + std::to_string(layers[r.first].compress_ratio));
+  return out;
+}
+}  // namespace
+
+TEST(CliGeometryTable, RangesOfIdenticalLayers) {
+  // [0,0] + [2]*3 + [1]*2 + [0]
+  std::vector<dsattn::LayerGeometry> g = {L(0, 0, 0), L(1, 0, 0), L(2, 2, 32), L(3, 2, 32),
+                                          L(4, 2, 32), L(5, 1, 64), L(6, 1, 64), L(7, 0, 0)};
+  EXPECT_EQ(labels(g), A({"0-1:0", "2-4:2", "5-6:1", "7:0"}));
+}
+
+TEST(CliGeometryTable, AlternatingLayersFoldPerKind) {
+  // [0,0] + [4,128]*3 + [4,0]
+  std::vector<dsattn::LayerGeometry> g = {L(0, 0, 0), L(1, 0, 0)};
+  for (int i = 0; i < 3; ++i) {
+    g.push_back(L(2 + 2 * i, 4, 64));
+    g.push_back(L(3 + 2 * i, 128, 2));
+  }
+  g.push_back(L(8, 4, 64));
+  g.push_back(L(9, 0, 0));
+  EXPECT_EQ(labels(g), A({"0-1:0", "2-6 every 2nd:4", "3-7 every 2nd:128", "8:4", "9:0"}));
+  // Two repeats are not folded.
+  std::vector<dsattn::LayerGeometry> h = {L(0, 4, 64), L(1, 128, 2), L(2, 4, 64), L(3, 128, 2)};
+  EXPECT_EQ(labels(h), A({"0:4", "1:128", "2:4", "3:128"}));
 }
