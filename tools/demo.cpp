@@ -18,6 +18,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache_decode.h"
@@ -956,7 +957,8 @@ int cmd_demo(const std::vector<std::string>& args) {
   std::printf("dsattn demo: %s%s, batch %d, next_n %d, context %lld tokens (per request: %s), seed %llu\n",
               preset.name.c_str(), preset.verified ? "" : " (unverified config)", o.batch, o.next_n,
               static_cast<long long>(o.context), lens.c_str(), static_cast<unsigned long long>(o.seed));
-  std::printf("device: %s; backend %s%s\n", device_description().c_str(), gpu ? "cuda" : "cpu",
+  const std::string cpu_text = "cpu (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads)";
+  std::printf("device: %s; backend %s%s\n", device_description().c_str(), gpu ? "cuda" : cpu_text.c_str(),
               gpu ? (o.check ? ", cross-checked against the cpu reference" : ", no cpu cross-check") : "");
   std::string which;
   for (const LayerGeometry& g : chosen)
