@@ -134,7 +134,8 @@ struct SparseMlaDecodeParams {
   TensorView attn_sink;          // optional f32 [Hq]
   float sm_scale = 0.0f;
   TensorView out;                // bf16 [B, Sq, Hq, 512]
-  TensorView lse;                // f32 [B, Sq, Hq] (natural log); -inf for rows with no valid index
+  TensorView lse;                // f32 [B, Sq, Hq] (natural log, sink NOT included, as FlashMLA);
+                                 // -inf for rows with no valid index (their out is 0)
 };
 Status sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex, size_t* bytes);
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex);

@@ -199,7 +199,8 @@ int64_t host_row_request(const PagedIndexerArgs& a, const PagedIndexerProblem& p
   return pb.varlen ? at1(a.row_request, r) : r / pb.next_n;
 }
 
-Status check_paged_host_values(const char* op, const PagedIndexerArgs& a, const PagedIndexerProblem& pb) {
+Status check_paged_host_values(const char* op, const PagedIndexerArgs& a, const PagedIndexerProblem& pb,
+                               int64_t logits_width) {
   const int64_t S = pb.states_per_page;
   const int64_t cap = pb.max_pages * S;
   if (pb.varlen) {
@@ -218,7 +219,7 @@ Status check_paged_host_values(const char* op, const PagedIndexerArgs& a, const 
   for (int64_t i = 0; i < n0; ++i) {
     for (int64_t j = 0; j < n1; ++j) {
       const int32_t v = lp[i * l.strides[0] + (l.ndim == 2 ? j * l.strides[1] : 0)];
-      if (v >= 0 && v <= cap && (pb.max_context <= 0 || v <= pb.max_context)) continue;
+      if (v >= 0 && v <= cap && (logits_width < 0 || v <= logits_width)) continue;
       const std::string name = l.ndim == 2 ? strf("context_lens[%lld, %lld]", static_cast<ll>(i), static_cast<ll>(j))
                                            : strf("context_lens[%lld]", static_cast<ll>(i));
       if (v < 0) return invalid(op, "%s = %d is negative", name.c_str(), v);
@@ -226,7 +227,7 @@ Status check_paged_host_values(const char* op, const PagedIndexerArgs& a, const 
         return invalid(op, "%s = %d exceeds block_table capacity %lld pages x %lld states = %lld", name.c_str(), v,
                        static_cast<ll>(pb.max_pages), static_cast<ll>(S), static_cast<ll>(cap));
       }
-      return invalid(op, "%s = %d exceeds logits width %lld", name.c_str(), v, static_cast<ll>(pb.max_context));
+      return invalid(op, "%s = %d exceeds logits width %lld", name.c_str(), v, static_cast<ll>(logits_width));
     }
   }
   // Block-table entries of every page some row reads.

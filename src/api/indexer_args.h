@@ -45,9 +45,10 @@ Status validate_paged_lens(const char* op, const TensorView& context_lens, const
 
 // Host-only value checks (CPU backend), after validate_paged_indexer:
 //  row_request[r] in [0, block_table rows); context lengths >= 0 and <= max_pages * S; when
-//  out->max_context > 0 (logits given) also <= max_context; block-table entries of every page a row
-//  reads ([0, ceil(ctx / S))) in [0, num_pages).
-Status check_paged_host_values(const char* op, const PagedIndexerArgs& a, const PagedIndexerProblem& pb);
+//  logits_width >= 0 (logits given; pass -1 without) also <= logits_width; block-table entries of
+//  every page a row reads ([0, ceil(ctx / S))) in [0, num_pages).
+Status check_paged_host_values(const char* op, const PagedIndexerArgs& a, const PagedIndexerProblem& pb,
+                               int64_t logits_width);
 
 // Host readers (valid after validation, host tensors only).
 // Context length (states visible) of query row r, SPEC §3.1 ([B] lengths clamp at 0).

@@ -42,7 +42,7 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& p, const Exec& ex) {
   DSATTN_RETURN_IF_ERROR(prepare(p, ex, &pb, &be));
   if (be == Backend::kCpu) {
     // Tensor values (lengths, block-table entries) are only readable here, on host tensors.
-    DSATTN_RETURN_IF_ERROR(detail::check_paged_host_values(kOp, p, pb));
+    DSATTN_RETURN_IF_ERROR(detail::check_paged_host_values(kOp, p, pb, pb.max_context));
     return cpu::paged_mqa_logits(p, pb, ex);
   }
   DSATTN_RETURN_IF_ERROR(detail::check_workspace(kOp, ex, cuda::paged_mqa_logits_workspace(p, pb, ex)));

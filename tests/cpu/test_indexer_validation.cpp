@@ -218,6 +218,12 @@ TEST_F(PagedFixture, ContextExceedsLogitsWidth) {
   c.context_lens[3] = 17;
   EXPECT_EQ(error(), "paged_mqa_logits: context_lens[1, 1] = 17 exceeds logits width 16");
 }
+TEST_F(PagedFixture, ContextExceedsZeroWidthLogits) {
+  p.logits = make_tensor(logits.data(), DType::kF32, {4, 0});
+  EXPECT_EQ(error(), "paged_mqa_logits: context_lens[0, 0] = 4 exceeds logits width 0");
+  c.context_lens = {0, 0, 0, 0};
+  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
+}
 TEST_F(PagedFixture, BlockTableEntryOutOfRange) {
   c.cache.block_table[5 + 2] = 7;  // request 1, page 2: read by rows with ctx > 8
   EXPECT_EQ(error(), "paged_mqa_logits: block_table[1, 2] = 7 out of range [0, 7) (kv_cache pages)");

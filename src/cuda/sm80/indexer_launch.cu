@@ -1,14 +1,354 @@
-// TEMPORARY stub: replaced by the real launcher.
+// Host launchers of the portable indexer: paged_mqa_logits, schedule_metadata, mqa_logits.
+#include "cuda/sm80/indexer_launch.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "api/validate.h"
+#include "common/indexer_work.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/indexer_schedule.h"
 #include "cuda/cuda_ops.h"
 
 namespace dsattn {
 namespace cuda {
 
-size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
-Status paged_mqa_logits(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return detail::not_implemented("paged_mqa_logits", "not yet implemented on the GPU"); }
-Status schedule_metadata(const ScheduleMetadataParams&, const detail::PagedIndexerProblem&, const Exec&) { return detail::not_implemented("schedule_metadata", "not yet implemented on the GPU"); }
-size_t mqa_logits_workspace(const MqaLogitsParams&, const detail::MqaProblem&, const Exec&) { return 0; }
-Status mqa_logits(const MqaLogitsParams&, const detail::MqaProblem&, const Exec&) { return detail::not_implemented("mqa_logits", "not yet implemented on the GPU"); }
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 32, LogitsEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 64, LogitsEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 128, LogitsEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 32, LogitsEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 64, LogitsEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 128, LogitsEpilogue>;
+
+namespace {
+
+constexpr int kMaxStages = 6;
+
+bool aligned(const void* ptr, int64_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
+
+// Dispatch on (format, head dim) for the logits epilogue.
+template <class Fn>
+cudaError_t with_logits_ops(IndexerFormat f, int d, Fn&& fn) {
+  if (f == IndexerFormat::kFp8) {
+    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kFp8, 32, LogitsEpilogue>{});
+    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kFp8, 64, LogitsEpilogue>{});
+    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kFp8, 128, LogitsEpilogue>{});
+  } else {
+    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 32, LogitsEpilogue>{});
+    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 64, LogitsEpilogue>{});
+    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 128, LogitsEpilogue>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+size_t logits_epi_smem(const IndexerParams& p) { return LogitsEpilogue::smem_bytes(p); }
+
+struct LogitsPlan {
+  IndexerParams p;
+  IndexerConfig cfg;
+  int partitions = 0;
+  bool own_schedule = false;
+  size_t workspace = 0;
+};
+
+// Common planning for the logits ops: config, partitions, workspace.
+Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, const TensorView& schedule,
+                   const Exec& ex, LogitsPlan* plan) {
+  int sms = 0, optin = 0;
+  DSATTN_RETURN_IF_ERROR(device_limits(op, &sms, &optin));
+  const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
+  DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg));
+  if (schedule.defined()) {
+    DSATTN_RETURN_IF_ERROR(detail::check_present(op, "schedule", schedule));
+    DSATTN_RETURN_IF_ERROR(detail::check_dtype(op, "schedule", schedule, DType::kI32));
+    DSATTN_RETURN_IF_ERROR(detail::check_contiguous(op, "schedule", schedule));
+    const int64_t n = schedule.numel();
+    if (schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
+      return detail::invalid(op, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
+                             shape_str(schedule).c_str());
+    }
+    plan->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
+    plan->own_schedule = false;
+    plan->workspace = 0;
+  } else {
+    int occ = 0;
+    const int threads = plan->cfg.warps * 32;
+    const cudaError_t e = with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
+    DSATTN_RETURN_IF_ERROR(cuda_status(e, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+    plan->partitions = sms * std::max(1, std::min(occ, 4));
+    plan->own_schedule = true;
+    plan->workspace = indexer_schedule_workspace(plan->partitions);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t indexer_schedule_workspace(int partitions) {
+  return idx_align16(static_cast<size_t>(detail::indexer_meta_size(partitions)) * sizeof(int32_t));
+}
+
+Status device_limits(const char* op, int* sms, int* smem_optin) {
+  int dev = 0;
+  DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return Status::Ok();
+}
+
+Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
+                           IndexerConfig* cfg) {
+  IndexerConfig best{}, fallback{};
+  size_t smallest = SIZE_MAX;
+  for (int warps : {8, 4, 2}) {
+    IndexerParams q = *p;
+    q.warps = warps;
+    q.tile_states = warps * 32;
+    for (int stages = kMaxStages; stages >= 2; --stages) {
+      q.stages = stages;
+      const size_t need = idx_smem_layout(q.fp4 != 0, q.head_dim, q.work.rows_per_group, q.heads_padded,
+                                          q.tile_states, stages, epi_smem(q)).total;
+      smallest = std::min(smallest, need);
+      if (need > static_cast<size_t>(budget)) continue;
+      if (stages >= 3 && best.warps == 0) best = IndexerConfig{warps, q.tile_states, stages, need};
+      if (fallback.warps == 0) fallback = IndexerConfig{warps, q.tile_states, stages, need};
+      break;
+    }
+  }
+  const IndexerConfig c = best.warps ? best : fallback;
+  if (c.warps == 0) {
+    return detail::not_implemented(op, "shared memory budget expected >= %zu bytes for %d rows per group x %d heads x "
+                                   "head dim %d, got %d bytes", smallest, p->work.rows_per_group, p->heads,
+                                   p->head_dim, budget);
+  }
+  *cfg = c;
+  p->warps = c.warps;
+  p->tile_states = c.tile_states;
+  p->stages = c.stages;
+  return Status::Ok();
+}
+
+Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, const detail::PagedIndexerProblem& pb,
+                                 IndexerParams* p) {
+  const IndexerCache& c = a.cache;
+  const bool fp4 = c.format == IndexerFormat::kMxfp4;
+  detail::IndexerWork& w = p->work;
+  w.mode = detail::IndexerMode::kPaged;
+  w.varlen = pb.varlen ? 1 : 0;
+  w.next_n = pb.next_n;
+  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
+  w.lens_per_row = (pb.varlen || pb.lens_per_row) ? 1 : 0;
+  w.rows = pb.rows;
+  w.groups = pb.varlen ? pb.rows : pb.batch;
+  w.batch = pb.batch;
+  w.lens = a.context_lens.ptr<const int32_t>();
+  w.lens_s0 = a.context_lens.strides[0];
+  w.lens_s1 = a.context_lens.ndim > 1 ? a.context_lens.strides[1] : 0;
+  if (pb.varlen) {
+    w.row_request = a.row_request.ptr<const int32_t>();
+    w.rr_s0 = a.row_request.strides[0];
+  }
+  p->heads = pb.heads;
+  p->heads_padded = (pb.heads + 15) / 16 * 16;
+  p->head_dim = pb.head_dim;
+  p->fp4 = fp4 ? 1 : 0;
+  // q [B, N, H, Dq] or varlen [R, H, Dq] (u8 / f8: element strides are byte strides).
+  const TensorView& q = a.q;
+  p->q = static_cast<const uint8_t*>(q.data);
+  if (pb.varlen) {
+    p->q_sg = q.strides[0]; p->q_sr = 0; p->q_sh = q.strides[1];
+  } else {
+    p->q_sg = q.strides[0]; p->q_sr = q.strides[1]; p->q_sh = q.strides[2];
+  }
+  p->q_aligned16 = (aligned(q.data, 16) && p->q_sg % 16 == 0 && p->q_sr % 16 == 0 && p->q_sh % 16 == 0) ? 1 : 0;
+  if (fp4) {
+    const TensorView& qs = a.q_scales;
+    p->q_scales = qs.ptr<const int32_t>();
+    if (pb.varlen) {
+      p->qs_sg = qs.strides[0]; p->qs_sr = 0; p->qs_sh = qs.strides[1];
+    } else {
+      p->qs_sg = qs.strides[0]; p->qs_sr = qs.strides[1]; p->qs_sh = qs.strides[2];
+    }
+  }
+  // weights [R, H]: row r = g * rows_per_group + j.
+  p->w = a.weights.ptr<const float>();
+  p->w_sr = a.weights.strides[0];
+  p->w_sg = p->w_sr * w.rows_per_group;
+  p->w_sh = a.weights.strides[1];
+  // cache
+  const int rb = fp4 ? pb.head_dim / 2 : pb.head_dim;
+  p->kbase = static_cast<const uint8_t*>(c.pages.data);
+  p->page_stride = c.page_stride_bytes;
+  p->sbase = p->kbase + int64_t(pb.states_per_page) * rb;
+  p->scale_page_stride = c.page_stride_bytes;
+  p->states_per_page = pb.states_per_page;
+  p->num_pages = pb.num_pages;
+  if (!aligned(c.pages.data, 4) || c.page_stride_bytes % 4 != 0) {
+    return detail::invalid(op, "cache pages expected 4-byte aligned base and page stride, got base %p, stride %lld",
+                           c.pages.data, static_cast<long long>(c.page_stride_bytes));
+  }
+  p->keys_aligned16 = (aligned(c.pages.data, 16) && c.page_stride_bytes % 16 == 0) ? 1 : 0;
+  p->block_table = a.block_table.ptr<const int32_t>();
+  p->bt_s0 = a.block_table.strides[0];
+  p->bt_s1 = a.block_table.strides[1];
+  p->max_pages = pb.max_pages;
+  const int64_t page_limit = pb.max_pages * pb.states_per_page;
+  p->state_limit = std::min<int64_t>(page_limit, INT32_MAX);
+  return Status::Ok();
+}
+
+size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+  IndexerParams p;
+  if (!fill_paged_indexer_params("paged_mqa_logits", a, pb, &p).ok()) return 0;
+  LogitsPlan plan;
+  if (!plan_logits("paged_mqa_logits", &p, a.cache.format, pb.head_dim, a.schedule, ex, &plan).ok()) return 0;
+  return plan.workspace;
+}
+
+Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+  const char* op = "paged_mqa_logits";
+  if (pb.rows == 0) return Status::Ok();
+  IndexerParams p;
+  DSATTN_RETURN_IF_ERROR(fill_paged_indexer_params(op, a, pb, &p));
+  p.out = a.logits.data;
+  p.out_s0 = a.logits.strides[0];
+  p.out_width = a.logits.shape[1];
+  p.out_bf16 = a.logits.dtype == DType::kBF16 ? 1 : 0;
+  p.clean = a.clean ? 1 : 0;
+  p.state_limit = std::min<int64_t>(p.state_limit, p.out_width);
+  LogitsPlan plan;
+  DSATTN_RETURN_IF_ERROR(plan_logits(op, &p, a.cache.format, pb.head_dim, a.schedule, ex, &plan));
+  cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
+  if (plan.own_schedule) {
+    DSATTN_RETURN_IF_ERROR(detail::check_workspace(op, ex, plan.workspace));
+    int32_t* meta = static_cast<int32_t*>(ex.workspace);
+    DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
+                                       "indexer_schedule_kernel launch"));
+    p.meta = meta;
+  } else {
+    p.meta = a.schedule.ptr<const int32_t>();
+  }
+  const cudaError_t e = with_logits_ops(a.cache.format, pb.head_dim, [&](auto ops) {
+    return ops.launch(p, LogitsEpilogue{}, plan.partitions, plan.cfg.smem, stream);
+  });
+  return cuda_status(e, op, "indexer_kernel launch");
+}
+
+Status schedule_metadata(const ScheduleMetadataParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+  detail::IndexerWork w;
+  w.mode = detail::IndexerMode::kPaged;
+  w.varlen = pb.varlen ? 1 : 0;
+  w.next_n = pb.next_n;
+  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
+  w.lens_per_row = (pb.varlen || pb.lens_per_row) ? 1 : 0;
+  w.rows = pb.rows;
+  w.groups = pb.varlen ? pb.rows : pb.batch;
+  w.batch = INT64_MAX;  // the block table is not known here; the kernel checks row_request itself
+  w.lens = a.context_lens.ptr<const int32_t>();
+  w.lens_s0 = a.context_lens.ndim > 0 ? a.context_lens.strides[0] : 0;
+  w.lens_s1 = a.context_lens.ndim > 1 ? a.context_lens.strides[1] : 0;
+  if (pb.varlen) {
+    w.row_request = a.row_request.ptr<const int32_t>();
+    w.rr_s0 = a.row_request.strides[0];
+  }
+  const int partitions = static_cast<int>((a.metadata.numel() - detail::kIndexerMetaHeader) / 2 - 1);
+  return cuda_status(launch_indexer_schedule(w, partitions, a.metadata.ptr<int32_t>(), static_cast<cudaStream_t>(ex.stream)),
+                     "schedule_metadata", "indexer_schedule_kernel launch");
+}
+
+// ---------------------------------------------------------------- mqa_logits (prefill)
+namespace {
+
+Status fill_prefill_params(const char* op, const MqaLogitsParams& a, const detail::MqaProblem& pb, IndexerParams* p) {
+  const bool fp4 = a.format == IndexerFormat::kMxfp4;
+  const int rb = fp4 ? pb.head_dim / 2 : pb.head_dim;
+  detail::IndexerWork& w = p->work;
+  w.mode = detail::IndexerMode::kPrefill;
+  w.rows_per_group = detail::kIndexerMaxGroupRows;
+  w.rows = pb.rows;
+  w.groups = (pb.rows + w.rows_per_group - 1) / w.rows_per_group;
+  w.key_limit = pb.keys;
+  w.compressed = a.compressed ? 1 : 0;
+  w.ks = a.ks.ptr<const int32_t>();
+  w.ke = a.ke.ptr<const int32_t>();
+  w.ks_s0 = a.ks.strides[0];
+  w.ke_s0 = a.ke.strides[0];
+  p->heads = pb.heads;
+  p->heads_padded = (pb.heads + 15) / 16 * 16;
+  p->head_dim = pb.head_dim;
+  p->fp4 = fp4 ? 1 : 0;
+  p->q = static_cast<const uint8_t*>(a.q.data);
+  p->q_sr = a.q.strides[0];
+  p->q_sg = p->q_sr * w.rows_per_group;
+  p->q_sh = a.q.strides[1];
+  p->q_aligned16 = (aligned(a.q.data, 16) && p->q_sr % 16 == 0 && p->q_sh % 16 == 0) ? 1 : 0;
+  if (fp4) {
+    p->q_scales = a.q_scales.ptr<const int32_t>();
+    p->qs_sr = a.q_scales.strides[0];
+    p->qs_sg = p->qs_sr * w.rows_per_group;
+    p->qs_sh = a.q_scales.strides[1];
+  }
+  p->w = a.weights.ptr<const float>();
+  p->w_sr = a.weights.strides[0];
+  p->w_sg = p->w_sr * w.rows_per_group;
+  p->w_sh = a.weights.strides[1];
+  if (pb.keys > 1 && a.k.strides[0] != rb) {
+    return detail::invalid(op, "k row stride expected %d (contiguous rows), got %lld", rb,
+                           static_cast<long long>(a.k.strides[0]));
+  }
+  if (pb.keys > 1 && a.k_scales.strides[0] != 1) {
+    return detail::invalid(op, "k_scales stride expected 1, got %lld", static_cast<long long>(a.k_scales.strides[0]));
+  }
+  if (!aligned(a.k.data, 4) || !aligned(a.k_scales.data, 4)) {
+    return detail::invalid(op, "k and k_scales expected 4-byte aligned data pointers");
+  }
+  p->kbase = static_cast<const uint8_t*>(a.k.data);
+  p->sbase = static_cast<const uint8_t*>(a.k_scales.data);
+  p->page_stride = 0;
+  p->scale_page_stride = 0;
+  p->states_per_page = 1 << 30;
+  p->num_pages = pb.keys > 0 ? 1 : 0;
+  p->keys_aligned16 = aligned(a.k.data, 16) ? 1 : 0;
+  p->block_table = nullptr;
+  p->max_pages = 1;
+  p->state_limit = pb.keys;
+  p->out = a.logits.data;
+  p->out_s0 = a.logits.strides[0];
+  p->out_width = a.logits.shape[1];
+  p->out_bf16 = a.logits.dtype == DType::kBF16 ? 1 : 0;
+  p->clean = a.clean ? 1 : 0;
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t mqa_logits_workspace(const MqaLogitsParams& a, const detail::MqaProblem& pb, const Exec& ex) {
+  IndexerParams p;
+  if (!fill_prefill_params("mqa_logits", a, pb, &p).ok()) return 0;
+  LogitsPlan plan;
+  if (!plan_logits("mqa_logits", &p, a.format, pb.head_dim, TensorView{}, ex, &plan).ok()) return 0;
+  return plan.workspace;
+}
+
+Status mqa_logits(const MqaLogitsParams& a, const detail::MqaProblem& pb, const Exec& ex) {
+  const char* op = "mqa_logits";
+  if (pb.rows == 0) return Status::Ok();
+  IndexerParams p;
+  DSATTN_RETURN_IF_ERROR(fill_prefill_params(op, a, pb, &p));
+  LogitsPlan plan;
+  DSATTN_RETURN_IF_ERROR(plan_logits(op, &p, a.format, pb.head_dim, TensorView{}, ex, &plan));
+  DSATTN_RETURN_IF_ERROR(detail::check_workspace(op, ex, plan.workspace));
+  cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
+  int32_t* meta = static_cast<int32_t*>(ex.workspace);
+  DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
+                                     "indexer_schedule_kernel launch"));
+  p.meta = meta;
+  const cudaError_t e = with_logits_ops(a.format, pb.head_dim, [&](auto ops) {
+    return ops.launch(p, LogitsEpilogue{}, plan.partitions, plan.cfg.smem, stream);
+  });
+  return cuda_status(e, op, "indexer_kernel launch");
+}
+
 }  // namespace cuda
 }  // namespace dsattn

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One-command GPU check for an H100/H200 (sm_90a):
+#   1. build for sm_90a with CXX=/usr/bin/g++ (or use binaries from --prebuilt DIR),
+#   2. run every GPU test suite (dsattn_gpu_tests),
+#   3. a reduced compute-sanitizer memcheck + racecheck pass (tests whose name contains "Sanitizer"),
+#   4. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present),
+# writing logs to ${OUT:-./gpu_out} and printing a summary table last.
+#
+# Usage: scripts/gpu_check.sh [--prebuilt DIR] [--quick] [--no-bench] [--no-sanitizer]
+#                             [--san-filter GTEST_FILTER] [--test-filter GTEST_FILTER]
+#   --prebuilt DIR   DIR holds dsattn_gpu_tests and dsattn (built elsewhere for sm_90a)
+#   --quick          quick benchmark shapes
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PREBUILT=""
+QUICK=0
+BENCH=1
+SAN=1
+SAN_FILTER="*Sanitizer*"
+TEST_FILTER="*"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) PREBUILT="$2"; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    --no-bench) BENCH=0; shift ;;
+    --no-sanitizer) SAN=0; shift ;;
+    --san-filter) SAN_FILTER="$2"; shift 2 ;;
+    --test-filter) TEST_FILTER="$2"; shift 2 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+OUT="${OUT:-./gpu_out}"
+mkdir -p "$OUT"
+SUMMARY=()
+FAILED=0
+step() {  # step NAME LOG CMD...: runs CMD, logs to $OUT/LOG, records result and time
+  local name="$1" log="$2"; shift 2
+  local t0=$SECONDS
+  "$@" >"$OUT/$log" 2>&1
+  local rc=$?
+  local res="ok"
+  if [ $rc -ne 0 ]; then res="FAIL($rc)"; FAILED=1; fi
+  SUMMARY+=("$(printf '| %-22s | %-9s | %5ss | %s' "$name" "$res" "$((SECONDS - t0))" "$log")")
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/device.txt" 2>&1 || true
+
+if [ -n "$PREBUILT" ]; then
+  BIN="$PREBUILT"
+else
+  BIN=build-gpu
+  step build build.log bash -c "CXX=/usr/bin/g++ cmake -S . -B $BIN -DDSATTN_CUDA=ON -DDSATTN_CUDA_ARCHS=90a \
+      -DCMAKE_BUILD_TYPE=Release && cmake --build $BIN -j$(nproc) --target dsattn_gpu_tests dsattn_cli" || {
+    tail -30 "$OUT/build.log"; printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+fi
+
+step gpu_tests gpu_tests.log "$BIN/dsattn_gpu_tests" --gtest_filter="$TEST_FILTER"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$OUT/gpu_tests.log" | head -20
+
+if [ $SAN -eq 1 ]; then
+  if command -v compute-sanitizer >/dev/null; then
+    step memcheck memcheck.log compute-sanitizer --tool memcheck --error-exitcode 97 \
+      "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
+    step racecheck racecheck.log compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 97 \
+      "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
+  else
+    SUMMARY+=("| compute-sanitizer      | missing   |")
+  fi
+fi
+
+if [ $BENCH -eq 1 ]; then
+  Q=""; [ $QUICK -eq 1 ] && Q="--quick"
+  step bench_indexer bench_indexer.log "$BIN/dsattn" bench indexer $Q
+  # Benchmarks other contributors add; skipped when this build does not have them.
+  for b in "topk" "indexer --fused"; do
+    log="bench_$(echo "$b" | tr -d ' -' ).log"
+    if "$BIN/dsattn" bench $b --help >/dev/null 2>&1; then
+      step "bench $b" "$log" "$BIN/dsattn" bench $b $Q
+    else
+      SUMMARY+=("$(printf '| %-22s | %-9s |' "bench $b" "absent")")
+    fi
+  done
+  for f in "$OUT"/bench_*.log; do echo "== $f"; tail -n 40 "$f"; done
+fi
+
+echo
+echo "| step                   | result    |  time  | log"
+echo "|------------------------|-----------|--------|-----"
+printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED

@@ -1,0 +1,93 @@
+// schedule_metadata: balanced (group, KV-unit) split of the indexer's work over `num_sms`
+// partitions. CUDA: a one-CTA device kernel (graph-safe); CPU: the same arithmetic on the host.
+#include <cstdint>
+
+#include "api/indexer_args.h"
+#include "api/validate.h"
+#include "common/indexer_work.h"
+#include "cuda/cuda_ops.h"
+#include "dsattn/ops.h"
+
+namespace dsattn {
+
+int64_t schedule_metadata_size(int num_sms) { return num_sms > 0 ? detail::indexer_meta_size(num_sms) : 0; }
+
+namespace {
+
+constexpr const char* kOp = "schedule_metadata";
+
+Status validate(const ScheduleMetadataParams& p, int num_sms, detail::PagedIndexerProblem* pb) {
+  if (p.states_per_page < 1 || p.states_per_page > detail::kMaxStatesPerPage) {
+    return detail::invalid(kOp, "states_per_page expected 1..%d, got %d", detail::kMaxStatesPerPage, p.states_per_page);
+  }
+  DSATTN_RETURN_IF_ERROR(detail::validate_paged_lens(kOp, p.context_lens, p.row_request, -1, p.next_n, -1, pb));
+  if (pb->varlen) pb->batch = pb->rows;
+  pb->states_per_page = p.states_per_page;
+  const int64_t size = detail::indexer_meta_size(num_sms);
+  DSATTN_RETURN_IF_ERROR(detail::check_tensor(kOp, "metadata", p.metadata, DType::kI32, {size}));
+  DSATTN_RETURN_IF_ERROR(detail::check_contiguous(kOp, "metadata", p.metadata));
+  return Status::Ok();
+}
+
+detail::IndexerWork host_work(const ScheduleMetadataParams& p, const detail::PagedIndexerProblem& pb) {
+  detail::IndexerWork w;
+  w.mode = detail::IndexerMode::kPaged;
+  w.varlen = pb.varlen ? 1 : 0;
+  w.next_n = pb.next_n;
+  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
+  w.lens_per_row = pb.lens_per_row ? 1 : 0;
+  w.rows = pb.rows;
+  w.groups = pb.varlen ? pb.rows : pb.batch;
+  w.batch = INT64_MAX;
+  w.lens = p.context_lens.ptr<const int32_t>();
+  w.lens_s0 = p.context_lens.strides[0];
+  w.lens_s1 = p.context_lens.ndim > 1 ? p.context_lens.strides[1] : 0;
+  if (pb.varlen) {
+    w.row_request = p.row_request.ptr<const int32_t>();
+    w.rr_s0 = p.row_request.strides[0];
+  }
+  return w;
+}
+
+// The host computation mirrors indexer_schedule_kernel (src/cuda/common/indexer_schedule.cu).
+void schedule_metadata_host(const detail::IndexerWork& w, int partitions, int32_t* meta) {
+  const int64_t G = w.groups;
+  detail::indexer_meta_header(meta, partitions, G);
+  int64_t total = 0;
+  for (int64_t g = 0; g < G; ++g) total += detail::indexer_group_units(w, g);
+  if (total == 0) {
+    for (int64_t p = 0; p <= partitions; ++p) {
+      meta[detail::kIndexerMetaHeader + 2 * p] = static_cast<int32_t>(G);
+      meta[detail::kIndexerMetaHeader + 2 * p + 1] = 0;
+    }
+    return;
+  }
+  int64_t pre = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t u = detail::indexer_group_units(w, g);
+    detail::indexer_meta_fill_group(meta, partitions, total, g, pre, u);
+    pre += u;
+  }
+  meta[detail::kIndexerMetaHeader + 2 * int64_t(partitions)] = static_cast<int32_t>(G);
+  meta[detail::kIndexerMetaHeader + 2 * int64_t(partitions) + 1] = 0;
+}
+
+}  // namespace
+
+Status schedule_metadata(const ScheduleMetadataParams& p, const Exec& ex) {
+  Backend backend;
+  DSATTN_RETURN_IF_ERROR(detail::resolve_backend(kOp, ex, {&p.context_lens, &p.row_request, &p.metadata}, &backend));
+  int num_sms = p.num_sms;
+  if (num_sms < 0) return detail::invalid(kOp, "num_sms expected >= 0 (0 = this device's count), got %d", num_sms);
+  if (num_sms == 0) {
+    num_sms = backend == Backend::kCuda ? cuda_num_sms() : 0;
+    if (num_sms <= 0) return detail::invalid(kOp, "num_sms expected > 0 when no CUDA device is used, got 0");
+  }
+  detail::PagedIndexerProblem pb;
+  DSATTN_RETURN_IF_ERROR(validate(p, num_sms, &pb));
+  if (backend == Backend::kCuda) return cuda::schedule_metadata(p, pb, ex);
+  schedule_metadata_host(host_work(p, pb), num_sms, p.metadata.ptr<int32_t>());
+  return Status::Ok();
+}
+
+}  // namespace dsattn

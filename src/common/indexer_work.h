@@ -1,0 +1,139 @@
+// Indexer work description shared by host and device code (schedule metadata on the CPU backend,
+// the schedule kernel and the indexer kernels on CUDA).
+//
+// The indexer's unit of work is a *group*: up to 8 query rows that share one key sequence, so the
+// keys of a group are read once for all its rows. paged_mqa_logits: a group is a request (its N
+// rows; varlen: one row). mqa_logits (prefill): a group is 8 consecutive query rows over the one
+// contiguous key array. Each row r of group g has a window [lo, hi) of key states it scores; the
+// group covers [glo, ghi) = union of its rows' windows. Work is split in units of kIndexerUnit
+// states counted from glo.
+//
+// Every read here is bounds-checked against the values the host validated (batch, rows), so any
+// device-side length or row index is safe; lengths are clamped at 0.
+#pragma once
+#include <cstdint>
+
+#include "dsattn/codecs.h"  // DSATTN_HD
+
+namespace dsattn {
+namespace detail {
+
+constexpr int kIndexerUnit = 64;          // states per schedule unit
+constexpr int kIndexerMaxGroupRows = 8;   // rows per group (N <= 8)
+constexpr int kIndexerMetaHeader = 4;     // [P, G, unit, magic]
+constexpr int32_t kIndexerMetaMagic = 0x1d5a7e11;
+
+enum class IndexerMode : int32_t { kPaged = 0, kPrefill = 1 };
+
+struct IndexerWork {
+  IndexerMode mode = IndexerMode::kPaged;
+  int32_t rows_per_group = 1;  // N (paged), 1 (varlen), 8 (prefill)
+  int32_t next_n = 1;          // N rule for [B] context lengths
+  int32_t lens_per_row = 1;    // paged: lens is [B, N] (or varlen [R]); 0: [B] with the N rule
+  int32_t varlen = 0;
+  int32_t compressed = 0;      // prefill: output column t - ks[r]
+  int64_t rows = 0;            // R
+  int64_t groups = 0;          // G
+  int64_t batch = 0;           // block-table rows (paged)
+  int64_t key_limit = 0;       // prefill: Nk (windows are clamped to [0, Nk))
+  const int32_t* lens = nullptr;         // paged: [B, N] / [B] / varlen [R]
+  int64_t lens_s0 = 0, lens_s1 = 0;      // element strides
+  const int32_t* row_request = nullptr;  // varlen: [R]
+  int64_t rr_s0 = 0;
+  const int32_t* ks = nullptr;           // prefill: [M]
+  const int32_t* ke = nullptr;           // prefill: [M]
+  int64_t ks_s0 = 0, ke_s0 = 0;
+};
+
+struct RowWindow {
+  int32_t lo, hi;      // states [lo, hi) are scored (hi <= lo: empty)
+  int64_t col_off;     // output column = t - col_off
+};
+
+DSATTN_HD int64_t indexer_group_rows(const IndexerWork& w, int64_t g) {
+  const int64_t r0 = g * w.rows_per_group;
+  const int64_t n = w.rows - r0;
+  return n < w.rows_per_group ? (n < 0 ? 0 : n) : w.rows_per_group;
+}
+
+// Block-table row of group g, or -1 when it has none or it is out of range (varlen row_request).
+DSATTN_HD int64_t indexer_group_request(const IndexerWork& w, int64_t g) {
+  if (w.mode != IndexerMode::kPaged) return -1;
+  if (!w.varlen) return g;
+  const int64_t b = w.row_request[g * w.rr_s0];
+  return (b >= 0 && b < w.batch) ? b : -1;
+}
+
+DSATTN_HD RowWindow indexer_row_window(const IndexerWork& w, int64_t g, int j) {
+  RowWindow rw{0, 0, 0};
+  const int64_t r = g * w.rows_per_group + j;
+  if (w.mode == IndexerMode::kPaged) {
+    int64_t len = 0;
+    if (w.varlen) {
+      if (indexer_group_request(w, g) >= 0) len = w.lens[r * w.lens_s0];
+    } else if (w.lens_per_row) {
+      len = w.lens[g * w.lens_s0 + j * w.lens_s1];
+    } else {
+      len = int64_t(w.lens[g * w.lens_s0]) - w.next_n + j + 1;
+    }
+    rw.hi = static_cast<int32_t>(len < 0 ? 0 : len);
+    return rw;
+  }
+  const int64_t s = w.ks[r * w.ks_s0], e = w.ke[r * w.ke_s0];
+  int64_t lo = s < 0 ? 0 : s, hi = e > w.key_limit ? w.key_limit : e;
+  if (hi < lo) hi = lo;
+  rw.lo = static_cast<int32_t>(lo);
+  rw.hi = static_cast<int32_t>(hi);
+  rw.col_off = w.compressed ? s : 0;
+  return rw;
+}
+
+// Union [glo, ghi) of the group's non-empty row windows ({0, 0} when all are empty).
+DSATTN_HD void indexer_group_range(const IndexerWork& w, int64_t g, int32_t* glo, int32_t* ghi) {
+  const int n = static_cast<int>(indexer_group_rows(w, g));
+  int32_t lo = 0x7fffffff, hi = 0;
+  for (int j = 0; j < n; ++j) {
+    const RowWindow rw = indexer_row_window(w, g, j);
+    if (rw.hi <= rw.lo) continue;
+    lo = rw.lo < lo ? rw.lo : lo;
+    hi = rw.hi > hi ? rw.hi : hi;
+  }
+  if (hi == 0) lo = 0;
+  *glo = lo;
+  *ghi = hi;
+}
+
+DSATTN_HD int64_t indexer_group_units(const IndexerWork& w, int64_t g) {
+  int32_t lo, hi;
+  indexer_group_range(w, g, &lo, &hi);
+  return (int64_t(hi) - lo + kIndexerUnit - 1) / kIndexerUnit;
+}
+
+// Metadata layout (i32): [P, G, unit, magic] then P + 1 (group, unit) pairs: partition p works on
+// (group, unit) positions [pair p, pair p + 1) in row-major order. Pair P is (G, 0).
+DSATTN_HD int64_t indexer_meta_size(int partitions) { return kIndexerMetaHeader + 2 * (int64_t(partitions) + 1); }
+
+// Partition boundaries that fall into group g whose units are [pre, pre + u) of `total`:
+// partition p starts at unit floor(p * total / P).
+DSATTN_HD void indexer_meta_fill_group(int32_t* meta, int partitions, int64_t total, int64_t g, int64_t pre,
+                                       int64_t u) {
+  if (u <= 0 || total <= 0) return;
+  const int64_t P = partitions;
+  int64_t p = (pre * P + total - 1) / total;             // first p with floor(p*total/P) >= pre
+  const int64_t p_end = ((pre + u) * P + total - 1) / total;  // first p with target >= pre + u
+  for (; p < p_end && p < P; ++p) {
+    const int64_t target = p * total / P;
+    meta[kIndexerMetaHeader + 2 * p] = static_cast<int32_t>(g);
+    meta[kIndexerMetaHeader + 2 * p + 1] = static_cast<int32_t>(target - pre);
+  }
+}
+
+DSATTN_HD void indexer_meta_header(int32_t* meta, int partitions, int64_t groups) {
+  meta[0] = partitions;
+  meta[1] = static_cast<int32_t>(groups);
+  meta[2] = kIndexerUnit;
+  meta[3] = kIndexerMetaMagic;
+}
+
+}  // namespace detail
+}  // namespace dsattn

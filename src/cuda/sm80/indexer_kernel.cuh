@@ -1,0 +1,637 @@
+// Indexer scores on tensor cores via mma.sync (portable path: sm_80, sm_89, sm_90, sm_100, sm_120).
+//
+//   logit[r, t] = kscale[t] * sum_h w[r, h] * relu( sum_d q[r, h, d] * k[t, d] )      (FP8, SPEC 2.1)
+//   logit[r, t] =             sum_h w[r, h] * relu( sum_blk sq[r,h,blk] sk[t,blk] dot_blk )  (MXFP4, 2.2)
+//
+// ---------------------------------------------------------------- work and grid
+// The kernel is persistent: CTA p walks the (group, unit) range [meta pair p, meta pair p+1) of
+// the schedule metadata (src/common/indexer_work.h). A *group* is up to 8 query rows sharing one
+// key sequence (a request's N rows; one varlen row; 8 prefill rows). The CTA loads the group's
+// Q / weights once into shared memory and streams the group's keys in *tiles* of T states
+// (T = 32 * warps: 64, 128 or 256); every key byte of a group is read from global memory once
+// per group, no matter how many rows it has. Per-state scales are applied after the head sum.
+//
+// ---------------------------------------------------------------- warp roles and pipeline
+// All warps load and all warps compute (sm_80-style multistage pipeline, `stages` >= 2 tiles):
+//   loads:   warp w copies the page-contiguous *runs* r = w, w + warps, ... of a tile with 16-byte
+//            cp.async (4-byte when the cache is not 16-byte aligned); a warp instruction moves 512
+//            contiguous bytes. Block-table entries are bounds-checked: a page id outside
+//            [0, num_pages), or a page index >= max_pages, is never dereferenced; its states are
+//            marked invalid and score -inf.
+//   compute: warp w owns states [32 w, 32 w + 32) of the tile (two m16 MMA tiles, states are the
+//            MMA's M dimension, heads its N dimension), holds their key fragments in registers and
+//            loops over rows j and head pairs (16 heads), reading Q fragments from shared memory.
+//            The head sum is a quad shuffle reduction; the per-state scale is applied after it.
+// Barrier protocol, per tile i (stage s = i % stages):
+//   wait(cp.async group i) ; __syncthreads [B1]  -> tile i's keys visible; tile i-1 fully consumed
+//   issue loads of tile i + stages - 1 into stage (i - 1) % stages ; commit
+//   if the group changed: epi.group_end(previous) ; load Q/w/windows of the new group ; __syncthreads
+//   compute -> score tile (shared) ; __syncthreads [B2] ; epi.consume(tile)
+// After the last tile: epi.group_end(last group) ; epi.finish(). All of these are called by every
+// thread of the CTA (uniform control flow), so an epilogue may use __syncthreads inside them.
+//
+// ---------------------------------------------------------------- shared-memory layout (bytes)
+//   q      [rows_per_group * Hp][Dq]   E4M3 (MXFP4 Q is dequantized to E4M3 here, scales apart);
+//                                      Hp = H rounded up to 16 (padding heads are zero, weight 0)
+//   w      [rows_per_group * Hp] f32
+//   qs     [rows_per_group * Hp][D/32] f32   (MXFP4 only: Q block scales)
+//   win    [8] RowWindow                      (lo, hi, col_off of each row of the current group)
+//   scores [rows_per_group][T] f32            <- the tile handed to the epilogue
+//   stage  x stages: keys [T][RB] (swizzled 16-byte chunks), kscale [T] u32, valid [T] u8
+//   epi    Epilogue::smem_bytes(...)          (the epilogue's own scratch)
+//
+// ---------------------------------------------------------------- epilogue interface
+// The score tile of rows [row0, row0 + rows) x states [t0, t0 + count) lives in SHARED memory:
+//   scores[j * ld + i] = logit of query row (row0 + j), state (t0 + i), fp32, for j < rows,
+//   i < count; already scaled, weighted and masked: -inf where t0 + i is outside row j's window
+//   [win[j].lo, win[j].hi) or on an invalid page. Output column of state t for row j is
+//   t - win[j].col_off. An Epilogue type provides (all device members called by every thread):
+//     __host__ __device__ static size_t smem_bytes(const IndexerParams&) scratch it needs (may
+//                                                       depend on p.tile_states, p.work)
+//     __device__ void begin(const IndexerParams&, uint8_t* epi_smem)    once per CTA
+//     __device__ void consume(const IndexerParams&, const ScoreTile&)   per tile (after B2)
+//     __device__ void group_end(const IndexerParams&, const GroupInfo&) after a group's last tile
+//                                                                       in this CTA
+//     __device__ void finish(const IndexerParams&)                      once per CTA, at the end
+// consume() must not keep pointers into `scores` (rewritten after the next B1). A group may be
+// split over several CTAs (GroupInfo says which state range this CTA covered): a fused top-k
+// merges per-CTA candidates itself (workspace + a second pass or atomics).
+// The logits epilogue (below) writes the tile coalesced to global memory and, when cleaning, -inf
+// on the columns no tile covers.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "common/indexer_work.h"
+#include "cuda/common/async_copy.cuh"
+#include "cuda/common/indexer_dequant.cuh"
+#include "cuda/common/mma_fp8.cuh"
+#include "dsattn/codecs.h"
+#include "dsattn/formats.h"
+
+namespace dsattn {
+namespace cuda {
+
+constexpr int kIdxMaxRows = detail::kIndexerMaxGroupRows;
+
+// Kernel arguments (host fills them in indexer_launch.cu; POD, passed by value).
+struct IndexerParams {
+  detail::IndexerWork work;
+  int heads = 0;            // H
+  int heads_padded = 0;     // Hp (multiple of 16)
+  int head_dim = 0;         // D (the kernel's template argument; host bookkeeping)
+  int fp4 = 0;              // MXFP4 cache (the kernel's template argument; host bookkeeping)
+  // Q: group g row j head h at q + g*q_sg + j*q_sr + h*q_sh (bytes); D (FP8) or D/2 (MXFP4) bytes
+  const uint8_t* q = nullptr;
+  int64_t q_sg = 0, q_sr = 0, q_sh = 0;
+  int q_aligned16 = 0;      // all Q head rows start 16-byte aligned
+  const int32_t* q_scales = nullptr;  // MXFP4: element strides below
+  int64_t qs_sg = 0, qs_sr = 0, qs_sh = 0;
+  const float* w = nullptr;           // element strides
+  int64_t w_sg = 0, w_sr = 0, w_sh = 0;
+  // Keys: state `o` of page `p`: keys at kbase + p*page_stride + o*RB, scale at
+  // sbase + p*scale_page_stride + o*4 (bytes). Paged: sbase = kbase + S*RB.
+  const uint8_t* kbase = nullptr;
+  const uint8_t* sbase = nullptr;
+  int64_t page_stride = 0, scale_page_stride = 0;
+  int states_per_page = 0;  // S (prefill: 1 << 30, a single page)
+  int64_t num_pages = 0;
+  int keys_aligned16 = 0;   // kbase and page_stride 16-byte aligned
+  const int32_t* block_table = nullptr;  // [batch, max_pages]; null: page index = page id
+  int64_t bt_s0 = 0, bt_s1 = 0, max_pages = 0;
+  int64_t state_limit = 0;  // states >= limit are never processed (logits width, pages * S)
+  const int32_t* meta = nullptr;  // schedule metadata
+  // Pipeline shape (chosen by the launcher).
+  int warps = 8, tile_states = 256, stages = 3;
+  // Epilogue arguments (logits epilogue; other epilogues keep theirs in their own object).
+  void* out = nullptr;      // f32 / bf16 [R, W]
+  int64_t out_s0 = 0;       // row stride (elements)
+  int64_t out_width = 0;    // W
+  int out_bf16 = 0;
+  int clean = 0;
+};
+
+struct ScoreTile {
+  const float* scores;      // shared [rows][ld]
+  int ld;
+  int rows;
+  int64_t group, row0;
+  int64_t t0;
+  int count;
+  const detail::RowWindow* win;  // shared [rows]
+};
+
+struct GroupInfo {
+  int64_t group, row0;
+  int rows;
+  int64_t t_begin, t_end;  // states this CTA processed for the group
+  const detail::RowWindow* win;
+};
+
+template <IndexerFormat F, int D>
+struct IdxTraits {
+  static constexpr bool kFp4 = F == IndexerFormat::kMxfp4;
+  static constexpr int kRowBytes = kFp4 ? D / 2 : D;  // key bytes per state in shared memory
+  static constexpr int kChunks = kRowBytes / 16;      // 16-byte chunks per state
+  static constexpr int kKSteps = D / 32;
+  // Swizzled 16-byte chunk of a key row (conflict-free fragment loads, see compute()).
+  __device__ static __forceinline__ int key_chunk(int row, int c) {
+    if (!kFp4) return D == 128 ? (c ^ ((row & 1) << 2)) : c;
+    if (D == 128) return c ^ ((row >> 1) & 3);
+    if (D == 64) return c ^ ((row >> 2) & 1);
+    return c;
+  }
+  // Byte offset of 8-byte unit u of Q row `row` (E4M3, D bytes per row).
+  __device__ static __forceinline__ int q_unit_off(int row, int u) {
+    if (!kFp4) return key_chunk(row, u >> 1) * 16 + (u & 1) * 8;
+    if (D == 128) return (u ^ ((row & 3) << 2)) * 8;
+    if (D == 64) return (u ^ (((row >> 1) & 1) << 2)) * 8;
+    return u * 8;
+  }
+};
+
+__host__ __device__ constexpr size_t idx_align16(size_t x) { return (x + 15) & ~size_t(15); }
+
+struct IdxSmemLayout {
+  size_t q, w, qs, win, scores, stage0, stage_bytes, keys_off, scale_off, valid_off, epi, total;
+};
+
+// Shared-memory layout for a configuration (host and device agree on it).
+__host__ __device__ inline IdxSmemLayout idx_smem_layout(bool fp4, int D, int rows_per_group, int heads_padded,
+                                                         int tile_states, int stages, size_t epi_bytes) {
+  IdxSmemLayout L{};
+  const size_t qrows = size_t(rows_per_group) * heads_padded;
+  const int rb = fp4 ? D / 2 : D;
+  size_t off = 0;
+  L.q = off; off += idx_align16(qrows * D);
+  L.w = off; off += idx_align16(qrows * 4);
+  L.qs = off; off += fp4 ? idx_align16(qrows * (D / 32) * 4) : 0;
+  L.win = off; off += idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
+  L.scores = off; off += idx_align16(size_t(rows_per_group) * tile_states * 4);
+  L.keys_off = 0;
+  L.scale_off = idx_align16(size_t(tile_states) * rb);
+  L.valid_off = L.scale_off + size_t(tile_states) * 4;
+  L.stage_bytes = idx_align16(L.valid_off + tile_states);
+  L.stage0 = off; off += L.stage_bytes * stages;
+  L.epi = off; off += idx_align16(epi_bytes);
+  L.total = off;
+  return L;
+}
+
+// ---------------------------------------------------------------- tile iteration
+struct IdxTile {
+  int64_t g;
+  int64_t t0;
+  int count;
+};
+
+// Walks the (group, unit) positions of one partition in tiles of `tile_units` units. Every thread
+// runs an identical copy, so all threads see the same tile sequence.
+struct IdxCursor {
+  int64_t g, ge;
+  int64_t u, ue;
+  int64_t uend;      // end unit of the current group inside this partition (-1: not yet computed)
+  int32_t glo, ghi;
+  int tile_units;
+  int64_t limit;
+
+  __device__ void init(const IndexerParams& p, int part) {
+    const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
+    const int64_t G = p.work.groups;
+    g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
+    if (g < 0) g = 0;
+    if (ge > G) { ge = G; ue = 0; }
+    if (u < 0) u = 0;
+    uend = -1;
+    tile_units = p.tile_states / detail::kIndexerUnit;
+    limit = p.state_limit;
+  }
+  __device__ bool next(const IndexerParams& p, IdxTile* t) {
+    while (g < ge || (g == ge && u < ue && g < p.work.groups)) {
+      if (uend < 0) {
+        detail::indexer_group_range(p.work, g, &glo, &ghi);
+        const int64_t units = (int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+        uend = (g == ge) ? (ue < units ? ue : units) : units;
+      }
+      if (u >= uend) { ++g; u = 0; uend = -1; continue; }
+      const int64_t u1 = u + tile_units < uend ? u + tile_units : uend;
+      const int64_t t0 = glo + u * detail::kIndexerUnit;
+      int64_t t1 = glo + u1 * detail::kIndexerUnit;
+      if (t1 > ghi) t1 = ghi;
+      if (t1 > limit) t1 = limit;
+      u = u1;
+      if (t1 <= t0) continue;  // clipped away by the state limit
+      t->g = g; t->t0 = t0; t->count = static_cast<int>(t1 - t0);
+      return true;
+    }
+    return false;
+  }
+};
+
+// ---------------------------------------------------------------- loads
+// Page id of page index `pi` of block-table row `b`, or -1 when it must not be read.
+__device__ __forceinline__ int64_t idx_page_id(const IndexerParams& p, int64_t b, int64_t pi) {
+  if (p.block_table == nullptr) return pi < p.num_pages ? pi : -1;
+  if (b < 0 || pi < 0 || pi >= p.max_pages) return -1;
+  const int64_t id = p.block_table[b * p.bt_s0 + pi * p.bt_s1];
+  return (id >= 0 && id < p.num_pages) ? id : -1;
+}
+
+template <IndexerFormat F, int D>
+__device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const IdxTile& t, uint8_t* stage,
+                                               const IdxSmemLayout& L, int warp, int lane) {
+  using Tr = IdxTraits<F, D>;
+  constexpr int RB = Tr::kRowBytes;
+  const int64_t S = p.states_per_page;
+  const int64_t b = detail::indexer_group_request(p.work, t.g);
+  const int64_t pi0 = t.t0 / S;
+  const int off0 = static_cast<int>(t.t0 - pi0 * S);
+  const int64_t nruns = (off0 + t.count + S - 1) / S;
+  uint8_t* valid = stage + L.valid_off;
+  const uint32_t keys_s = smem_u32(stage + L.keys_off);
+  const uint32_t scale_s = smem_u32(stage + L.scale_off);
+  for (int64_t r = warp; r < nruns; r += p.warps) {
+    const int s_lo = r == 0 ? off0 : 0;
+    const int64_t s_hi64 = off0 + t.count - r * S;
+    const int s_hi = static_cast<int>(s_hi64 < S ? s_hi64 : S);
+    const int n = s_hi - s_lo;
+    const int ts0 = static_cast<int>(r * S + s_lo - off0);  // tile index of the run's first state
+    const int64_t page = idx_page_id(p, b, pi0 + r);
+    for (int i = lane; i < n; i += 32) valid[ts0 + i] = page >= 0 ? 1 : 0;
+    if (page < 0) continue;
+    const uint8_t* ksrc = p.kbase + page * p.page_stride + int64_t(s_lo) * RB;
+    const uint8_t* ssrc = p.sbase + page * p.scale_page_stride + int64_t(s_lo) * 4;
+    if (p.keys_aligned16) {
+      // Lane chunk c = lane + 32 i: state ts0 + c / kChunks, chunk c % kChunks. A step of 32 chunks
+      // is 512 bytes and keeps the swizzle phase, so dst advances by 512 too.
+      const int chunks = n * Tr::kChunks;
+      const int st = ts0 + lane / Tr::kChunks, pc = lane % Tr::kChunks;
+      uint32_t dst = keys_s + st * RB + Tr::key_chunk(st, pc) * 16;
+      const uint8_t* src = ksrc + lane * 16;
+      for (int c = lane; c < chunks; c += 32, dst += 512, src += 512) cp_async16(dst, src);
+    } else {
+      const int words = n * (RB / 4);
+      for (int c = lane; c < words; c += 32) {
+        const int st = ts0 + c / (RB / 4), wi = c % (RB / 4);
+        cp_async4(keys_s + st * RB + Tr::key_chunk(st, wi >> 2) * 16 + (wi & 3) * 4, ksrc + int64_t(c) * 4);
+      }
+    }
+    for (int i = lane; i < n; i += 32) cp_async4(scale_s + (ts0 + i) * 4, ssrc + int64_t(i) * 4);
+  }
+}
+
+// Loads Q (dequantized to E4M3 for MXFP4), weights, Q scales and row windows of group g.
+template <IndexerFormat F, int D>
+__device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint8_t* smem, const IdxSmemLayout& L) {
+  using Tr = IdxTraits<F, D>;
+  const int Hp = p.heads_padded, H = p.heads;
+  const int qrows = p.work.rows_per_group * Hp;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  uint8_t* qs = smem + L.q;
+  const uint8_t* qg = p.q + g * p.q_sg;
+  if constexpr (!Tr::kFp4) {
+    constexpr int CH = D / 16;
+    for (int idx = tid; idx < qrows * CH; idx += nt) {
+      const int row = idx / CH, c = idx % CH;
+      const int j = row / Hp, h = row % Hp;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (j < rows && h < H) {
+        const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + c * 16;
+        if (p.q_aligned16) {
+          v = *reinterpret_cast<const uint4*>(src);
+        } else {
+          uint8_t tmp[16];
+          for (int e = 0; e < 16; ++e) tmp[e] = src[e];
+          v.x = tmp[0] | tmp[1] << 8 | tmp[2] << 16 | uint32_t(tmp[3]) << 24;
+          v.y = tmp[4] | tmp[5] << 8 | tmp[6] << 16 | uint32_t(tmp[7]) << 24;
+          v.z = tmp[8] | tmp[9] << 8 | tmp[10] << 16 | uint32_t(tmp[11]) << 24;
+          v.w = tmp[12] | tmp[13] << 8 | tmp[14] << 16 | uint32_t(tmp[15]) << 24;
+        }
+      }
+      *reinterpret_cast<uint4*>(qs + row * D + Tr::key_chunk(row, c) * 16) = v;
+    }
+  } else {
+    constexpr int U = D / 8;  // 8-element units: 4 packed bytes in, 8 E4M3 bytes out
+    for (int idx = tid; idx < qrows * U; idx += nt) {
+      const int row = idx / U, u = idx % U;
+      const int j = row / Hp, h = row % Hp;
+      uint32_t wv = 0;
+      if (j < rows && h < H) {
+        const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + u * 4;
+        wv = src[0] | src[1] << 8 | src[2] << 16 | uint32_t(src[3]) << 24;
+      }
+      uint32_t lo, hi;
+      e2m1x8_to_e4m3(wv, &lo, &hi);
+      *reinterpret_cast<uint2*>(qs + row * D + Tr::q_unit_off(row, u)) = make_uint2(lo, hi);
+    }
+    float* qsc = reinterpret_cast<float*>(smem + L.qs);
+    for (int idx = tid; idx < qrows * Tr::kKSteps; idx += nt) {
+      const int row = idx / Tr::kKSteps, k = idx % Tr::kKSteps;
+      const int j = row / Hp, h = row % Hp;
+      float s = 0.0f;
+      if (j < rows && h < H) {
+        const uint32_t packed = static_cast<uint32_t>(p.q_scales[g * p.qs_sg + j * p.qs_sr + h * p.qs_sh]);
+        s = codec::ue8m0_to_f32(static_cast<uint8_t>(packed >> (8 * k)));
+      }
+      qsc[idx] = s;
+    }
+  }
+  float* ws = reinterpret_cast<float*>(smem + L.w);
+  for (int idx = tid; idx < qrows; idx += nt) {
+    const int j = idx / Hp, h = idx % Hp;
+    ws[idx] = (j < rows && h < H) ? p.w[g * p.w_sg + j * p.w_sr + h * p.w_sh] : 0.0f;
+  }
+  detail::RowWindow* win = reinterpret_cast<detail::RowWindow*>(smem + L.win);
+  if (tid < kIdxMaxRows) {
+    detail::RowWindow rw{0, 0, 0};
+    if (tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+    win[tid] = rw;
+  }
+}
+
+// ---------------------------------------------------------------- compute
+// Warp `warp` scores states [32 warp, 32 warp + 32) of the tile for all rows of the group.
+template <IndexerFormat F, int D>
+__device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const IdxTile& t, int rows,
+                                                 const uint8_t* stage, uint8_t* smem, const IdxSmemLayout& L,
+                                                 int warp, int lane) {
+  using Tr = IdxTraits<F, D>;
+  constexpr int RB = Tr::kRowBytes;
+  constexpr int KS = Tr::kKSteps;
+  const int base = warp * 32;
+  if (base >= t.count) return;
+  const int g8 = lane >> 2, tig = lane & 3;
+  const uint32_t keys_s = smem_u32(stage + L.keys_off);
+
+  // Key fragments of the warp's 32 states: [m-tile][k-step][a0..a3].
+  uint32_t ka[2][KS][4];
+  float ksc[2][2][KS];  // MXFP4 block scales of rows g8 / g8 + 8 of each m-tile
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+      const int row = base + mt * 16 + rh * 8 + g8;
+      if constexpr (!Tr::kFp4) {
+        if constexpr (D >= 64) {
+#pragma unroll
+          for (int kp = 0; kp < D / 64; ++kp) {
+            const uint4 v = lds128(keys_s + row * RB + Tr::key_chunk(row, kp * 4 + tig) * 16);
+            ka[mt][2 * kp][rh] = v.x;
+            ka[mt][2 * kp][2 + rh] = v.y;
+            ka[mt][2 * kp + 1][rh] = v.z;
+            ka[mt][2 * kp + 1][2 + rh] = v.w;
+          }
+        } else {
+          const uint2 v = lds64(keys_s + row * RB + tig * 8);
+          ka[mt][0][rh] = v.x;
+          ka[mt][0][2 + rh] = v.y;
+        }
+      } else {
+        const uint32_t sc = lds32(smem_u32(stage + L.scale_off) + row * 4);
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+          const uint32_t wv = lds32(keys_s + row * RB + Tr::key_chunk(row, k) * 16 + tig * 4);
+          e2m1x8_to_e4m3(wv, &ka[mt][k][rh], &ka[mt][k][2 + rh]);
+          ksc[mt][rh][k] = codec::ue8m0_to_f32(static_cast<uint8_t>(sc >> (8 * k)));
+        }
+      }
+    }
+  }
+  (void)ksc;
+
+  // The state this lane reports after the quad reduction: index tig -> (m-tile, half).
+  const int my_state = base + (tig >> 1) * 16 + (tig & 1) * 8 + g8;
+  const bool my_in = my_state < t.count;
+  const uint8_t* valid = stage + L.valid_off;
+  const bool my_valid = my_in && valid[my_state] != 0;
+  float my_scale = 1.0f;
+  if (!Tr::kFp4 && my_valid) my_scale = reinterpret_cast<const float*>(stage + L.scale_off)[my_state];
+  const int64_t my_t = t.t0 + my_state;
+
+  const int Hp = p.heads_padded;
+  const uint32_t q_s = smem_u32(smem + L.q);
+  const float* ws = reinterpret_cast<const float*>(smem + L.w);
+  const float* qsc = reinterpret_cast<const float*>(smem + L.qs);
+  const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
+  float* scores = reinterpret_cast<float*>(smem + L.scores);
+
+  for (int j = 0; j < rows; ++j) {
+    float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    for (int hp = 0; hp < Hp; hp += 16) {
+      float acc[2][2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+      uint32_t qb[2][KS][2];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int qrow = j * Hp + hp + nt * 8 + g8;
+        if constexpr (!Tr::kFp4 && D >= 64) {
+#pragma unroll
+          for (int kp = 0; kp < D / 64; ++kp) {
+            const uint4 v = lds128(q_s + qrow * D + Tr::key_chunk(qrow, kp * 4 + tig) * 16);
+            qb[nt][2 * kp][0] = v.x;
+            qb[nt][2 * kp][1] = v.y;
+            qb[nt][2 * kp + 1][0] = v.z;
+            qb[nt][2 * kp + 1][1] = v.w;
+          }
+        } else if constexpr (!Tr::kFp4) {
+          const uint2 v = lds64(q_s + qrow * D + tig * 8);
+          qb[nt][0][0] = v.x;
+          qb[nt][0][1] = v.y;
+        } else {
+#pragma unroll
+          for (int k = 0; k < KS; ++k) {
+            const uint2 v = lds64(q_s + qrow * D + Tr::q_unit_off(qrow, k * 4 + tig));
+            qb[nt][k][0] = v.x;
+            qb[nt][k][1] = v.y;
+          }
+        }
+      }
+      if constexpr (!Tr::kFp4) {
+#pragma unroll
+        for (int k = 0; k < KS; ++k)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma_e4m3_16x8x32(acc[mt][nt], ka[mt][k], qb[nt][k][0], qb[nt][k][1]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+          float qsv[2][2];
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) qsv[nt][c] = qsc[(j * Hp + hp + nt * 8 + 2 * tig + c) * KS + k];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              float tmp[4] = {0.f, 0.f, 0.f, 0.f};
+              mma_e4m3_16x8x32(tmp, ka[mt][k], qb[nt][k][0], qb[nt][k][1]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mt][nt][e] += (ksc[mt][e >> 1][k] * qsv[nt][e & 1]) * tmp[e];
+            }
+        }
+      }
+      // Weighted ReLU head sum (columns 2 tig, 2 tig + 1 of each n-tile).
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 wv = *reinterpret_cast<const float2*>(ws + j * Hp + hp + nt * 8 + 2 * tig);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          part[mt][0] += fmaxf(acc[mt][nt][0], 0.f) * wv.x + fmaxf(acc[mt][nt][1], 0.f) * wv.y;
+          part[mt][1] += fmaxf(acc[mt][nt][2], 0.f) * wv.x + fmaxf(acc[mt][nt][3], 0.f) * wv.y;
+        }
+      }
+    }
+    // Transposed quad reduction: lane tig ends with the sum of value index tig = (mt, half).
+    const bool hi2 = (tig & 2) != 0;
+    float k0 = hi2 ? part[1][0] : part[0][0], k1 = hi2 ? part[1][1] : part[0][1];
+    const float s0 = hi2 ? part[0][0] : part[1][0], s1 = hi2 ? part[0][1] : part[1][1];
+    k0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+    k1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+    const bool hi1 = (tig & 1) != 0;
+    float v = hi1 ? k1 : k0;
+    v += __shfl_xor_sync(0xffffffffu, hi1 ? k0 : k1, 1);
+    if (my_in) {
+      const detail::RowWindow rw = win[j];
+      const bool ok = my_valid && my_t >= rw.lo && my_t < rw.hi;
+      scores[j * p.tile_states + my_state] = ok ? v * my_scale : -INFINITY;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the kernel
+template <IndexerFormat F, int D, class Epi>
+__global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const IdxSmemLayout L = idx_smem_layout(F == IndexerFormat::kMxfp4, D, p.work.rows_per_group, p.heads_padded,
+                                          p.tile_states, p.stages, Epi::smem_bytes(p));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  epi.begin(p, smem + L.epi);
+
+  IdxCursor lc, cc;
+  lc.init(p, blockIdx.x);
+  cc = lc;
+  const int S = p.stages;
+  int64_t issued = 0;
+  for (int s = 0; s < S - 1; ++s) {
+    IdxTile t;
+    if (lc.next(p, &t)) idx_issue_tile<F, D>(p, t, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+    ++issued;
+    cp_async_commit();
+  }
+  int64_t cur_g = -1;
+  int cur_rows = 0;
+  int64_t cur_t_begin = 0, cur_t_end = 0;
+  const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
+  for (int64_t i = 0;; ++i) {
+    IdxTile t;
+    if (!cc.next(p, &t)) break;
+    cp_async_wait_dyn(S - 2);
+    __syncthreads();  // B1
+    {
+      IdxTile t2;
+      if (lc.next(p, &t2)) idx_issue_tile<F, D>(p, t2, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+      ++issued;
+      cp_async_commit();
+    }
+    if (t.g != cur_g) {
+      if (cur_g >= 0) {
+        epi.group_end(p, GroupInfo{cur_g, cur_g * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
+        __syncthreads();
+      }
+      cur_g = t.g;
+      cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
+      cur_t_begin = t.t0;
+      idx_load_group<F, D>(p, t.g, cur_rows, smem, L);
+      __syncthreads();
+    }
+    cur_t_end = t.t0 + t.count;
+    idx_compute_tile<F, D>(p, t, cur_rows, smem + L.stage0 + (i % S) * L.stage_bytes, smem, L, warp, lane);
+    __syncthreads();  // B2
+    epi.consume(p, ScoreTile{reinterpret_cast<const float*>(smem + L.scores), p.tile_states, cur_rows, t.g,
+                             t.g * p.work.rows_per_group, t.t0, t.count, win});
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (cur_g >= 0) {
+    epi.group_end(p, GroupInfo{cur_g, cur_g * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
+    __syncthreads();
+  }
+  epi.finish(p);
+}
+
+// ---------------------------------------------------------------- logits epilogue
+// Writes the score tile to logits[row][t - col_off] (f32 or bf16), coalesced along the row; with
+// `clean`, finish() writes -inf on the columns of each row that no tile of its group covers.
+struct LogitsEpilogue {
+  __host__ __device__ static size_t smem_bytes(const IndexerParams&) { return 0; }
+  __device__ void begin(const IndexerParams&, uint8_t*) {}
+
+  __device__ static void store(const IndexerParams& p, int64_t row, int64_t col, float v) {
+    if (p.out_bf16) {
+      reinterpret_cast<uint16_t*>(p.out)[row * p.out_s0 + col] = codec::f32_to_bf16(v);
+    } else {
+      reinterpret_cast<float*>(p.out)[row * p.out_s0 + col] = v;
+    }
+  }
+
+  __device__ void consume(const IndexerParams& p, const ScoreTile& t) {
+    for (int j = 0; j < t.rows; ++j) {
+      const int64_t off = t.win[j].col_off;
+      for (int i = threadIdx.x; i < t.count; i += blockDim.x) {
+        const int64_t col = t.t0 + i - off;
+        if (col >= 0 && col < p.out_width) store(p, t.row0 + j, col, t.scores[j * t.ld + i]);
+      }
+    }
+  }
+  __device__ void group_end(const IndexerParams&, const GroupInfo&) {}
+
+  // Columns outside the tiles' coverage [glo, min(ghi, limit)) - col_off get -inf.
+  __device__ void finish(const IndexerParams& p) {
+    if (!p.clean) return;
+    const detail::IndexerWork& w = p.work;
+    for (int64_t g = blockIdx.x; g < w.groups; g += gridDim.x) {
+      int32_t glo, ghi;
+      detail::indexer_group_range(w, g, &glo, &ghi);
+      int64_t hi = ghi < p.state_limit ? ghi : p.state_limit;
+      if (hi < glo) hi = glo;
+      const int rows = static_cast<int>(detail::indexer_group_rows(w, g));
+      for (int j = 0; j < rows; ++j) {
+        const int64_t off = detail::indexer_row_window(w, g, j).col_off;
+        const int64_t c_lo = glo - off, c_hi = hi - off;  // covered columns
+        const int64_t row = g * w.rows_per_group + j;
+        const int64_t a = c_lo < p.out_width ? c_lo : p.out_width;
+        for (int64_t c = threadIdx.x; c < a; c += blockDim.x) store(p, row, c, -INFINITY);
+        for (int64_t c = (c_hi > 0 ? c_hi : 0) + threadIdx.x; c < p.out_width; c += blockDim.x) {
+          if (c >= a) store(p, row, c, -INFINITY);
+        }
+      }
+    }
+  }
+};
+
+// Launches indexer_kernel<F, D, Epi> with p.warps * 32 threads and `smem_bytes` of dynamic shared
+// memory on `grid` CTAs. Defined in indexer_launch.cu's instantiation files.
+template <IndexerFormat F, int D, class Epi>
+cudaError_t launch_indexer(const IndexerParams& p, const Epi& epi, int grid, size_t smem_bytes, cudaStream_t stream);
+
+template <IndexerFormat F, int D, class Epi>
+cudaError_t launch_indexer_impl(const IndexerParams& p, const Epi& epi, int grid, size_t smem_bytes,
+                                cudaStream_t stream) {
+  auto kern = indexer_kernel<F, D, Epi>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+  if (e != cudaSuccess) return e;
+  kern<<<grid, p.warps * 32, smem_bytes, stream>>>(p, epi);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace dsattn

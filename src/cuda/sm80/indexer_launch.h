@@ -1,0 +1,67 @@
+// Host-side planning and launching of the portable indexer kernel (indexer_kernel.cuh), shared by
+// paged_mqa_logits, mqa_logits and the fused paged_mqa_topk (which plugs in its own epilogue).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "api/problems.h"
+#include "cuda/sm80/indexer_kernel.cuh"
+#include "dsattn/ops.h"
+#include "dsattn/status.h"
+
+namespace dsattn {
+namespace cuda {
+
+// Kernel entry points of one (format, head dim, epilogue) combination; explicitly instantiated in
+// indexer_inst_*.cu (an epilogue defined elsewhere instantiates its own in its own .cu file).
+template <IndexerFormat F, int D, class Epi>
+struct IndexerKernelOps {
+  static cudaError_t launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem, cudaStream_t stream);
+  static cudaError_t occupancy(int threads, size_t smem, int* blocks_per_sm);
+};
+
+template <IndexerFormat F, int D, class Epi>
+cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem,
+                                                cudaStream_t stream) {
+  auto kern = indexer_kernel<F, D, Epi>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  kern<<<grid, p.warps * 32, smem, stream>>>(p, epi);
+  return cudaGetLastError();
+}
+
+template <IndexerFormat F, int D, class Epi>
+cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(int threads, size_t smem, int* blocks_per_sm) {
+  auto kern = indexer_kernel<F, D, Epi>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, threads, smem);
+}
+
+// Pipeline shape for a problem: warps (tile = 32 * warps states), stages, shared memory.
+struct IndexerConfig {
+  int warps = 0, tile_states = 0, stages = 0;
+  size_t smem = 0;
+};
+
+// Picks the largest tile with >= 3 stages (else >= 2) that fits `budget` bytes (0 = device max).
+// epi_smem(p) gives the epilogue's scratch for a candidate (p.tile_states set).
+Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
+                           IndexerConfig* cfg);
+
+// Fills the paged-decode parts of IndexerParams (work, Q, weights, cache, block table) from
+// validated arguments. Output fields (out, out_width...) and the schedule are left to the caller.
+Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, const detail::PagedIndexerProblem& pb,
+                                 IndexerParams* p);
+
+// Schedule handling for ops that run the indexer kernel: with a caller schedule, checks its size
+// and returns its partition count; without, `partitions` = SMs * occupancy and the metadata goes
+// into the workspace (bytes = indexer_schedule_workspace(partitions)).
+size_t indexer_schedule_workspace(int partitions);
+
+// Device multiprocessor count and opt-in shared memory per block of the current device.
+Status device_limits(const char* op, int* sms, int* smem_optin);
+
+}  // namespace cuda
+}  // namespace dsattn

@@ -1,0 +1,66 @@
+// Small helpers for GPU tests: device buffers, CUDA error checks, tensor views on device memory.
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "dsattn/tensor.h"
+
+#define DSATTN_TEST_CUDA(expr)                                                          \
+  do {                                                                                  \
+    cudaError_t _e = (expr);                                                            \
+    ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(_e);              \
+  } while (0)
+
+namespace dsattn {
+namespace test {
+
+// Owning device buffer (bytes).
+class DevBuf {
+ public:
+  DevBuf() = default;
+  explicit DevBuf(size_t bytes) { alloc(bytes); }
+  ~DevBuf() { if (ptr_) cudaFree(ptr_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  void alloc(size_t bytes) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = bytes;
+    if (bytes && cudaMalloc(&ptr_, bytes) != cudaSuccess) ptr_ = nullptr;
+  }
+  template <typename T>
+  void upload(const std::vector<T>& v) {
+    if (bytes_ < v.size() * sizeof(T)) alloc(v.size() * sizeof(T));
+    if (!v.empty()) cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  template <typename T>
+  std::vector<T> download(size_t n) const {
+    std::vector<T> v(n);
+    if (n) cudaMemcpy(v.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+inline TensorView dev_tensor(const DevBuf& b, DType t, std::initializer_list<int64_t> shape) {
+  return make_tensor(b.get(), t, shape, Device::kCuda, 0);
+}
+inline TensorView dev_tensor_strided(const DevBuf& b, DType t, std::initializer_list<int64_t> shape,
+                                     std::initializer_list<int64_t> strides) {
+  return make_tensor_strided(b.get(), t, shape, strides, Device::kCuda, 0);
+}
+
+}  // namespace test
+}  // namespace dsattn

@@ -1,0 +1,715 @@
+// GPU paged_mqa_logits / mqa_logits / schedule_metadata against a double-precision reference on the
+// dequantized inputs. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dsattn/codecs.h"
+#include "dsattn/formats.h"
+#include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
+
+namespace dsattn {
+namespace {
+
+using test::DevBuf;
+namespace codec = dsattn::codec;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+enum class LensMode { k2D, k1D, kVarlen };
+
+struct IdxCase {
+  int B = 2, N = 1, H = 64, D = 128, S = 64;
+  IndexerFormat fmt = IndexerFormat::kFp8;
+  LensMode lens = LensMode::k2D;
+  int max_ctx = 700;       // lengths drawn in [1, max_ctx]
+  int pad_stride = 0;      // extra bytes per page (multiple of 4)
+  bool bf16 = false;
+  bool clean = true;
+  int smem_budget = 0;
+  bool empty_row = false;  // request 0 has length 0
+  int width_extra = 37;    // logits width = longest length + extra
+  int bad_pages = 0;       // block-table entries (within lengths) pointing outside the cache
+  int reps = 1;            // extra runs checked for bitwise identity
+  uint64_t seed = 1;
+  std::string name() const {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "%s B%d N%d H%d D%d S%d lens%d ctx%d pad%d bf16%d clean%d smem%d empty%d bad%d",
+                  fmt == IndexerFormat::kFp8 ? "fp8" : "mxfp4", B, N, H, D, S, int(lens), max_ctx, pad_stride,
+                  bf16, clean, smem_budget, empty_row, bad_pages);
+    return buf;
+  }
+};
+
+float e4m3_code_value(uint8_t c) { return codec::e4m3_to_f32(c); }
+
+// Random finite E4M3 code from a normal draw.
+uint8_t rand_e4m3(std::mt19937_64& rng, float sigma) {
+  std::normal_distribution<float> nd(0.f, sigma);
+  return codec::f32_to_e4m3(nd(rng));
+}
+
+struct HostIdx {
+  // Inputs
+  int R = 0;                      // query rows
+  std::vector<uint8_t> q;         // [R, H, Dq]
+  std::vector<int32_t> q_scales;  // [R, H] (MXFP4)
+  std::vector<float> w;           // [R, H]
+  std::vector<uint8_t> cache;     // [num_pages, page_stride]
+  int64_t num_pages = 0, page_stride = 0;
+  int max_pages = 0;
+  std::vector<int32_t> block_table;  // [B, max_pages]
+  std::vector<int32_t> lens;         // [B, N] / [B] / [R]
+  std::vector<int32_t> row_request;  // varlen [R]
+  std::vector<int32_t> row_ctx;      // per row context (derived)
+  std::vector<int32_t> row_req;      // per row request
+  int64_t width = 0;
+  // Dequantized views for the reference
+  std::vector<double> qd;   // [R, H, D]
+  // dequantized key of request b, state t, on demand
+};
+
+// Dequantized key of physical page `page`, offset `o` into out[D]. Returns false for bad pages.
+bool deq_key(const IdxCase& c, const HostIdx& h, int64_t page, int o, double* out) {
+  if (page < 0 || page >= h.num_pages) return false;
+  const uint8_t* base = h.cache.data() + page * h.page_stride;
+  if (c.fmt == IndexerFormat::kFp8) {
+    float sc;
+    std::memcpy(&sc, base + int64_t(c.S) * c.D + 4 * o, 4);
+    for (int d = 0; d < c.D; ++d) out[d] = double(codec::e4m3_to_f32(base[int64_t(o) * c.D + d])) * sc;
+  } else {
+    uint32_t sc;
+    std::memcpy(&sc, base + int64_t(c.S) * (c.D / 2) + 4 * o, 4);
+    for (int d = 0; d < c.D; ++d) {
+      const uint8_t byte = base[int64_t(o) * (c.D / 2) + d / 2];
+      const uint8_t nib = (d & 1) ? (byte >> 4) : (byte & 15);
+      const uint8_t e = static_cast<uint8_t>(sc >> (8 * (d / 32)));
+      out[d] = double(codec::e2m1_to_f32(nib)) * double(codec::ue8m0_to_f32(e));
+    }
+  }
+  return true;
+}
+
+void build_case(const IdxCase& c, HostIdx* h) {
+  std::mt19937_64 rng(c.seed * 7919 + 17);
+  const bool fp4 = c.fmt == IndexerFormat::kMxfp4;
+  const int Dq = fp4 ? c.D / 2 : c.D;
+  const int rb = Dq;
+  std::uniform_int_distribution<int> len_d(1, c.max_ctx);
+  // Rows and lengths
+  std::vector<int> req_len(c.B);
+  for (int b = 0; b < c.B; ++b) req_len[b] = len_d(rng);
+  if (c.empty_row) req_len[0] = 0;
+  if (c.lens == LensMode::kVarlen) {
+    for (int b = 0; b < c.B; ++b) {
+      const int n = 1 + int(rng() % 3);
+      for (int j = 0; j < n; ++j) {
+        h->row_request.push_back(b);
+        h->row_req.push_back(b);
+        const int L = std::max(0, req_len[b] - n + j + 1);
+        h->lens.push_back(L);
+        h->row_ctx.push_back(L);
+      }
+    }
+    h->R = static_cast<int>(h->row_req.size());
+  } else {
+    h->R = c.B * c.N;
+    for (int b = 0; b < c.B; ++b) {
+      if (c.lens == LensMode::k1D) h->lens.push_back(req_len[b]);
+      for (int j = 0; j < c.N; ++j) {
+        int L = std::max(0, req_len[b] - c.N + j + 1);
+        if (c.lens == LensMode::k2D && req_len[b] > 0) L = std::max(0, req_len[b] - int(rng() % 3));  // any per-row value
+        if (c.lens == LensMode::k2D) h->lens.push_back(L);
+        h->row_ctx.push_back(L);
+        h->row_req.push_back(b);
+      }
+    }
+  }
+  int longest = 0;
+  for (int L : h->row_ctx) longest = std::max(longest, L);
+  h->width = longest + c.width_extra;
+  // Pages: a shuffled pool, plus spare pages nobody references.
+  h->max_pages = (longest + c.S - 1) / c.S + 1;
+  h->num_pages = int64_t(c.B) * h->max_pages + 3;
+  h->page_stride = int64_t(c.S) * (rb + 4) + c.pad_stride;
+  std::vector<int32_t> pool(h->num_pages);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  h->block_table.assign(size_t(c.B) * h->max_pages, -1);
+  size_t next = 0;
+  for (int b = 0; b < c.B; ++b)
+    for (int i = 0; i < h->max_pages; ++i) h->block_table[size_t(b) * h->max_pages + i] = pool[next++];
+  for (int k = 0; k < c.bad_pages; ++k) {
+    const int b = int(rng() % c.B);
+    const int used = (req_len[b] + c.S - 1) / c.S;
+    if (used == 0) continue;
+    h->block_table[size_t(b) * h->max_pages + rng() % used] = (k & 1) ? -5 : int32_t(h->num_pages + k);
+  }
+  // Cache bytes: random everywhere (padding too), then valid keys and scales in each state slot.
+  h->cache.resize(size_t(h->num_pages * h->page_stride));
+  for (auto& x : h->cache) x = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t p = 0; p < h->num_pages; ++p) {
+    uint8_t* base = h->cache.data() + p * h->page_stride;
+    for (int o = 0; o < c.S; ++o) {
+      if (!fp4) {
+        float v[128];
+        float amax = 0.f;
+        const float amp = std::exp2(float(int(rng() % 5)) - 2.f);
+        for (int d = 0; d < c.D; ++d) { v[d] = nd(rng) * amp; amax = std::max(amax, std::fabs(v[d])); }
+        const float sc = std::exp2(std::ceil(std::log2(amax / 448.f)));
+        for (int d = 0; d < c.D; ++d) base[int64_t(o) * c.D + d] = codec::f32_to_e4m3(v[d] / sc);
+        std::memcpy(base + int64_t(c.S) * c.D + 4 * o, &sc, 4);
+      } else {
+        for (int i = 0; i < c.D / 2; ++i) base[int64_t(o) * (c.D / 2) + i] = static_cast<uint8_t>(rng());
+        uint32_t sc = 0;
+        for (int k = 0; k < c.D / 32; ++k) sc |= uint32_t(120 + rng() % 12) << (8 * k);
+        std::memcpy(base + int64_t(c.S) * (c.D / 2) + 4 * o, &sc, 4);
+      }
+    }
+  }
+  // Q, scales, weights
+  h->q.resize(size_t(h->R) * c.H * Dq);
+  h->qd.resize(size_t(h->R) * c.H * c.D);
+  h->w.resize(size_t(h->R) * c.H);
+  if (fp4) h->q_scales.resize(size_t(h->R) * c.H);
+  for (int r = 0; r < h->R; ++r) {
+    for (int hh = 0; hh < c.H; ++hh) {
+      const size_t qo = (size_t(r) * c.H + hh);
+      h->w[qo] = nd(rng) * 0.25f;
+      if (!fp4) {
+        for (int d = 0; d < c.D; ++d) {
+          const uint8_t code = rand_e4m3(rng, 1.0f);
+          h->q[qo * Dq + d] = code;
+          h->qd[qo * c.D + d] = e4m3_code_value(code);
+        }
+      } else {
+        uint32_t sc = 0;
+        for (int k = 0; k < c.D / 32; ++k) sc |= uint32_t(122 + rng() % 10) << (8 * k);
+        h->q_scales[qo] = static_cast<int32_t>(sc);
+        for (int i = 0; i < c.D / 2; ++i) h->q[qo * Dq + i] = static_cast<uint8_t>(rng());
+        for (int d = 0; d < c.D; ++d) {
+          const uint8_t byte = h->q[qo * Dq + d / 2];
+          const uint8_t nib = (d & 1) ? (byte >> 4) : (byte & 15);
+          h->qd[qo * c.D + d] = double(codec::e2m1_to_f32(nib)) *
+                                double(codec::ue8m0_to_f32(static_cast<uint8_t>(sc >> (8 * (d / 32)))));
+        }
+      }
+    }
+  }
+}
+
+// Reference logits [R, width] (NaN = "not defined": positions >= ctx when not cleaning).
+std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
+  const double kNegInf = -std::numeric_limits<double>::infinity();
+  std::vector<double> out(size_t(h.R) * h.width, kNegInf);
+  std::vector<double> k(c.D);
+  for (int r = 0; r < h.R; ++r) {
+    const int b = h.row_req[r];
+    for (int t = 0; t < h.row_ctx[r] && t < h.width; ++t) {
+      const int pi = t / c.S;
+      const int64_t page = pi < h.max_pages ? h.block_table[size_t(b) * h.max_pages + pi] : -1;
+      if (!deq_key(c, h, page, t % c.S, k.data())) continue;  // out-of-range page: -inf
+      double acc = 0;
+      for (int hh = 0; hh < c.H; ++hh) {
+        const double* qv = &h.qd[(size_t(r) * c.H + hh) * c.D];
+        double s = 0;
+        for (int d = 0; d < c.D; ++d) s += qv[d] * k[d];
+        acc += double(h.w[size_t(r) * c.H + hh]) * std::max(s, 0.0);
+      }
+      out[size_t(r) * h.width + t] = acc;
+    }
+  }
+  return out;
+}
+
+struct DevIdx {
+  DevBuf q, qs, w, cache, bt, lens, rr, logits, ws, sched;
+};
+
+PagedMqaLogitsParams make_params(const IdxCase& c, const HostIdx& h, DevIdx& d) {
+  const bool fp4 = c.fmt == IndexerFormat::kMxfp4;
+  const int Dq = fp4 ? c.D / 2 : c.D;
+  PagedMqaLogitsParams p;
+  const DType qt = fp4 ? DType::kU8 : DType::kF8E4M3;
+  if (c.lens == LensMode::kVarlen) {
+    p.q = test::dev_tensor(d.q, qt, {h.R, c.H, Dq});
+    if (fp4) p.q_scales = test::dev_tensor(d.qs, DType::kI32, {h.R, c.H});
+    p.row_request = test::dev_tensor(d.rr, DType::kI32, {h.R});
+    p.context_lens = test::dev_tensor(d.lens, DType::kI32, {h.R});
+  } else {
+    p.q = test::dev_tensor(d.q, qt, {c.B, c.N, c.H, Dq});
+    if (fp4) p.q_scales = test::dev_tensor(d.qs, DType::kI32, {c.B, c.N, c.H});
+    if (c.lens == LensMode::k2D) p.context_lens = test::dev_tensor(d.lens, DType::kI32, {c.B, c.N});
+    else p.context_lens = test::dev_tensor(d.lens, DType::kI32, {c.B});
+  }
+  p.weights = test::dev_tensor(d.w, DType::kF32, {h.R, c.H});
+  p.cache.pages = test::dev_tensor_strided(d.cache, DType::kU8, {h.num_pages, h.page_stride}, {h.page_stride, 1});
+  p.cache.format = c.fmt;
+  p.cache.states_per_page = c.S;
+  p.cache.head_dim = c.D;
+  p.cache.page_stride_bytes = h.page_stride;
+  p.block_table = test::dev_tensor(d.bt, DType::kI32, {c.B, h.max_pages});
+  p.logits = test::dev_tensor(d.logits, c.bf16 ? DType::kBF16 : DType::kF32, {h.R, h.width});
+  p.clean = c.clean;
+  return p;
+}
+
+void upload(const HostIdx& h, DevIdx& d, bool bf16) {
+  d.q.upload(h.q);
+  if (!h.q_scales.empty()) d.qs.upload(h.q_scales);
+  d.w.upload(h.w);
+  d.cache.upload(h.cache);
+  d.bt.upload(h.block_table);
+  d.lens.upload(h.lens);
+  if (!h.row_request.empty()) d.rr.upload(h.row_request);
+  d.logits.alloc(size_t(h.R) * h.width * (bf16 ? 2 : 4));
+}
+
+std::vector<float> download_logits(const IdxCase& c, const HostIdx& h, const DevIdx& d) {
+  const size_t n = size_t(h.R) * h.width;
+  std::vector<float> out(n);
+  if (c.bf16) {
+    auto raw = d.logits.download<uint16_t>(n);
+    for (size_t i = 0; i < n; ++i) out[i] = codec::bf16_to_f32(raw[i]);
+  } else {
+    out = d.logits.download<float>(n);
+  }
+  return out;
+}
+
+Status run_paged(const IdxCase& c, const HostIdx& h, DevIdx& d, const PagedMqaLogitsParams& p, cudaStream_t st = nullptr) {
+  (void)h;
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  ex.stream = st;
+  ex.smem_budget_bytes = c.smem_budget;
+  size_t wsb = 0;
+  DSATTN_RETURN_IF_ERROR(paged_mqa_logits_workspace(p, ex, &wsb));
+  if (d.ws.bytes() < wsb) d.ws.alloc(wsb);
+  ex.workspace = d.ws.get();
+  ex.workspace_bytes = d.ws.bytes();
+  return paged_mqa_logits(p, ex);
+}
+
+// Compares against the reference: rel L2 over finite positions, identical -inf positions inside
+// [0, ctx) (and everywhere when cleaning), no NaN where defined.
+void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  int64_t bad_inf = 0, bad_nan = 0, first_bad = -1;
+  for (int r = 0; r < h.R; ++r) {
+    const int64_t lim = c.clean ? h.width : std::min<int64_t>(h.row_ctx[r], h.width);
+    for (int64_t t = 0; t < lim; ++t) {
+      const size_t i = size_t(r) * h.width + t;
+      const double e = ref[i];
+      const float g = got[i];
+      if (std::isnan(g)) { ++bad_nan; if (first_bad < 0) first_bad = int64_t(i); continue; }
+      if (std::isinf(e) || std::isinf(g)) {
+        if (!(std::isinf(e) && std::isinf(g) && (e < 0) == (g < 0))) { ++bad_inf; if (first_bad < 0) first_bad = int64_t(i); }
+        continue;
+      }
+      num += (double(g) - e) * (double(g) - e);
+      den += e * e;
+    }
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  const double tol = c.bf16 ? 4e-3 : 2e-4;
+  EXPECT_EQ(bad_nan, 0) << c.name() << " first at " << first_bad;
+  EXPECT_EQ(bad_inf, 0) << c.name() << " first at " << first_bad << " (row " << (first_bad / std::max<int64_t>(1, h.width))
+                        << ", col " << (first_bad % std::max<int64_t>(1, h.width)) << ")";
+  EXPECT_LE(rel, tol) << c.name();
+}
+
+void run_case(const IdxCase& c) {
+  HostIdx h;
+  build_case(c, &h);
+  DevIdx d;
+  upload(h, d, c.bf16);
+  const PagedMqaLogitsParams p = make_params(c, h, d);
+  // Poison: NaN everywhere, so unwritten elements show.
+  ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+  const Status s = run_paged(c, h, d, p);
+  ASSERT_TRUE(s.ok()) << c.name() << ": " << s.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name();
+  const std::vector<float> got = download_logits(c, h, d);
+  check_logits(c, h, got, reference(c, h));
+  for (int rep = 0; rep < c.reps; ++rep) {
+    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+    ASSERT_TRUE(run_paged(c, h, d, p).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> again = download_logits(c, h, d);
+    ASSERT_EQ(std::memcmp(again.data(), got.data(), got.size() * 4), 0) << c.name() << " rerun " << rep << " differs";
+  }
+}
+
+// ---------------------------------------------------------------- matrix
+TEST(GpuIndexer, Fp8Matrix) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 100;
+  for (int S : {32, 64})
+    for (int H : {16, 32, 64})
+      for (int N : {1, 2, 3}) {
+        IdxCase c;
+        c.S = S; c.H = H; c.N = N; c.B = 3; c.seed = ++seed;
+        c.lens = (N == 2) ? LensMode::k1D : LensMode::k2D;
+        run_case(c);
+      }
+}
+
+TEST(GpuIndexer, Fp8Varlen) {
+  SKIP_WITHOUT_GPU();
+  for (int S : {32, 64}) {
+    IdxCase c;
+    c.S = S; c.B = 4; c.lens = LensMode::kVarlen; c.seed = 7 + S;
+    run_case(c);
+  }
+}
+
+TEST(GpuIndexer, Fp8HeadDims) {
+  SKIP_WITHOUT_GPU();
+  for (int D : {32, 64, 128})
+    for (int H : {8, 24, 48}) {
+      IdxCase c;
+      c.D = D; c.H = H; c.N = 2; c.seed = 300 + D + H;
+      run_case(c);
+    }
+}
+
+TEST(GpuIndexer, Fp8OddPageSizes) {
+  SKIP_WITHOUT_GPU();
+  for (int S : {1, 2, 48, 96, 128, 256}) {
+    IdxCase c;
+    c.S = S; c.N = 2; c.H = 32; c.max_ctx = S == 1 ? 150 : 900; c.seed = 500 + S;
+    run_case(c);
+  }
+}
+
+TEST(GpuIndexer, Fp8PaddedStridesAndBadPages) {
+  SKIP_WITHOUT_GPU();
+  for (int pad : {4, 8, 448}) {  // 4 and 8 break 16-byte alignment of pages
+    IdxCase c;
+    c.pad_stride = pad; c.N = 2; c.bad_pages = 3; c.seed = 600 + pad;
+    run_case(c);
+  }
+}
+
+TEST(GpuIndexer, Fp8EmptyRowsAndPartialPages) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c;
+  c.B = 5; c.N = 3; c.empty_row = true; c.max_ctx = 70; c.S = 64; c.seed = 77;
+  run_case(c);
+  c.lens = LensMode::k1D; c.seed = 78;
+  run_case(c);
+}
+
+TEST(GpuIndexer, Bf16AndNoClean) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c;
+  c.bf16 = true; c.N = 2; c.seed = 901;
+  run_case(c);
+  c.bf16 = false; c.clean = false; c.seed = 902;
+  run_case(c);
+}
+
+TEST(GpuIndexer, SmemBudget99K) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {1, 4, 8}) {
+    IdxCase c;
+    c.smem_budget = 101376; c.N = N; c.H = 64; c.B = 2; c.max_ctx = 400; c.seed = 1000 + N;
+    run_case(c);
+  }
+  IdxCase c;
+  c.smem_budget = 101376; c.fmt = IndexerFormat::kMxfp4; c.N = 8; c.B = 2; c.max_ctx = 300; c.seed = 1010;
+  run_case(c);
+}
+
+TEST(GpuIndexer, Mxfp4) {
+  SKIP_WITHOUT_GPU();
+  for (int D : {32, 64, 128})
+    for (int S : {32, 64}) {
+      IdxCase c;
+      c.fmt = IndexerFormat::kMxfp4; c.D = D; c.S = S; c.N = 2; c.H = 32; c.seed = 1100 + D + S;
+      run_case(c);
+    }
+  IdxCase c;
+  c.fmt = IndexerFormat::kMxfp4; c.lens = LensMode::kVarlen; c.B = 3; c.seed = 1200;
+  run_case(c);
+}
+
+TEST(GpuIndexer, Deterministic20) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c;
+  c.B = 6; c.N = 2; c.max_ctx = 3000; c.reps = 20; c.seed = 31;
+  run_case(c);
+}
+
+TEST(GpuIndexer, LongSingleRequest) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c;
+  c.B = 1; c.N = 1; c.H = 16; c.max_ctx = 40000; c.seed = 41;
+  run_case(c);
+}
+
+// Small cases for compute-sanitizer (memcheck + racecheck): every code path once.
+TEST(GpuIndexer, SanitizerSmall) {
+  SKIP_WITHOUT_GPU();
+  std::vector<IdxCase> cs(7);
+  for (auto& c : cs) { c.B = 2; c.max_ctx = 150; c.H = 16; }
+  cs[0].N = 2;
+  cs[1].S = 1; cs[1].max_ctx = 40;
+  cs[2].pad_stride = 4; cs[2].bad_pages = 2; cs[2].S = 48;
+  cs[3].lens = LensMode::kVarlen;
+  cs[4].fmt = IndexerFormat::kMxfp4; cs[4].N = 2;
+  cs[5].smem_budget = 101376; cs[5].N = 8; cs[5].H = 64;
+  cs[6].D = 32; cs[6].empty_row = true; cs[6].bf16 = true;
+  uint64_t seed = 4000;
+  for (auto& c : cs) { c.seed = ++seed; run_case(c); }
+}
+
+// ---------------------------------------------------------------- mqa_logits (prefill)
+struct PrefillCase {
+  int M = 37, Nk = 500, H = 32, D = 128;
+  IndexerFormat fmt = IndexerFormat::kFp8;
+  bool compressed = false, clean = true;
+  int smem_budget = 0;
+  uint64_t seed = 1;
+};
+
+void run_prefill_case(const PrefillCase& c) {
+  std::mt19937_64 rng(c.seed);
+  const bool fp4 = c.fmt == IndexerFormat::kMxfp4;
+  const int Dq = fp4 ? c.D / 2 : c.D;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint8_t> q(size_t(c.M) * c.H * Dq), k(size_t(c.Nk) * Dq);
+  std::vector<int32_t> qs(size_t(c.M) * c.H), ksc_i(c.Nk);
+  std::vector<float> ksc_f(c.Nk), w(size_t(c.M) * c.H);
+  std::vector<double> qd(size_t(c.M) * c.H * c.D), kd(size_t(c.Nk) * c.D);
+  auto fill = [&](uint8_t* codes, double* vals, int32_t* scale_i, float* scale_f) {
+    if (!fp4) {
+      for (int d = 0; d < c.D; ++d) { codes[d] = rand_e4m3(rng, 1.f); vals[d] = codec::e4m3_to_f32(codes[d]); }
+      if (scale_f) {
+        *scale_f = std::exp2(float(int(rng() % 7)) - 6.f);
+        for (int d = 0; d < c.D; ++d) vals[d] *= *scale_f;
+      }
+    } else {
+      uint32_t sc = 0;
+      for (int b = 0; b < c.D / 32; ++b) sc |= uint32_t(121 + rng() % 10) << (8 * b);
+      *scale_i = int32_t(sc);
+      for (int i = 0; i < Dq; ++i) codes[i] = uint8_t(rng());
+      for (int d = 0; d < c.D; ++d) {
+        const uint8_t nib = (d & 1) ? codes[d / 2] >> 4 : codes[d / 2] & 15;
+        vals[d] = double(codec::e2m1_to_f32(nib)) * codec::ue8m0_to_f32(uint8_t(sc >> (8 * (d / 32))));
+      }
+    }
+  };
+  for (int m = 0; m < c.M; ++m)
+    for (int h = 0; h < c.H; ++h) {
+      const size_t i = size_t(m) * c.H + h;
+      fill(&q[i * Dq], &qd[i * c.D], &qs[i], nullptr);
+      w[i] = nd(rng) * 0.3f;
+    }
+  for (int t = 0; t < c.Nk; ++t) fill(&k[size_t(t) * Dq], &kd[size_t(t) * c.D], &ksc_i[t], &ksc_f[t]);
+  std::vector<int32_t> ks(c.M), ke(c.M);
+  int W = 0;
+  for (int m = 0; m < c.M; ++m) {
+    ks[m] = int(rng() % (c.Nk / 2));
+    ke[m] = (m % 7 == 3) ? ks[m] : std::min(c.Nk, ks[m] + 1 + int(rng() % (c.Nk / 2)));  // some empty rows
+    W = std::max(W, ke[m] - ks[m]);
+  }
+  if (!c.compressed) W = c.Nk;
+  W += c.compressed ? 5 : 0;
+  DevBuf dq, dqs, dw, dk, dks, dkss, dke, dlog, dws;
+  dq.upload(q); dqs.upload(qs); dw.upload(w); dk.upload(k);
+  if (fp4) dkss.upload(ksc_i); else dkss.upload(ksc_f);
+  dks.upload(ks); dke.upload(ke);
+  dlog.alloc(size_t(c.M) * W * 4);
+  ASSERT_EQ(cudaMemset(dlog.get(), 0xFF, dlog.bytes()), cudaSuccess);
+  MqaLogitsParams p;
+  p.format = c.fmt;
+  p.q = test::dev_tensor(dq, fp4 ? DType::kU8 : DType::kF8E4M3, {c.M, c.H, Dq});
+  if (fp4) p.q_scales = test::dev_tensor(dqs, DType::kI32, {c.M, c.H});
+  p.weights = test::dev_tensor(dw, DType::kF32, {c.M, c.H});
+  p.k = test::dev_tensor(dk, fp4 ? DType::kU8 : DType::kF8E4M3, {c.Nk, Dq});
+  p.k_scales = test::dev_tensor(dkss, fp4 ? DType::kI32 : DType::kF32, {c.Nk});
+  p.ks = test::dev_tensor(dks, DType::kI32, {c.M});
+  p.ke = test::dev_tensor(dke, DType::kI32, {c.M});
+  p.logits = test::dev_tensor(dlog, DType::kF32, {c.M, W});
+  p.compressed = c.compressed;
+  p.clean = c.clean;
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  ex.smem_budget_bytes = c.smem_budget;
+  size_t wsb = 0;
+  ASSERT_TRUE(mqa_logits_workspace(p, ex, &wsb).ok());
+  dws.alloc(wsb + 16);
+  ex.workspace = dws.get();
+  ex.workspace_bytes = dws.bytes();
+  const Status st = mqa_logits(p, ex);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = dlog.download<float>(size_t(c.M) * W);
+  double num = 0, den = 0;
+  int64_t bad = 0;
+  for (int m = 0; m < c.M; ++m) {
+    for (int col = 0; col < W; ++col) {
+      const int t = c.compressed ? ks[m] + col : col;
+      const bool in = t >= ks[m] && t < ke[m];
+      const float g = got[size_t(m) * W + col];
+      if (!in) {
+        if (c.clean && !(std::isinf(g) && g < 0)) ++bad;
+        continue;
+      }
+      double acc = 0;
+      for (int h = 0; h < c.H; ++h) {
+        double sdot = 0;
+        for (int d = 0; d < c.D; ++d) sdot += qd[(size_t(m) * c.H + h) * c.D + d] * kd[size_t(t) * c.D + d];
+        acc += double(w[size_t(m) * c.H + h]) * std::max(sdot, 0.0);
+      }
+      if (!std::isfinite(g)) { ++bad; continue; }
+      num += (g - acc) * (g - acc);
+      den += acc * acc;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "M" << c.M << " Nk" << c.Nk << " compressed " << c.compressed;
+  EXPECT_LE(std::sqrt(num / std::max(den, 1e-300)), 2e-4);
+}
+
+TEST(GpuIndexer, PrefillMqaLogits) {
+  SKIP_WITHOUT_GPU();
+  PrefillCase c;
+  run_prefill_case(c);
+  c.compressed = true; c.seed = 2;
+  run_prefill_case(c);
+  c.fmt = IndexerFormat::kMxfp4; c.seed = 3; c.D = 64; c.H = 16;
+  run_prefill_case(c);
+  c.compressed = false; c.seed = 4; c.smem_budget = 101376; c.H = 64; c.D = 128;
+  run_prefill_case(c);
+  c.fmt = IndexerFormat::kFp8; c.seed = 5; c.M = 8; c.Nk = 3000; c.H = 64;
+  run_prefill_case(c);
+}
+
+TEST(GpuIndexer, SanitizerPrefill) {
+  SKIP_WITHOUT_GPU();
+  PrefillCase c;
+  c.M = 11; c.Nk = 130; c.H = 16; c.seed = 9;
+  run_prefill_case(c);
+}
+
+// ---------------------------------------------------------------- schedule metadata
+std::vector<int32_t> host_schedule(const std::vector<int32_t>& lens, int N, int parts, bool per_row) {
+  std::vector<int32_t> meta(size_t(schedule_metadata_size(parts)), -7);
+  ScheduleMetadataParams sp;
+  const int64_t B = per_row ? int64_t(lens.size()) / N : int64_t(lens.size());
+  sp.context_lens = per_row ? make_tensor(const_cast<int32_t*>(lens.data()), DType::kI32, {B, N})
+                            : make_tensor(const_cast<int32_t*>(lens.data()), DType::kI32, {B});
+  sp.next_n = N;
+  sp.states_per_page = 64;
+  sp.num_sms = parts;
+  sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
+  Exec ex;
+  const Status s = schedule_metadata(sp, ex);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return meta;
+}
+
+TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  struct SC { int B, N, parts; int maxlen; bool zero; };
+  for (const SC& sc : {SC{7, 1, 132, 5000, false}, SC{300, 2, 132, 900, false}, SC{5, 3, 16, 0, true},
+                       SC{1, 1, 132, 1 << 20, false}, SC{2000, 1, 264, 70000, false}}) {
+    std::vector<int32_t> lens(size_t(sc.B) * sc.N);
+    for (auto& l : lens) l = sc.zero ? 0 : int32_t(rng() % (sc.maxlen + 1));
+    if (sc.B == 1) lens[0] = sc.maxlen;
+    const auto hmeta = host_schedule(lens, sc.N, sc.parts, true);
+    DevBuf dl, dm;
+    dl.upload(lens);
+    dm.alloc(hmeta.size() * 4);
+    ScheduleMetadataParams sp;
+    sp.context_lens = test::dev_tensor(dl, DType::kI32, {sc.B, sc.N});
+    sp.next_n = sc.N;
+    sp.states_per_page = 64;
+    sp.num_sms = sc.parts;
+    sp.metadata = test::dev_tensor(dm, DType::kI32, {int64_t(hmeta.size())});
+    Exec ex;
+    ASSERT_TRUE(schedule_metadata(sp, ex).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dm.download<int32_t>(hmeta.size()), hmeta) << "B=" << sc.B;
+    // Boundaries are monotone and end at (B, 0).
+    for (int p = 0; p < sc.parts; ++p) {
+      const int64_t a = int64_t(hmeta[4 + 2 * p]) << 32 | uint32_t(hmeta[5 + 2 * p]);
+      const int64_t b = int64_t(hmeta[6 + 2 * p]) << 32 | uint32_t(hmeta[7 + 2 * p]);
+      EXPECT_LE(a, b);
+    }
+    EXPECT_EQ(hmeta[4 + 2 * sc.parts], sc.B);
+  }
+}
+
+// Metadata + logits captured once in a CUDA graph, replayed with new lengths and block tables.
+TEST(GpuIndexer, GraphReplay) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c;
+  c.B = 4; c.N = 2; c.max_ctx = 600; c.seed = 71;
+  HostIdx h;
+  build_case(c, &h);
+  DevIdx d;
+  upload(h, d, false);
+  PagedMqaLogitsParams p = make_params(c, h, d);
+  const int parts = cuda_num_sms();
+  d.sched.alloc(size_t(schedule_metadata_size(parts)) * 4);
+  p.schedule = test::dev_tensor(d.sched, DType::kI32, {schedule_metadata_size(parts)});
+  ScheduleMetadataParams sp;
+  sp.context_lens = p.context_lens;
+  sp.next_n = c.N;
+  sp.states_per_page = c.S;
+  sp.num_sms = parts;
+  sp.metadata = p.schedule;
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  ex.stream = st;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status s1 = schedule_metadata(sp, ex);
+  const Status s2 = run_paged(c, h, d, p, st);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_TRUE(s1.ok()) << s1.to_string();
+  ASSERT_TRUE(s2.ok()) << s2.to_string();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::mt19937_64 rng(99);
+  for (int round = 0; round < 3; ++round) {
+    // New lengths (bounded by the block table) and a reshuffled block table.
+    const int cap = (h.max_pages - 1) * c.S;
+    for (int b = 0; b < c.B; ++b)
+      for (int j = 0; j < c.N; ++j) {
+        int L = round == 2 ? 0 : int(rng() % std::min<int>(cap, int(h.width) - 1));
+        h.lens[size_t(b) * c.N + j] = L;
+        h.row_ctx[size_t(b) * c.N + j] = L;
+      }
+    std::shuffle(h.block_table.begin(), h.block_table.end(), rng);
+    d.lens.upload(h.lens);
+    d.bt.upload(h.block_table);
+    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    check_logits(c, h, download_logits(c, h, d), reference(c, h));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace dsattn
