@@ -89,6 +89,36 @@ TEST_F(PagedFixture, NextNTooLarge) {
   p.q = make_tensor(q.data(), DType::kF8E4M3, {1, 9, 8, 32});
   EXPECT_EQ(error(), "paged_mqa_logits: q next_n (dim 1) expected 1..8, got 9");
 }
+TEST_F(PagedFixture, NextNZero) {
+  p.q = make_tensor(c.q.q.data(), DType::kF8E4M3, {2, 0, 8, 32});
+  EXPECT_EQ(error(), "paged_mqa_logits: q next_n (dim 1) expected 1..8, got 0");
+}
+TEST_F(PagedFixture, WeightsNullData) {
+  p.weights.data = nullptr;
+  EXPECT_EQ(error(), "paged_mqa_logits: weights data pointer is null for shape [4, 8]");
+}
+TEST_F(PagedFixture, BlockTableNullData) {
+  p.block_table.data = nullptr;
+  EXPECT_EQ(error(), "paged_mqa_logits: block_table data pointer is null for shape [2, 5]");
+}
+TEST_F(PagedFixture, ContextLensNullData) {
+  p.context_lens.data = nullptr;
+  EXPECT_EQ(error(), "paged_mqa_logits: context_lens data pointer is null for shape [2, 2]");
+}
+TEST_F(PagedFixture, PagesNullData) {
+  p.cache.pages.data = nullptr;
+  EXPECT_EQ(error(), "paged_mqa_logits: kv_cache pages data pointer is null for shape [7, 144]");
+}
+TEST_F(PagedFixture, LogitsNullData) {
+  p.logits.data = nullptr;
+  EXPECT_EQ(error(), "paged_mqa_logits: logits data pointer is null for shape [4, 16]");
+}
+TEST_F(PagedFixture, PagesMisaligned) {
+  std::vector<uint8_t> buf(7 * 144 + 4);
+  p.cache.pages = make_tensor(buf.data() + 1, DType::kU8, {7, 144});
+  const std::string m = error();
+  EXPECT_EQ(m.rfind("paged_mqa_logits: kv_cache pages data pointer expected 4-byte aligned, got ", 0), 0u) << m;
+}
 TEST_F(PagedFixture, HeadsUnsupported) {
   std::vector<uint8_t> q(4 * 12 * 32);
   p.q = make_tensor(q.data(), DType::kF8E4M3, {2, 2, 12, 32});
@@ -446,6 +476,29 @@ TEST_F(TopkFixture, BaseCasesAreValid) {
   with_slots();
   EXPECT_TRUE(topk(p, cpu_exec()).ok());
 }
+TEST_F(TopkFixture, LogitsNullData) {
+  p.logits.data = nullptr;
+  EXPECT_EQ(error(), "topk: logits data pointer is null for shape [3, 10]");
+}
+TEST_F(TopkFixture, IndicesNullData) {
+  p.indices.data = nullptr;
+  EXPECT_EQ(error(), "topk: indices data pointer is null for shape [3, 4]");
+}
+TEST_F(TopkFixture, LogitsMissing) {
+  p.logits = TensorView{};
+  EXPECT_EQ(error(), "topk: logits is required but was not given");
+}
+TEST_F(TopkFixture, ValuesShape) {
+  std::vector<float> v(3 * 5);
+  p.values = make_tensor(v.data(), DType::kF32, {3, 5});
+  EXPECT_EQ(error(), "topk: values shape expected [3, 4], got [3, 5]");
+}
+TEST_F(TopkFixture, WorkspaceQueryOnCpuIsZero) {
+  size_t bytes = 99;
+  ASSERT_TRUE(topk_workspace(p, cpu_exec(), &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(topk_workspace(p, cpu_exec(), nullptr).message, "topk: bytes (workspace size output) is a null pointer");
+}
 TEST_F(TopkFixture, LogitsDtype) {
   p.logits.dtype = DType::kF16;
   EXPECT_EQ(error(), "topk: logits dtype expected f32 or bf16, got f16");
@@ -579,6 +632,31 @@ struct MqaFixture : ::testing::Test {
   }
 };
 TEST_F(MqaFixture, BaseCaseIsValid) { EXPECT_TRUE(mqa_logits(p, cpu_exec()).ok()); }
+TEST_F(MqaFixture, WorkspaceQueryOnCpuIsZero) {
+  size_t bytes = 99;
+  ASSERT_TRUE(mqa_logits_workspace(p, cpu_exec(), &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+}
+TEST_F(MqaFixture, KNullData) {
+  p.k.data = nullptr;
+  EXPECT_EQ(error(), "mqa_logits: k data pointer is null for shape [6, 64]");
+}
+TEST_F(MqaFixture, QScalesWithFp8) {
+  std::vector<int32_t> qs(M * H);
+  p.q_scales = make_tensor(qs.data(), DType::kI32, {M, H});
+  EXPECT_EQ(error(), "mqa_logits: q_scales is only used with the mxfp4 format, got it with fp8");
+}
+TEST_F(MqaFixture, Mxfp4QLastDim) {
+  p.format = IndexerFormat::kMxfp4;
+  p.q = make_tensor(q.data(), DType::kU8, {M, H, 24});
+  EXPECT_EQ(error(), "mqa_logits: q last dim expected 16, 32 or 64 (head_dim 32, 64 or 128 / 2, packed E2M1), got 24");
+}
+TEST_F(MqaFixture, LogitsBf16AndCompressedAreValid) {
+  std::vector<uint16_t> o16(M * 4);
+  p.logits = make_tensor(o16.data(), DType::kBF16, {M, 4});
+  p.compressed = true;
+  EXPECT_TRUE(mqa_logits(p, cpu_exec()).ok());
+}
 TEST_F(MqaFixture, QDtype) {
   p.q.dtype = DType::kBF16;
   EXPECT_EQ(error(), "mqa_logits: q dtype expected f8_e4m3, got bf16");

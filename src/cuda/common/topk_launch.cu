@@ -1,13 +1,200 @@
-// TEMPORARY stub: replaced by the real launcher.
+// dsattn::topk on CUDA (SPEC §3.3): plan + launches of the radix top-k in topk_grid.cuh.
+// No host synchronization, no allocation: safe inside CUDA graphs (workspace from Exec).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
 #include "api/validate.h"
+#include "cuda/common/topk_launch.cuh"
 #include "cuda/cuda_ops.h"
 
 namespace dsattn {
 namespace cuda {
 
-size_t topk_workspace(const TopkParams&, const detail::TopkProblem&, const Exec&) { return 0; }
-Status topk(const TopkParams&, const detail::TopkProblem&, const Exec&) { return detail::not_implemented("topk", "not yet implemented on the GPU"); }
-size_t paged_mqa_topk_workspace(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
-Status paged_mqa_topk(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&) { return detail::not_implemented("paged_mqa_topk", "not yet implemented on the GPU"); }
+using namespace topk_detail;
+
+Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out) {
+  int dev = 0;
+  DSATTN_CUDA_RETURN("topk", cudaGetDevice(&dev));
+  DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&out->num_sms, cudaDevAttrMultiProcessorCount, dev));
+  DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&out->smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  // Room for the kernels' static shared memory (TopkShared) and the runtime's reserve.
+  out->smem_max -= 1024;
+  if (ex.smem_budget_bytes > 0) out->smem_max = std::min(out->smem_max, ex.smem_budget_bytes - 1024);
+  return Status::Ok();
+}
+
+TopkTuning& topk_tuning() {
+  static TopkTuning t;
+  return t;
+}
+
+size_t topk_smem_bytes(int n_keys, int k_pad) {
+  return (static_cast<size_t>(n_keys) + kKeyPad + region_words(k_pad)) * 4;
+}
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Status plan_levels(int64_t rows, int cand_n, TopkPlan* plan) {
+  int64_t n = cand_n;
+  plan->buf_words[0] = static_cast<size_t>(rows * n);
+  plan->levels = 0;
+  while (n > plan->cap) {
+    if (plan->levels == TopkPlan::kMaxLevels) {
+      return detail::not_implemented("topk", "%lld candidates per row need more than %d merge levels",
+                                      static_cast<long long>(cand_n), TopkPlan::kMaxLevels);
+    }
+    const int l = plan->levels++;
+    const int fan_n = (plan->cap / plan->kc) * plan->kc;
+    const int64_t out_chunks = ceil_div(n, fan_n);
+    if (out_chunks > 65535) {
+      return detail::not_implemented("topk", "rows of %lld candidates are too long", static_cast<long long>(n));
+    }
+    plan->level_in_n[l] = static_cast<int>(n);
+    plan->level_fan_n[l] = fan_n;
+    plan->level_out_chunks[l] = static_cast<int>(out_chunks);
+    plan->smem_merge[l] = topk_smem_bytes(fan_n, plan->k_pad);
+    n = out_chunks * plan->kc;
+    size_t& w = plan->buf_words[(l + 1) & 1];
+    w = std::max(w, static_cast<size_t>(rows * n));
+  }
+  plan->final_n = static_cast<int>(n);
+  plan->smem_final = topk_smem_bytes(plan->final_n, plan->k_pad);
+  plan->workspace_bytes = topk_buffers_bytes(*plan);
+  return Status::Ok();
+}
+
+Status plan_common(int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
+  if (k < 1 || k > kMaxK) return detail::not_implemented("topk", "k expected 1..%d on CUDA, got %d", kMaxK, k);
+  *plan = TopkPlan();
+  plan->k = k;
+  plan->kc = (k + 3) & ~3;
+  plan->k_pad = next_pow2(k);
+  plan->cap = ((lim.smem_max / 4 - region_words(plan->k_pad) - kKeyPad) / 256) * 256;
+  if (plan->cap < 4 * plan->kc) {
+    return detail::not_implemented("topk", "k = %d needs more shared memory than the %d bytes available", k,
+                                   lim.smem_max);
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
+  DSATTN_RETURN_IF_ERROR(plan_common(k, lim, plan));
+  plan->direct = false;
+  return plan_levels(rows, cand_n, plan);
+}
+
+Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
+  DSATTN_RETURN_IF_ERROR(plan_common(k, lim, plan));
+  const int64_t W = std::max<int64_t>(width, 0);
+  const TopkTuning& tune = topk_tuning();
+  const int64_t direct_max = tune.max_direct > 0 ? std::min(tune.max_direct, plan->cap) : plan->cap;
+  int64_t C = std::max<int64_t>(1, ceil_div(W, direct_max));
+  // Few rows: split each over several CTAs (chunks of at least min_chunk positions) to fill the SMs.
+  const int64_t min_chunk = std::max<int64_t>(4 * plan->kc, tune.min_chunk);
+  if (rows > 0 && rows * C < lim.num_sms / std::max(1, tune.fill_div) && W >= 2 * min_chunk) {
+    C = std::max(C, std::min(ceil_div(lim.num_sms, rows), W / min_chunk));
+  }
+  const int64_t chunk_len = std::max<int64_t>(8, (ceil_div(W, C) + 7) & ~int64_t(7));
+  C = std::max<int64_t>(1, ceil_div(W, chunk_len));
+  if (C > 65535) return detail::not_implemented("topk", "rows of %lld are too long", static_cast<long long>(W));
+  plan->chunks = static_cast<int>(C);
+  plan->chunk_len = static_cast<int>(chunk_len);
+  if (C == 1) {
+    plan->direct = true;
+    plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad);
+    plan->workspace_bytes = 0;
+    return Status::Ok();
+  }
+  plan->direct = false;
+  plan->smem_chunk = topk_smem_bytes(plan->chunk_len, plan->k_pad);
+  return plan_levels(rows, static_cast<int>(C * plan->kc), plan);
+}
+
+namespace {
+
+template <typename T>
+Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPlan& plan, const Exec& ex) {
+  const char* op = "topk";
+  cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
+  const T* logits = p.logits.ptr<const T>();
+  const int64_t ld = p.logits.strides[0];
+  TopkRowBounds rb;
+  rb.width = static_cast<int>(pb.width);
+  if (p.starts.defined()) {
+    rb.starts = p.starts.ptr<const int32_t>();
+    rb.starts_stride = p.starts.strides[0];
+  }
+  if (p.ends.defined()) {
+    rb.ends = p.ends.ptr<const int32_t>();
+    rb.ends_stride = p.ends.strides[0];
+  }
+  TopkOutputs out;
+  out.indices = p.indices.ptr<int32_t>();
+  out.indices_ld = p.indices.strides[0];
+  if (p.values.defined()) {
+    out.values = p.values.ptr<float>();
+    out.values_ld = p.values.strides[0];
+  }
+  if (pb.slot_transform && p.slot_ids.defined()) {
+    out.slots = p.slot_ids.ptr<int32_t>();
+    out.slots_ld = p.slot_ids.strides[0];
+    out.block_table = p.block_table.ptr<const int32_t>();
+    out.bt_ld = p.block_table.strides[0];
+    out.bt_rows = p.block_table.shape[0];
+    out.max_pages = p.block_table.shape[1];
+    if (p.row_request.defined()) {
+      out.row_request = p.row_request.ptr<const int32_t>();
+      out.rr_stride = p.row_request.strides[0];
+    }
+    out.next_n = p.next_n;
+    out.states_per_page = p.states_per_page;
+  }
+  if (plan.direct) {
+    auto kern = topk_final_kernel<T, false>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+    kern<<<static_cast<unsigned>(pb.rows), kTopkThreads, plan.smem_final, st>>>(
+        logits, ld, rb, plan.k, plan.k_pad, static_cast<int>(pb.width), p.sorted, nullptr, nullptr, 0, out);
+    return last_launch_status(op, "topk_final_kernel");
+  }
+  const TopkBuffers buf = topk_buffers(plan, ex.workspace);
+  auto kern = topk_chunk_kernel<T>;
+  DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_chunk, op));
+  dim3 grid(static_cast<unsigned>(pb.rows), static_cast<unsigned>(plan.chunks));
+  kern<<<grid, kTopkThreads, plan.smem_chunk, st>>>(logits, ld, rb, plan.k, plan.kc, plan.k_pad, plan.chunk_len,
+                                                     buf.key[0], buf.idx[0]);
+  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_chunk_kernel"));
+  return launch_merge_and_final<T>(plan, pb.rows, buf, logits, ld, rb, p.sorted, out, st, op);
+}
+
+}  // namespace
+
+size_t topk_workspace(const TopkParams&, const detail::TopkProblem& pb, const Exec& ex) {
+  TopkDeviceLimits lim;
+  TopkPlan plan;
+  if (!topk_device_limits(ex, &lim).ok()) return 0;
+  if (!plan_topk(pb.rows, pb.width, pb.k, lim, &plan).ok()) return 0;
+  return plan.workspace_bytes;
+}
+
+Status topk(const TopkParams& p, const detail::TopkProblem& pb, const Exec& ex) {
+  TopkDeviceLimits lim;
+  DSATTN_RETURN_IF_ERROR(topk_device_limits(ex, &lim));
+  TopkPlan plan;
+  DSATTN_RETURN_IF_ERROR(plan_topk(pb.rows, pb.width, pb.k, lim, &plan));
+  DSATTN_RETURN_IF_ERROR(detail::check_workspace("topk", ex, plan.workspace_bytes));
+  if (pb.rows == 0 || pb.k == 0) return Status::Ok();
+  if (pb.width > INT32_MAX) return detail::not_implemented("topk", "rows wider than %d are not supported", INT32_MAX);
+  switch (p.logits.dtype) {
+    case DType::kF32: return run_topk<float>(p, pb, plan, ex);
+    case DType::kBF16: return run_topk<__nv_bfloat16>(p, pb, plan, ex);
+    default:
+      return detail::invalid("topk", "logits dtype expected f32 or bf16, got %s", dtype_name(p.logits.dtype));
+  }
+}
+
 }  // namespace cuda
 }  // namespace dsattn

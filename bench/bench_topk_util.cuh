@@ -1,0 +1,147 @@
+// Small timing helpers of the top-k benchmarks: device memory, random fill, copy-bandwidth
+// ceiling, and a median-of-N event timer that flushes L2 before every timed call.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace dsattn {
+namespace bench {
+
+struct DevMem {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevMem(size_t n) : bytes(n) {
+    if (n > 0 && cudaMalloc(&p, n) != cudaSuccess) {
+      p = nullptr;
+      cudaGetLastError();
+    }
+  }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  ~DevMem() {
+    if (p) cudaFree(p);
+  }
+  bool ok() const { return bytes == 0 || p != nullptr; }
+};
+
+// Approximately normal values (sum of 4 uniforms, centered), deterministic per index.
+__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
+    float acc = 0.0f;
+    for (int j = 0; j < 4; ++j) {
+      z ^= z >> 31;
+      z *= 0xBF58476D1CE4E5B9ull;
+      z ^= z >> 29;
+      acc += static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+    }
+    const float v = (acc - 2.0f) * 1.7f;
+    if (bf16) {
+      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(v);
+    } else {
+      static_cast<float*>(out)[i] = v;
+    }
+  }
+}
+
+inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234) {
+  if (n == 0) return;
+  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed);
+}
+
+struct BenchContext {
+  std::string device_name;
+  int num_sms = 0;
+  double copy_gbps = 0.0;   // device-to-device copy, bytes read + written per second
+  size_t flush_bytes = 0;   // > L2 size
+  void* flush = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+
+  ~BenchContext() {
+    if (flush) cudaFree(flush);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+  }
+
+  bool init() {
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return false;
+    device_name = prop.name;
+    num_sms = prop.multiProcessorCount;
+    flush_bytes = std::max<size_t>(size_t(prop.l2CacheSize) * 4, 256u << 20);
+    if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) return false;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    // Copy ceiling: 1 GiB device-to-device, median of 10.
+    const size_t cb = size_t(1) << 30;
+    void *a = nullptr, *b = nullptr;
+    if (cudaMalloc(&a, cb) != cudaSuccess || cudaMalloc(&b, cb) != cudaSuccess) return false;
+    cudaMemset(a, 1, cb);
+    std::vector<float> t;
+    for (int i = 0; i < 11; ++i) {
+      cudaEventRecord(e0);
+      cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (i > 0) t.push_back(ms);
+    }
+    cudaFree(a);
+    cudaFree(b);
+    std::sort(t.begin(), t.end());
+    copy_gbps = 2.0 * cb / (t[t.size() / 2] * 1e6);
+    return cudaGetLastError() == cudaSuccess;
+  }
+
+  // Median time of fn(stream) in microseconds; L2 flushed (a memset larger than L2) before each
+  // call. graph = true: fn is captured once into a CUDA graph and the replays are timed (no host
+  // launch overhead, as in a serving engine's decode graph).
+  template <typename Fn>
+  float time_median_us(int iters, Fn fn, bool graph = true, bool flush_l2 = true) {
+    cudaStream_t st = nullptr;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    fn(st);  // warm-up (module load, smem attributes)
+    cudaStreamSynchronize(st);
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    if (graph) {
+      cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+      fn(st);
+      cudaStreamEndCapture(st, &g);
+      cudaGraphInstantiate(&ge, g, 0);
+    }
+    std::vector<float> t;
+    for (int i = 0; i < iters; ++i) {
+      if (flush_l2) cudaMemsetAsync(flush, i & 0xff, flush_bytes, st);
+      cudaEventRecord(e0, st);
+      if (graph) {
+        cudaGraphLaunch(ge, st);
+      } else {
+        fn(st);
+      }
+      cudaEventRecord(e1, st);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      t.push_back(ms * 1e3f);
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    std::sort(t.begin(), t.end());
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) std::fprintf(stderr, "CUDA error while timing: %s\n", cudaGetErrorString(err));
+    return t[t.size() / 2];
+  }
+};
+
+}  // namespace bench
+}  // namespace dsattn

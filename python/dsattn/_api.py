@@ -1,0 +1,453 @@
+"""The dsattn ops with keyword arguments mirroring the C++ params structs (include/dsattn/ops.h).
+
+Every op takes the execution keywords
+    backend="auto" | "cpu" | "cuda", stream=None, workspace=None, num_threads=0, smem_budget_bytes=0
+(see `dsattn` module docs) and returns its outputs; outputs passed in are written in place and
+returned, outputs not passed in are allocated (see `_arrays.empty`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Optional
+
+from . import _arrays
+from . import _dsattn as _core
+
+INDEXER_FORMATS = {"fp8": 0, "mxfp4": 1}
+LATENT_FORMATS = {"v4_fp8": 0, "v32_fp8": 1}
+
+
+def _fmt(op: str, table: dict, name: str, what: str) -> int:
+    if name not in table:
+        raise ValueError(f"{op}: {what} expected one of {', '.join(table)}, got {name!r}")
+    return table[name]
+
+
+@dataclass
+class IndexerCache:
+    """Indexer key cache (SPEC 2.1 FP8 / 2.2 MXFP4), mirrors dsattn::IndexerCache.
+
+    pages: uint8 array whose first dimension is the page: [num_pages, page_bytes] or DeepGEMM's
+    [num_pages, S, 1, D + 4]; page_stride_bytes = 0 takes the first-dimension stride."""
+
+    pages: Any
+    states_per_page: int
+    head_dim: int = 128
+    format: str = "fp8"
+    page_stride_bytes: int = 0
+
+    def _args(self, op: str) -> dict:
+        _arrays.check_array(op, "cache.pages", self.pages)
+        return dict(cache_pages=_arrays.prep(self.pages),
+                    cache_format=_fmt(op, INDEXER_FORMATS, self.format, "cache.format"),
+                    states_per_page=int(self.states_per_page), head_dim=int(self.head_dim),
+                    page_stride_bytes=int(self.page_stride_bytes))
+
+
+@dataclass
+class LatentCache:
+    """Sparse-MLA latent cache (SPEC 2.3), mirrors dsattn::LatentCache.
+
+    pages: uint8 array whose first dimension is the page ([num_pages, page_bytes], or e.g.
+    [num_pages, P, 656] for V3.2); page_stride_bytes = 0 takes the first-dimension stride."""
+
+    pages: Any
+    tokens_per_page: int
+    format: str = "v4_fp8"
+    page_stride_bytes: int = 0
+
+    def _args(self, op: str, prefix: str = "cache") -> tuple:
+        _arrays.check_array(op, f"{prefix}.pages", self.pages)
+        return (_arrays.prep(self.pages), _fmt(op, LATENT_FORMATS, self.format, f"{prefix}.format"),
+                int(self.tokens_per_page), int(self.page_stride_bytes))
+
+
+class TopkResult(NamedTuple):
+    indices: Any                 # int32 [R, k]
+    values: Optional[Any]        # float32 [R, k] when asked for, else None
+    slot_ids: Optional[Any]      # int32 [R, k] when asked for, else None
+
+
+# ------------------------------------------------------------------ plumbing
+def _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes) -> dict:
+    if backend not in _arrays.BACKENDS:
+        raise ValueError(f"{op}: backend expected one of auto, cpu, cuda, got {backend!r}")
+    if workspace is not None:
+        _arrays.check_array(op, "workspace", workspace)
+    return dict(backend=_arrays.BACKENDS[backend], stream=_arrays.stream_handle(stream),
+                workspace=_arrays.prep(workspace), num_threads=int(num_threads),
+                smem_budget_bytes=int(smem_budget_bytes))
+
+
+def _workspace_bytes(fn, args: dict, ex: dict) -> int:
+    q = dict(ex)
+    q["workspace"] = None
+    return int(fn(**args, query=True, **q))
+
+
+def _run(fn, args: dict, ex: dict, like) -> None:
+    """Runs `fn`; a workspace the op needs but the caller did not pass is allocated on the inputs'
+    device (torch / cupy on CUDA, numpy on the host): convenient, but not graph-safe."""
+    if ex["workspace"] is None:
+        need = _workspace_bytes(fn, args, ex)
+        if need > 0:
+            ex = dict(ex, workspace=_arrays.empty((need,), "uint8", like))
+    fn(**args, **ex)
+
+
+def _out(given, shape, dtype, like, dummy: bool = False):
+    """The caller's output, or a new one allocated like `like`. (dummy: for *_workspace_size
+    queries, which validate the full call and so need every output; pass the outputs you will use
+    to avoid the temporary allocation.)"""
+    if given is not None:
+        return _arrays.prep(given)
+    return _arrays.empty(tuple(max(int(s), 0) for s in shape), dtype, like)
+
+
+def _dim(x, i: int) -> int:
+    """x.shape[i], or 0 when x has no such dimension (the C++ checks then report the real problem)."""
+    shape = getattr(x, "shape", ())
+    return int(shape[i]) if -len(shape) <= i < len(shape) else 0
+
+
+def _rows(q, varlen: bool) -> int:
+    return _dim(q, 0) if varlen else _dim(q, 0) * _dim(q, 1)
+
+
+_LOGIT_DTYPES = ("float32", "bfloat16")
+
+
+def _logits_dtype(op, logits_dtype):
+    if logits_dtype not in _LOGIT_DTYPES:
+        raise ValueError(f"{op}: logits_dtype expected float32 or bfloat16, got {logits_dtype!r}")
+    return logits_dtype
+
+
+# ------------------------------------------------------------------ paged indexer
+def _paged_common(op, q, weights, cache, block_table, context_lens, q_scales, row_request, schedule):
+    if not isinstance(cache, IndexerCache):
+        raise TypeError(f"{op}: cache expected dsattn.IndexerCache, got {type(cache).__name__}")
+    for name, x, req in (("q", q, True), ("weights", weights, True), ("block_table", block_table, True),
+                         ("context_lens", context_lens, True), ("q_scales", q_scales, False),
+                         ("row_request", row_request, False), ("schedule", schedule, False)):
+        _arrays.check_array(op, name, x, req)
+    args = dict(q=_arrays.prep(q), q_scales=_arrays.prep(q_scales), weights=_arrays.prep(weights),
+                block_table=_arrays.prep(block_table), context_lens=_arrays.prep(context_lens),
+                row_request=_arrays.prep(row_request), schedule=_arrays.prep(schedule))
+    args.update(cache._args(op))
+    return args
+
+
+def _paged_mqa_logits(q, weights, cache, block_table, context_lens, q_scales, row_request, schedule,
+                      logits, max_context, logits_dtype, clean, dummy):
+    op = "paged_mqa_logits"
+    args = _paged_common(op, q, weights, cache, block_table, context_lens, q_scales, row_request, schedule)
+    if max_context is None:
+        max_context = _dim(block_table, 1) * int(cache.states_per_page)
+    rows = _rows(q, row_request is not None)
+    args["logits"] = _out(logits, (rows, max_context), _logits_dtype(op, logits_dtype), q, dummy)
+    args["clean"] = bool(clean)
+    return args
+
+
+def paged_mqa_logits(q, weights, cache: IndexerCache, block_table, context_lens, *, q_scales=None,
+                     row_request=None, schedule=None, logits=None, max_context=None,
+                     logits_dtype="float32", clean=False, backend="auto", stream=None, workspace=None,
+                     num_threads=0, smem_budget_bytes=0):
+    """Indexer logits over a paged cache (SPEC 3.1). Returns logits [R, max_context] (R = B*N, or
+    the varlen row count when row_request is given). max_context defaults to
+    block_table.shape[1] * cache.states_per_page; logits_dtype "float32" or "bfloat16"."""
+    args = _paged_mqa_logits(q, weights, cache, block_table, context_lens, q_scales, row_request, schedule,
+                             logits, max_context, logits_dtype, clean, False)
+    ex = _exec("paged_mqa_logits", backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.paged_mqa_logits, args, ex, q)
+    return args["logits"] if logits is None else logits
+
+
+def paged_mqa_logits_workspace_size(q, weights, cache: IndexerCache, block_table, context_lens, *,
+                                    q_scales=None, row_request=None, schedule=None, logits=None,
+                                    max_context=None, logits_dtype="float32", clean=False, backend="auto",
+                                    num_threads=0, smem_budget_bytes=0) -> int:
+    """Workspace bytes paged_mqa_logits needs for these arguments (0: none)."""
+    args = _paged_mqa_logits(q, weights, cache, block_table, context_lens, q_scales, row_request, schedule,
+                             logits, max_context, logits_dtype, clean, True)
+    ex = _exec("paged_mqa_logits", backend, None, None, num_threads, smem_budget_bytes)
+    return _workspace_bytes(_core.paged_mqa_logits, args, ex)
+
+
+def _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule, indices,
+                    values, slot_ids, return_values, return_slot_ids, sorted, dummy):
+    op = "paged_mqa_topk"
+    args = _paged_common(op, q, weights, cache, block_table, context_lens, q_scales, row_request, schedule)
+    rows = _rows(q, row_request is not None)
+    args["k"] = int(k)
+    args["indices"] = _out(indices, (rows, k), "int32", q, dummy)
+    args["values"] = (_out(values, (rows, k), "float32", q, dummy)
+                      if values is not None or return_values else None)
+    args["slot_ids"] = (_out(slot_ids, (rows, k), "int32", q, dummy)
+                        if slot_ids is not None or return_slot_ids else None)
+    args["sorted"] = bool(sorted)
+    return args
+
+
+def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k: int, *, q_scales=None,
+                   row_request=None, schedule=None, indices=None, values=None, slot_ids=None,
+                   return_values=False, return_slot_ids=False, sorted=False, backend="auto", stream=None,
+                   workspace=None, num_threads=0, smem_budget_bytes=0) -> TopkResult:
+    """Fused indexer + top-k (SPEC 3.4): never materializes the [R, max_context] logits.
+    Returns TopkResult(indices [R, k] int32 state indices, values [R, k] float32 or None,
+    slot_ids [R, k] int32 or None). values / slot_ids are produced when passed in or when
+    return_values / return_slot_ids is set."""
+    args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
+                           indices, values, slot_ids, return_values, return_slot_ids, sorted, False)
+    ex = _exec("paged_mqa_topk", backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.paged_mqa_topk, args, ex, q)
+    return TopkResult(indices if indices is not None else args["indices"],
+                      values if values is not None else args["values"],
+                      slot_ids if slot_ids is not None else args["slot_ids"])
+
+
+def paged_mqa_topk_workspace_size(q, weights, cache: IndexerCache, block_table, context_lens, k: int, *,
+                                  q_scales=None, row_request=None, schedule=None, indices=None, values=None,
+                                  slot_ids=None, return_values=False, return_slot_ids=False, sorted=False,
+                                  backend="auto", num_threads=0, smem_budget_bytes=0) -> int:
+    """Workspace bytes paged_mqa_topk needs for these arguments (0: none)."""
+    args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
+                           indices, values, slot_ids, return_values, return_slot_ids, sorted, True)
+    ex = _exec("paged_mqa_topk", backend, None, None, num_threads, smem_budget_bytes)
+    return _workspace_bytes(_core.paged_mqa_topk, args, ex)
+
+
+def schedule_metadata_size(num_sms: int = 0) -> int:
+    """int32 elements of the schedule metadata for `num_sms` multiprocessors (0: this GPU's)."""
+    n = int(num_sms) if num_sms else _core.cuda_num_sms()
+    return int(_core.schedule_metadata_size(n))
+
+
+def schedule_metadata(context_lens, *, states_per_page: int, next_n: int = 1, row_request=None, num_sms: int = 0,
+                      metadata=None, backend="auto", stream=None, workspace=None, num_threads=0,
+                      smem_budget_bytes=0):
+    """Balanced work split for paged_mqa_logits / paged_mqa_topk (pass the result as schedule=).
+    On CUDA a device kernel: no host sync, capturable in a CUDA graph when metadata is passed in.
+    Returns metadata, int32 [schedule_metadata_size(num_sms)] (layout private to dsattn)."""
+    op = "schedule_metadata"
+    _arrays.check_array(op, "context_lens", context_lens)
+    _arrays.check_array(op, "row_request", row_request, False)
+    n = int(num_sms)
+    if metadata is None:
+        metadata = _arrays.empty((schedule_metadata_size(n),), "int32", context_lens)
+    args = dict(context_lens=_arrays.prep(context_lens), row_request=_arrays.prep(row_request),
+                next_n=int(next_n), states_per_page=int(states_per_page), num_sms=n,
+                metadata=_arrays.prep(metadata))
+    ex = _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.schedule_metadata, args, ex, context_lens)
+    return metadata
+
+
+# ------------------------------------------------------------------ prefill logits
+def _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compressed, width, clean,
+                logits_dtype, dummy):
+    op = "mqa_logits"
+    for name, x, req in (("q", q, True), ("weights", weights, True), ("k", k, True), ("k_scales", k_scales, True),
+                         ("ks", ks, True), ("ke", ke, True), ("q_scales", q_scales, False)):
+        _arrays.check_array(op, name, x, req)
+    if logits is None:
+        if not compressed:
+            width = _dim(k, 0)
+        elif width is None:
+            # max(ke - ks), read back with the inputs' framework (a host sync on GPU arrays).
+            width = int((ke - ks).max()) if _dim(ks, 0) > 0 else 0
+    args = dict(format=_fmt(op, INDEXER_FORMATS, format, "format"), q=_arrays.prep(q),
+                q_scales=_arrays.prep(q_scales), weights=_arrays.prep(weights), k=_arrays.prep(k),
+                k_scales=_arrays.prep(k_scales), ks=_arrays.prep(ks), ke=_arrays.prep(ke),
+                logits=_out(logits, (_dim(q, 0), width or 0), _logits_dtype(op, logits_dtype), q, dummy),
+                compressed=bool(compressed), clean=bool(clean))
+    return args
+
+
+def mqa_logits(q, weights, k, k_scales, ks, ke, *, format="fp8", q_scales=None, logits=None, compressed=False,
+               width=None, clean=False, logits_dtype="float32", backend="auto", stream=None, workspace=None,
+               num_threads=0, smem_budget_bytes=0):
+    """Prefill (ragged) indexer logits (SPEC 3.2). Returns logits [M, Nk], or [M, width] when
+    compressed (column t - ks[m]); width defaults to max(ke - ks), which reads ks / ke back to the
+    host (pass width= or logits= on the GPU to avoid the sync)."""
+    args = _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compressed, width, clean,
+                       logits_dtype, False)
+    ex = _exec("mqa_logits", backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.mqa_logits, args, ex, q)
+    return args["logits"] if logits is None else logits
+
+
+def mqa_logits_workspace_size(q, weights, k, k_scales, ks, ke, *, format="fp8", q_scales=None, logits=None,
+                              compressed=False, width=None, clean=False, logits_dtype="float32", backend="auto",
+                              num_threads=0, smem_budget_bytes=0) -> int:
+    """Workspace bytes mqa_logits needs for these arguments (0: none)."""
+    args = _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compressed, width, clean,
+                       logits_dtype, True)
+    ex = _exec("mqa_logits", backend, None, None, num_threads, smem_budget_bytes)
+    return _workspace_bytes(_core.mqa_logits, args, ex)
+
+
+# ------------------------------------------------------------------ top-k
+def _topk(logits, k, starts, ends, indices, values, return_values, sorted, block_table, row_request, next_n,
+          states_per_page, slot_ids, dummy):
+    op = "topk"
+    for name, x, req in (("logits", logits, True), ("starts", starts, False), ("ends", ends, False),
+                         ("block_table", block_table, False), ("row_request", row_request, False)):
+        _arrays.check_array(op, name, x, req)
+    rows = _dim(logits, 0)
+    return dict(logits=_arrays.prep(logits), starts=_arrays.prep(starts), ends=_arrays.prep(ends), k=int(k),
+                indices=_out(indices, (rows, k), "int32", logits, dummy),
+                values=(_out(values, (rows, k), "float32", logits, dummy)
+                        if values is not None or return_values else None),
+                sorted=bool(sorted), block_table=_arrays.prep(block_table), row_request=_arrays.prep(row_request),
+                next_n=int(next_n), states_per_page=int(states_per_page),
+                slot_ids=(_out(slot_ids, (rows, k), "int32", logits, dummy)
+                          if slot_ids is not None or block_table is not None else None))
+
+
+def topk(logits, k: int, *, starts=None, ends=None, indices=None, values=None, return_values=False, sorted=False,
+         block_table=None, row_request=None, next_n: int = 1, states_per_page: int = 0, slot_ids=None,
+         backend="auto", stream=None, workspace=None, num_threads=0, smem_budget_bytes=0) -> TopkResult:
+    """Row-wise top-k of logits [R, W] over [starts, ends) (SPEC 3.3). Returns TopkResult(indices
+    [R, k] int32 relative to start with -1 padding, values [R, k] float32 or None, slot_ids [R, k]
+    int32 or None). slot_ids (block_table[b][i // S] * S + i % S) are produced when block_table is
+    given; b = row_request[r], or r // next_n without it."""
+    args = _topk(logits, k, starts, ends, indices, values, return_values, sorted, block_table, row_request,
+                 next_n, states_per_page, slot_ids, False)
+    ex = _exec("topk", backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.topk, args, ex, logits)
+    return TopkResult(indices if indices is not None else args["indices"],
+                      values if values is not None else args["values"],
+                      slot_ids if slot_ids is not None else args["slot_ids"])
+
+
+def topk_workspace_size(logits, k: int, *, starts=None, ends=None, indices=None, values=None, return_values=False,
+                        sorted=False, block_table=None, row_request=None, next_n: int = 1, states_per_page: int = 0,
+                        slot_ids=None, backend="auto", num_threads=0, smem_budget_bytes=0) -> int:
+    """Workspace bytes topk needs for these arguments (0: none)."""
+    args = _topk(logits, k, starts, ends, indices, values, return_values, sorted, block_table, row_request,
+                 next_n, states_per_page, slot_ids, True)
+    ex = _exec("topk", backend, None, None, num_threads, smem_budget_bytes)
+    return _workspace_bytes(_core.topk, args, ex)
+
+
+# ------------------------------------------------------------------ sparse MLA
+_DV = 512
+
+
+def _sparse_mla_decode(q, cache, indices, sm_scale, topk_length, extra_cache, extra_indices, extra_topk_length,
+                       attn_sink, out, lse, dummy):
+    op = "sparse_mla_decode"
+    if not isinstance(cache, LatentCache):
+        raise TypeError(f"{op}: cache expected dsattn.LatentCache, got {type(cache).__name__}")
+    if extra_cache is not None and not isinstance(extra_cache, LatentCache):
+        raise TypeError(f"{op}: extra_cache expected dsattn.LatentCache, got {type(extra_cache).__name__}")
+    for name, x, req in (("q", q, True), ("indices", indices, True), ("topk_length", topk_length, False),
+                         ("extra_indices", extra_indices, False), ("extra_topk_length", extra_topk_length, False),
+                         ("attn_sink", attn_sink, False)):
+        _arrays.check_array(op, name, x, req)
+    if sm_scale is None:
+        raise ValueError(f"{op}: sm_scale is required (e.g. 1 / sqrt(d_qk))")
+    pages, fmt, tpp, stride = cache._args(op)
+    if extra_cache is not None:
+        e_pages, e_fmt, e_tpp, e_stride = extra_cache._args(op, "extra_cache")
+    else:
+        e_pages, e_fmt, e_tpp, e_stride = None, 0, 0, 0
+    b, s, h = _dim(q, 0), _dim(q, 1), _dim(q, 2)
+    return dict(q=_arrays.prep(q), cache_pages=pages, cache_format=fmt, tokens_per_page=tpp,
+                page_stride_bytes=stride, indices=_arrays.prep(indices), topk_length=_arrays.prep(topk_length),
+                extra_pages=e_pages, extra_format=e_fmt, extra_tokens_per_page=e_tpp,
+                extra_page_stride_bytes=e_stride, extra_indices=_arrays.prep(extra_indices),
+                extra_topk_length=_arrays.prep(extra_topk_length), attn_sink=_arrays.prep(attn_sink),
+                sm_scale=float(sm_scale), out=_out(out, (b, s, h, _DV), "bfloat16", q, dummy),
+                lse=_out(lse, (b, s, h), "float32", q, dummy))
+
+
+def sparse_mla_decode(q, cache: LatentCache, indices, *, sm_scale: float, topk_length=None, extra_cache=None,
+                      extra_indices=None, extra_topk_length=None, attn_sink=None, out=None, lse=None,
+                      backend="auto", stream=None, workspace=None, num_threads=0, smem_budget_bytes=0):
+    """Sparse MLA decode over an FP8 latent cache (SPEC 3.5). q bf16 [B, Sq, Hq, d_qk]; indices
+    int32 [B, Sq, topk] slot ids (-1 = none). Returns (out bf16 [B, Sq, Hq, 512], lse float32
+    [B, Sq, Hq], natural log)."""
+    args = _sparse_mla_decode(q, cache, indices, sm_scale, topk_length, extra_cache, extra_indices,
+                              extra_topk_length, attn_sink, out, lse, False)
+    ex = _exec("sparse_mla_decode", backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.sparse_mla_decode, args, ex, q)
+    return (out if out is not None else args["out"], lse if lse is not None else args["lse"])
+
+
+def sparse_mla_decode_workspace_size(q, cache: LatentCache, indices, *, sm_scale: float, topk_length=None,
+                                     extra_cache=None, extra_indices=None, extra_topk_length=None, attn_sink=None,
+                                     out=None, lse=None, backend="auto", num_threads=0, smem_budget_bytes=0) -> int:
+    """Workspace bytes sparse_mla_decode needs for these arguments (0: none)."""
+    args = _sparse_mla_decode(q, cache, indices, sm_scale, topk_length, extra_cache, extra_indices,
+                              extra_topk_length, attn_sink, out, lse, True)
+    ex = _exec("sparse_mla_decode", backend, None, None, num_threads, smem_budget_bytes)
+    return _workspace_bytes(_core.sparse_mla_decode, args, ex)
+
+
+def _sparse_mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, out, lse, dummy):
+    op = "sparse_mla_prefill"
+    for name, x, req in (("q", q, True), ("kv", kv, True), ("indices", indices, True),
+                         ("topk_length", topk_length, False), ("attn_sink", attn_sink, False)):
+        _arrays.check_array(op, name, x, req)
+    if sm_scale is None:
+        raise ValueError(f"{op}: sm_scale is required (e.g. 1 / sqrt(d_qk))")
+    m, h = _dim(q, 0), _dim(q, 1)
+    return dict(q=_arrays.prep(q), kv=_arrays.prep(kv), indices=_arrays.prep(indices),
+                topk_length=_arrays.prep(topk_length), attn_sink=_arrays.prep(attn_sink), sm_scale=float(sm_scale),
+                d_v=int(d_v), out=_out(out, (m, h, d_v), "bfloat16", q, dummy),
+                lse=_out(lse, (m, h), "float32", q, dummy))
+
+
+def sparse_mla_prefill(q, kv, indices, *, sm_scale: float, topk_length=None, attn_sink=None, d_v: int = _DV,
+                       out=None, lse=None, backend="auto", stream=None, workspace=None, num_threads=0,
+                       smem_budget_bytes=0):
+    """Sparse MLA over a bf16 latent kv [Nk, d_qk] (SPEC 3.6). q bf16 [M, Hq, d_qk]; indices int32
+    [M, topk] rows of kv (-1 = none). Returns (out bf16 [M, Hq, d_v], lse float32 [M, Hq])."""
+    args = _sparse_mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, out, lse, False)
+    ex = _exec("sparse_mla_prefill", backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.sparse_mla_prefill, args, ex, q)
+    return (out if out is not None else args["out"], lse if lse is not None else args["lse"])
+
+
+def sparse_mla_prefill_workspace_size(q, kv, indices, *, sm_scale: float, topk_length=None, attn_sink=None,
+                                      d_v: int = _DV, out=None, lse=None, backend="auto", num_threads=0,
+                                      smem_budget_bytes=0) -> int:
+    """Workspace bytes sparse_mla_prefill needs for these arguments (0: none)."""
+    args = _sparse_mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, out, lse, True)
+    ex = _exec("sparse_mla_prefill", backend, None, None, num_threads, smem_budget_bytes)
+    return _workspace_bytes(_core.sparse_mla_prefill, args, ex)
+
+
+# ------------------------------------------------------------------ cache writers
+def write_indexer_cache(k, slot_mapping, cache: IndexerCache, *, backend="auto", stream=None, workspace=None,
+                        num_threads=0, smem_budget_bytes=0) -> None:
+    """Quantizes k (float32 / bf16 [T, D]) and writes it into cache.pages in place at
+    slot_mapping (int32 / int64 [T], page * S + offset, -1 = skip), SPEC 2.1 / 2.2."""
+    op = "write_indexer_cache"
+    if not isinstance(cache, IndexerCache):
+        raise TypeError(f"{op}: cache expected dsattn.IndexerCache, got {type(cache).__name__}")
+    _arrays.check_array(op, "k", k)
+    _arrays.check_array(op, "slot_mapping", slot_mapping)
+    args = dict(k=_arrays.prep(k), slot_mapping=_arrays.prep(slot_mapping))
+    args.update(cache._args(op))
+    ex = _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.write_indexer_cache, args, ex, k)
+
+
+def write_latent_cache(kv, slot_mapping, cache: LatentCache, *, backend="auto", stream=None, workspace=None,
+                       num_threads=0, smem_budget_bytes=0) -> None:
+    """Quantizes kv (float32 / bf16 [T, d_qk]) into the FP8 latent cache in place at slot_mapping
+    (int32 / int64 [T], page * P + offset, -1 = skip), SPEC 2.3."""
+    op = "write_latent_cache"
+    if not isinstance(cache, LatentCache):
+        raise TypeError(f"{op}: cache expected dsattn.LatentCache, got {type(cache).__name__}")
+    _arrays.check_array(op, "kv", kv)
+    _arrays.check_array(op, "slot_mapping", slot_mapping)
+    pages, fmt, tpp, stride = cache._args(op)
+    args = dict(kv=_arrays.prep(kv), slot_mapping=_arrays.prep(slot_mapping), cache_pages=pages,
+                cache_format=fmt, tokens_per_page=tpp, page_stride_bytes=stride)
+    ex = _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes)
+    _run(_core.write_latent_cache, args, ex, kv)

@@ -1,0 +1,257 @@
+// Grid-level top-k kernels built on topk_kernel.cuh. Shared by dsattn::topk and the fused
+// paged_mqa_topk (which produces candidates from its own scoring epilogue, then reuses the merge
+// and final kernels below).
+//
+// Flow for one row (length len, k < len):
+//   direct (row fits in shared memory):      topk_final_kernel<T, false>  (one CTA per row)
+//   split  (long rows, or few rows):         topk_chunk_kernel<T>  -> [topk_merge_kernel]* ->
+//                                            topk_final_kernel<T, true>
+// Each chunk / merge CTA keeps the exact top-k of its range in position order (kc = round_up(k, 4)
+// slots, empty slots = key 0 / index -1), so concatenating chunks in order keeps the global index
+// order and "smaller position wins" stays "smaller index wins". The union of per-chunk top-ks
+// contains the row's top-k, so merging is exact.
+#pragma once
+#include <climits>
+#include <cstdint>
+
+#include "cuda/common/topk_kernel.cuh"
+
+namespace dsattn {
+namespace cuda {
+namespace topk_detail {
+
+// Row extent: either explicit [start, end) bounds (topk) or context lengths (paged_mqa_topk).
+struct TopkRowBounds {
+  // topk: starts / ends (optional; absent = 0 / width), clamped into [0, width].
+  const int32_t* starts = nullptr;  // [R]
+  int64_t starts_stride = 0;
+  const int32_t* ends = nullptr;  // [R]
+  int64_t ends_stride = 0;
+  int width = 0;
+  // paged_mqa_topk: context lengths (SPEC §3.1), used when `lens` is set.
+  const int32_t* lens = nullptr;  // [B], [B, N] or varlen [R]
+  int64_t lens_stride0 = 0, lens_stride1 = 0;
+  int next_n = 1;
+  bool varlen = false;
+  bool lens_per_row = false;
+
+  __device__ __forceinline__ void get(int64_t r, int* start, int* len) const {
+    if (lens != nullptr) {
+      int64_t L;
+      if (varlen) {
+        L = lens[r * lens_stride0];
+      } else if (lens_per_row) {
+        L = lens[(r / next_n) * lens_stride0 + (r % next_n) * lens_stride1];
+      } else {
+        L = int64_t(lens[(r / next_n) * lens_stride0]) - next_n + (r % next_n) + 1;
+      }
+      *start = 0;
+      *len = L < 0 ? 0 : static_cast<int>(L);
+      return;
+    }
+    int s = starts ? starts[r * starts_stride] : 0;
+    int e = ends ? ends[r * ends_stride] : width;
+    s = s < 0 ? 0 : (s > width ? width : s);
+    e = e < s ? s : (e > width ? width : e);
+    *start = s;
+    *len = e - s;
+  }
+};
+
+// Where and what the final kernel writes.
+struct TopkOutputs {
+  int32_t* indices = nullptr;  // [R, k] (row stride indices_ld)
+  int64_t indices_ld = 0;
+  float* values = nullptr;  // optional [R, k]
+  int64_t values_ld = 0;
+  int32_t* slots = nullptr;  // optional [R, k]
+  int64_t slots_ld = 0;
+  const int32_t* block_table = nullptr;  // [bt_rows, max_pages] (row stride bt_ld)
+  int64_t bt_ld = 0;
+  int64_t bt_rows = 0;
+  int64_t max_pages = 0;
+  const int32_t* row_request = nullptr;  // optional [R]
+  int64_t rr_stride = 0;
+  int next_n = 1;
+  int states_per_page = 0;
+
+  __device__ __forceinline__ int32_t slot_of(int64_t r, int32_t idx) const {
+    if (idx < 0) return -1;
+    const int64_t b = row_request ? row_request[r * rr_stride] : r / next_n;
+    const int64_t page = idx / states_per_page;
+    if (b < 0 || b >= bt_rows || page >= max_pages) return -1;
+    return block_table[b * bt_ld + page] * states_per_page + idx % states_per_page;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ const T* row_ptr(const T* base, int64_t ld, int64_t r) {
+  return base + r * ld;
+}
+
+// Last step of a row: sel_key / sel_pos [0, count) hold the winners (index order); pads the rest
+// of k_pad, sorts on request, writes indices (-1 padding), values (from `src` when given, else
+// decoded from the keys; -inf padding) and slot ids.
+template <typename T>
+__device__ __forceinline__ void finish_row(uint32_t* sel_key, int* sel_pos, int count, int k, int k_pad, bool sorted,
+                                           const T* src, int64_t r, const TopkOutputs& out) {
+  for (int j = count + threadIdx.x; j < k_pad; j += kTopkThreads) {
+    sel_key[j] = kAbsentKey;
+    sel_pos[j] = INT_MAX;
+  }
+  __syncthreads();
+  if (sorted) sort_desc(sel_key, sel_pos, k_pad);
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) {
+    const int32_t idx = j < count ? sel_pos[j] : -1;
+    out.indices[r * out.indices_ld + j] = idx;
+    if (out.values) {
+      float v = -__int_as_float(0x7f800000);
+      if (idx >= 0) v = src ? to_float(src[idx]) : key_to_float(sel_key[j]);
+      out.values[r * out.values_ld + j] = v;
+    }
+    if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
+  }
+}
+
+extern __shared__ __align__(16) uint32_t topk_dyn_smem[];
+
+// grid (R, C). Chunk c of row r covers positions [c * chunk_len, (c+1) * chunk_len) of the row;
+// writes its top-k (index order, kc slots) to out_key / out_idx [R, C, kc] (index relative to start).
+template <typename T>
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_chunk_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
+                      int64_t ld, TopkRowBounds rb, int k, int kc, int k_pad, int chunk_len,
+                      uint32_t* __restrict__ out_key,  // [R, C, kc]
+                      int32_t* __restrict__ out_idx) {  // [R, C, kc]
+  __shared__ TopkShared sh;
+  const int64_t r = blockIdx.x;
+  const int c = blockIdx.y;
+  int start, len;
+  rb.get(r, &start, &len);
+  const int lo = c * chunk_len;
+  int m = len - lo;
+  m = m < 0 ? 0 : (m > chunk_len ? chunk_len : m);
+  const T* src = row_ptr(logits, ld, r) + start + lo;
+  const int64_t o = (r * gridDim.y + c) * int64_t(kc);
+  if (m <= k) {
+    for (int j = threadIdx.x; j < kc; j += kTopkThreads) {
+      out_key[o + j] = j < m ? key_of(src[j]) : kAbsentKey;
+      out_idx[o + j] = j < m ? lo + j : -1;
+    }
+    return;
+  }
+  uint32_t* keys_base = topk_dyn_smem;
+  uint32_t* region = topk_dyn_smem + chunk_len + kKeyPad;
+  uint32_t* sel_key = region;
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+  __syncthreads();
+  const uint32_t* keys = load_keys(src, m, keys_base, region);
+  __syncthreads();
+  select_topk(keys, m, k, region, sel_key, sel_pos, sh);
+  for (int j = threadIdx.x; j < kc; j += kTopkThreads) {
+    out_key[o + j] = j < k ? sel_key[j] : kAbsentKey;
+    out_idx[o + j] = j < k ? lo + sel_pos[j] : -1;
+  }
+}
+
+// grid (R, C_out). Merges fan_n consecutive candidates (a multiple of kc) of each row into kc.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_merge_kernel(const uint32_t* __restrict__ in_key,  // [R, in_n]
+                      const int32_t* __restrict__ in_idx,   // [R, in_n]
+                      int in_n, int fan_n, int k, int kc, int k_pad,
+                      uint32_t* __restrict__ out_key,  // [R, C_out, kc]
+                      int32_t* __restrict__ out_idx) {
+  __shared__ TopkShared sh;
+  const int64_t r = blockIdx.x;
+  const int c = blockIdx.y;
+  const int lo = c * fan_n;
+  const int m = min(fan_n, in_n - lo);
+  const uint32_t* src_key = in_key + r * in_n + lo;
+  const int32_t* src_idx = in_idx + r * in_n + lo;
+  const int64_t o = (r * gridDim.y + c) * int64_t(kc);
+  if (m <= kc) {
+    for (int j = threadIdx.x; j < kc; j += kTopkThreads) {
+      out_key[o + j] = j < m ? src_key[j] : kAbsentKey;
+      out_idx[o + j] = j < m ? src_idx[j] : -1;
+    }
+    return;
+  }
+  uint32_t* keys_base = topk_dyn_smem;
+  uint32_t* region = topk_dyn_smem + fan_n + kKeyPad;
+  uint32_t* sel_key = region;
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+  __syncthreads();
+  const uint32_t* keys = load_keys(src_key, m, keys_base, region);
+  __syncthreads();
+  select_topk(keys, m, k, region, sel_key, sel_pos, sh);
+  for (int j = threadIdx.x; j < kc; j += kTopkThreads) {
+    out_key[o + j] = j < k ? sel_key[j] : kAbsentKey;
+    out_idx[o + j] = j < k ? src_idx[sel_pos[j]] : -1;
+  }
+}
+
+// grid (R). Final selection + optional sort + outputs. kFromCands: select from candidates
+// [R, cand_n] (cand_n <= smem keys); else straight from the logits row (len <= keys_cap).
+// Rows with len <= k emit 0..len-1 (then -1). Values come from `logits` when given, else from
+// the keys (fused path: the scores only ever existed as keys).
+template <typename T, bool kFromCands>
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_final_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld) or nullptr
+                      int64_t ld, TopkRowBounds rb, int k, int k_pad, int keys_cap, bool sorted,
+                      const uint32_t* __restrict__ cand_key,  // [R, cand_n] (kFromCands)
+                      const int32_t* __restrict__ cand_idx,   // [R, cand_n]
+                      int cand_n, TopkOutputs out) {
+  __shared__ TopkShared sh;
+  const int64_t r = blockIdx.x;
+  int start, len;
+  rb.get(r, &start, &len);
+  const T* src = logits ? row_ptr(logits, ld, r) + start : nullptr;
+  uint32_t* keys_base = topk_dyn_smem;
+  uint32_t* region = topk_dyn_smem + keys_cap + kKeyPad;
+  uint32_t* sel_key = region;
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  const int count = len < k ? len : k;
+  if (len <= k) {
+    if (kFromCands && src == nullptr) {
+      // Fused path: the candidates of a short row are all its states, in index order.
+      for (int j = threadIdx.x; j < k_pad; j += kTopkThreads) {
+        const bool v = j < len;
+        sel_key[j] = v ? cand_key[r * cand_n + j] : kAbsentKey;
+        sel_pos[j] = v ? cand_idx[r * cand_n + j] : INT_MAX;
+      }
+    } else {
+      for (int j = threadIdx.x; j < k_pad; j += kTopkThreads) {
+        const bool v = j < len;
+        sel_key[j] = v ? key_of(src[j]) : kAbsentKey;
+        sel_pos[j] = v ? j : INT_MAX;
+      }
+    }
+    __syncthreads();
+  } else {
+    for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+    __syncthreads();
+    int n;
+    const uint32_t* keys;
+    if (kFromCands) {
+      n = cand_n;
+      keys = load_keys(cand_key + r * cand_n, n, keys_base, region);
+    } else {
+      n = len;
+      keys = load_keys(src, n, keys_base, region);
+    }
+    __syncthreads();
+    select_topk(keys, n, k, region, sel_key, sel_pos, sh);
+    if (kFromCands) {
+      for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = cand_idx[r * cand_n + sel_pos[j]];
+    }
+    __syncthreads();
+  }
+  finish_row(sel_key, sel_pos, count, k, k_pad, sorted, src, r, out);
+}
+
+}  // namespace topk_detail
+}  // namespace cuda
+}  // namespace dsattn

@@ -1,0 +1,326 @@
+// Block-level radix top-k (SPEC §3.3): the building block of dsattn::topk and of the fused
+// paged_mqa_topk merge.
+//
+// Order. Every value maps to an order-preserving uint32 key (topk_key): larger key = ranks higher.
+// NaN maps to kNanKey (1), below -inf (0x007FFFFF); key 0 (kAbsentKey) marks an empty candidate
+// slot and ranks below everything. -0.0 maps to the key of +0.0 (they compare equal, so the smaller
+// index wins, as for any tie). The selection is "the k largest (key, -index) pairs": ties go to the
+// smaller index, which makes the result deterministic and independent of the launch shape.
+//
+// One CTA (kTopkThreads threads) selects from n <= cap keys it holds in shared memory:
+//   1. load + key + histogram of the top 12 bits (4096 bins) in one pass over global memory;
+//   2. two more histogram passes over shared memory (bits 19..10, then 9..0), each restricted to
+//      the keys sharing the prefix found so far -> the exact k-th key T and how many keys equal to
+//      T are still needed (`need`);
+//   3. a write pass: warp w owns a contiguous segment; ballots + one cross-warp prefix give each
+//      selected element its output position, so the k winners come out in source (index) order.
+// Histogram atomics are aggregated when a whole warp hits one bin (constant rows would otherwise
+// serialize 32 lanes on one shared-memory word).
+//
+// Shared memory (dynamic): [keys: cap + 8 u32 (+8: shift so 16-byte source vectors land on
+// 16-byte smem words)][region: max(4096, 2 * k_pad) u32, the histogram, later (sel_key, sel_pos)].
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace dsattn {
+namespace cuda {
+namespace topk_detail {
+
+constexpr int kTopkThreads = 1024;
+constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int kBins1 = 4096;  // first digit: key bits 31..20
+constexpr int kBins2 = 1024;  // second and third digits: bits 19..10 and 9..0
+constexpr int kMaxK = 4096;
+constexpr int kKeyPad = 8;    // extra keys in front of the smem key array (alignment shift)
+constexpr uint32_t kAbsentKey = 0u;
+constexpr uint32_t kNanKey = 1u;
+
+__host__ __device__ inline int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+// u32 words of the shared region that holds the histogram, then the k selected (key, pos) pairs.
+__host__ __device__ inline int region_words(int k_pad) { return 2 * k_pad > kBins1 ? 2 * k_pad : kBins1; }
+
+__device__ __forceinline__ uint32_t topk_key(float v) {
+  if (v != v) return kNanKey;
+  uint32_t b = __float_as_uint(v);
+  if (b == 0x80000000u) b = 0u;  // -0 ties with +0
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float key_to_float(uint32_t key) {
+  if (key <= kNanKey) return __uint_as_float(0x7fc00000u);
+  const uint32_t b = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+  return __uint_as_float(b);
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ uint32_t key_of(float v) { return topk_key(v); }
+__device__ __forceinline__ uint32_t key_of(__nv_bfloat16 v) { return topk_key(__bfloat162float(v)); }
+__device__ __forceinline__ uint32_t key_of(uint32_t v) { return v; }  // already a key
+
+// Scalars shared by the block-level routines.
+struct TopkShared {
+  uint32_t bin;
+  int above;
+  int warp_scan[kTopkWarps];
+  int warp_gt[kTopkWarps];
+  int warp_eq[kTopkWarps];
+};
+
+// Shared-memory histogram increment for a warp. All 32 lanes must call it together. When every
+// active lane hits one bin (constant or sorted runs), one lane adds the count; otherwise each lane
+// adds 1 (__match_any_sync aggregation measured far slower than the conflicts it saves).
+__device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool active) {
+  const unsigned mask = __ballot_sync(0xffffffffu, active);
+  if (mask == 0u) return;
+  const int leader = __ffs(mask) - 1;
+  const uint32_t lead_bin = __shfl_sync(0xffffffffu, bin, leader);
+  if (__all_sync(0xffffffffu, !active || bin == lead_bin)) {
+    if ((threadIdx.x & 31) == leader) atomicAdd(&hist[lead_bin], __popc(mask));
+  } else if (active) {
+    atomicAdd(&hist[bin], 1u);
+  }
+}
+
+// Exclusive prefix sum over the block (thread order); every thread gets its own prefix.
+__device__ __forceinline__ int block_exclusive_scan(int v, TopkShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) sh.warp_scan[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = sh.warp_scan[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    sh.warp_scan[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  const int before = warp == 0 ? 0 : sh.warp_scan[warp - 1];
+  const int r = before + x - v;
+  __syncthreads();  // warp_scan may be reused right after
+  return r;
+}
+
+// Finds, in a histogram of `nbins` bins (counting from the top bin down), the bin holding the
+// k_rem-th largest element. Writes sh.bin and sh.above (elements in higher bins). Ends synced.
+__device__ __forceinline__ void find_bin(const uint32_t* hist, int nbins, int k_rem, TopkShared& sh) {
+  const int per = nbins / kTopkThreads;  // 4 or 1
+  const int hi = nbins - 1 - threadIdx.x * per;  // this thread's highest bin
+  int local = 0;
+  for (int j = 0; j < per; ++j) local += hist[hi - j];
+  int cum = block_exclusive_scan(local, sh);
+  if (cum < k_rem && cum + local >= k_rem) {
+    for (int j = 0; j < per; ++j) {
+      const int h = hist[hi - j];
+      if (cum + h >= k_rem) {
+        sh.bin = hi - j;
+        sh.above = cum;
+        break;
+      }
+      cum += h;
+    }
+  }
+  __syncthreads();
+}
+
+// Loads n elements of `src` (T = float, bf16, or u32 keys), converts them to keys in shared memory
+// and histograms their top 12 bits. `keys_base` has n + kKeyPad words; returns the pointer where
+// element i's key lives (keys_base + misalignment). `hist` must be zeroed and synced by the caller.
+template <typename T>
+__device__ __forceinline__ uint32_t* load_keys(const T* __restrict__ src, int n, uint32_t* keys_base,
+                                               uint32_t* hist) {
+  constexpr int V = 16 / sizeof(T);
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(src) / sizeof(T)) % V);
+  uint32_t* keys = keys_base + mis;
+  int head = (V - mis) % V;
+  if (head > n) head = n;
+  {  // unaligned head (< V elements)
+    const int i = threadIdx.x;
+    const bool act = i < head;
+    const uint32_t key = act ? key_of(src[i]) : 0u;
+    if (act) keys[i] = key;
+    if (threadIdx.x < 32) hist_add(hist, key >> 20, act);
+  }
+  const int nvec = (n - head) / V;
+  const uint4* vsrc = reinterpret_cast<const uint4*>(src + head);
+  constexpr int kUnroll = 4;
+  for (int base = 0; base < nvec; base += kTopkThreads * kUnroll) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = base + u * kTopkThreads + threadIdx.x;
+      raw[u] = v < nvec ? __ldg(vsrc + v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = base + u * kTopkThreads + threadIdx.x;
+      const bool act = v < nvec;
+      const T* e = reinterpret_cast<const T*>(&raw[u]);
+      uint32_t k4[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) k4[j] = key_of(e[j]);
+      if (act) {
+        uint4* dst = reinterpret_cast<uint4*>(keys + head + v * V);
+#pragma unroll
+        for (int j = 0; j < V; j += 4) dst[j / 4] = make_uint4(k4[j], k4[j + 1], k4[j + 2], k4[j + 3]);
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) hist_add(hist, k4[j] >> 20, act);
+    }
+  }
+  const int tail0 = head + nvec * V;
+  {  // tail (< V elements)
+    const int i = tail0 + threadIdx.x;
+    const bool act = i < n;
+    const uint32_t key = act ? key_of(src[i]) : 0u;
+    if (act) keys[i] = key;
+    if (threadIdx.x < 32) hist_add(hist, key >> 20, act);
+  }
+  return keys;
+}
+
+// Given keys[0..n) in shared memory and the 12-bit histogram of all of them (synced), finds the
+// exact k-th largest key T and the number of keys equal to T to take (smallest positions first).
+__device__ __forceinline__ void find_threshold(const uint32_t* keys, int n, int k, uint32_t* hist,
+                                               TopkShared& sh, uint32_t* T_out, int* need_out) {
+  find_bin(hist, kBins1, k, sh);
+  const uint32_t b1 = sh.bin;
+  int k_rem = k - sh.above;
+  // digit 2: bits 19..10 of keys whose top 12 bits are b1
+  for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) hist[i] = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kTopkThreads) {
+    const int i = base + threadIdx.x;
+    const uint32_t key = i < n ? keys[i] : 0u;
+    hist_add(hist, (key >> 10) & (kBins2 - 1), i < n && (key >> 20) == b1);
+  }
+  __syncthreads();
+  find_bin(hist, kBins2, k_rem, sh);
+  const uint32_t p2 = (b1 << 10) | sh.bin;  // key >> 10
+  k_rem -= sh.above;
+  for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) hist[i] = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kTopkThreads) {
+    const int i = base + threadIdx.x;
+    const uint32_t key = i < n ? keys[i] : 0u;
+    hist_add(hist, key & (kBins2 - 1), i < n && (key >> 10) == p2);
+  }
+  __syncthreads();
+  find_bin(hist, kBins2, k_rem, sh);
+  *T_out = (p2 << 10) | sh.bin;
+  *need_out = k_rem - sh.above;
+}
+
+// Writes the selected elements ({key > T} plus the first `need` with key == T) in position order to
+// sel_key / sel_pos (exactly k of them when the threshold came from find_threshold). Ends synced.
+__device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uint32_t T, int need,
+                                                uint32_t* sel_key, int* sel_pos, TopkShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned lt = (1u << lane) - 1u;
+  const int seg = ((n + kTopkWarps - 1) / kTopkWarps + 31) & ~31;
+  const int lo = warp * seg;
+  const int hi = min(n, lo + seg);
+  int n_gt = 0, n_eq = 0;
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const uint32_t key = i < hi ? keys[i] : 0u;
+    n_gt += __popc(__ballot_sync(0xffffffffu, i < hi && key > T));
+    n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == T));
+  }
+  if (lane == 0) {
+    sh.warp_gt[warp] = n_gt;
+    sh.warp_eq[warp] = n_eq;
+  }
+  __syncthreads();
+  int gt_before = lane < warp ? sh.warp_gt[lane] : 0;
+  int eq_before = lane < warp ? sh.warp_eq[lane] : 0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    gt_before += __shfl_xor_sync(0xffffffffu, gt_before, o);
+    eq_before += __shfl_xor_sync(0xffffffffu, eq_before, o);
+  }
+  int sel_before = gt_before + min(eq_before, need);
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const uint32_t key = i < hi ? keys[i] : 0u;
+    const bool gt = i < hi && key > T;
+    const bool eq = i < hi && key == T;
+    const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
+    const bool sel = gt || (eq && eq_before + __popc(eq_mask & lt) < need);
+    const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
+    if (sel) {
+      const int pos = sel_before + __popc(sel_mask & lt);
+      sel_key[pos] = key;
+      sel_pos[pos] = i;
+    }
+    eq_before += __popc(eq_mask);
+    sel_before += __popc(sel_mask);
+  }
+  __syncthreads();
+}
+
+// Full block-level selection: keys (already in smem with the 12-bit histogram built) -> the k
+// winners in position order in sel_key / sel_pos. Requires n > k. `hist` and sel_* may alias.
+__device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, uint32_t* hist,
+                                            uint32_t* sel_key, int* sel_pos, TopkShared& sh) {
+  uint32_t T;
+  int need;
+  find_threshold(keys, n, k, hist, sh, &T, &need);
+  select_in_order(keys, n, T, need, sel_key, sel_pos, sh);
+}
+
+// Ranks (key, index) pairs: true when a ranks strictly below b (smaller key, or equal key and
+// larger index). Index -1 / INT_MAX padding carries key 0 and so ranks last.
+__device__ __forceinline__ bool ranks_below(uint32_t ka, int ia, uint32_t kb, int ib) {
+  return ka < kb || (ka == kb && ia > ib);
+}
+
+// Bitonic sort of p (power of two) pairs in shared memory, descending by rank. Ends synced.
+// Pair t of a stage with stride s is (lo, lo + s), lo = ((t >> log s) << (log s + 1)) | (t & (s-1)).
+// With s <= 32 the pairs of t in [32w, 32w + 32) stay inside elements [64w, 64w + 64), and a
+// thread keeps the same t across stages, so such stages need only __syncwarp.
+__device__ __forceinline__ void sort_desc(uint32_t* key, int* idx, int p) {
+  const int half = p >> 1;
+  for (int size = 2; size <= p; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const int ls = __ffs(stride) - 1;
+      for (int t = threadIdx.x; t < half; t += kTopkThreads) {
+        const int lo = ((t >> ls) << (ls + 1)) | (t & (stride - 1));
+        const int hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const uint32_t ka = key[lo], kb = key[hi];
+        const int ia = idx[lo], ib = idx[hi];
+        const bool swap = desc ? ranks_below(ka, ia, kb, ib) : ranks_below(kb, ib, ka, ia);
+        if (swap) {
+          key[lo] = kb;
+          key[hi] = ka;
+          idx[lo] = ib;
+          idx[hi] = ia;
+        }
+      }
+      const int next = stride > 1 ? stride >> 1 : size;  // the next stage's stride
+      if (next > 32) {
+        __syncthreads();
+      } else {
+        __syncwarp();
+      }
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace topk_detail
+}  // namespace cuda
+}  // namespace dsattn

@@ -1,0 +1,69 @@
+// Host-side launch helpers of the grid-level top-k, shared by topk_launch.cu and the fused
+// paged_mqa_topk launcher.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/topk_grid.cuh"
+#include "cuda/common/topk_plan.h"
+
+namespace dsattn {
+namespace cuda {
+namespace topk_detail {
+
+// Ping-pong candidate buffers carved from the workspace (see TopkPlan::buf_words).
+struct TopkBuffers {
+  uint32_t* key[2] = {nullptr, nullptr};
+  int32_t* idx[2] = {nullptr, nullptr};
+};
+inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+inline size_t topk_buffers_bytes(const TopkPlan& plan) {
+  return 2 * align_up(plan.buf_words[0] * 4, 256) + 2 * align_up(plan.buf_words[1] * 4, 256);
+}
+inline TopkBuffers topk_buffers(const TopkPlan& plan, void* ws) {
+  TopkBuffers b;
+  char* p = static_cast<char*>(ws);
+  for (int i = 0; i < 2; ++i) {
+    b.key[i] = reinterpret_cast<uint32_t*>(p);
+    p += align_up(plan.buf_words[i] * 4, 256);
+    b.idx[i] = reinterpret_cast<int32_t*>(p);
+    p += align_up(plan.buf_words[i] * 4, 256);
+  }
+  return b;
+}
+
+template <typename K>
+inline Status set_smem(K kernel, size_t bytes, const char* op) {
+  if (bytes <= 48 * 1024) return Status::Ok();
+  return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)),
+                     op, "cudaFuncSetAttribute(topk smem)");
+}
+
+// Candidates of every row are in buf.key[0] / buf.idx[0] ([rows, plan.level_in_n[0]] or, without
+// merge levels, [rows, plan.final_n]): runs the merge levels, then the final kernel.
+template <typename T>
+Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuffers& buf,
+                              const T* logits, int64_t ld, const TopkRowBounds& rb, bool sorted,
+                              const TopkOutputs& out, cudaStream_t st, const char* op) {
+  int cur = 0;
+  for (int l = 0; l < plan.levels; ++l) {
+    auto kern = topk_merge_kernel<0>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_merge[l], op));
+    dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.level_out_chunks[l]));
+    kern<<<grid, kTopkThreads, plan.smem_merge[l], st>>>(buf.key[cur], buf.idx[cur], plan.level_in_n[l],
+                                                         plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad,
+                                                         buf.key[cur ^ 1], buf.idx[cur ^ 1]);
+    DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_merge_kernel"));
+    cur ^= 1;
+  }
+  auto kern = topk_final_kernel<T, true>;
+  DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+  kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(
+      logits, ld, rb, plan.k, plan.k_pad, plan.final_n, sorted, buf.key[cur], buf.idx[cur], plan.final_n, out);
+  return last_launch_status(op, "topk_final_kernel");
+}
+
+}  // namespace topk_detail
+}  // namespace cuda
+}  // namespace dsattn

@@ -1,0 +1,60 @@
+// Launch plan of the grid-level top-k (topk_grid.cuh): how rows are split into chunks, how many
+// merge levels follow, shared memory per launch and workspace bytes. A pure function of
+// (rows, width, k, device limits), so the workspace query and the call always agree.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "dsattn/ops.h"
+#include "dsattn/status.h"
+
+namespace dsattn {
+namespace cuda {
+
+struct TopkDeviceLimits {
+  int num_sms = 0;
+  int smem_max = 0;  // dynamic shared memory per block usable by the top-k kernels (bytes)
+};
+// Limits of the current device, capped by ex.smem_budget_bytes when set.
+Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out);
+
+struct TopkPlan {
+  int k = 0, kc = 0, k_pad = 0;
+  int cap = 0;             // most keys one CTA holds in shared memory
+  bool direct = true;      // one CTA per row straight from the logits
+  int chunks = 1;          // C: chunks per row (split mode)
+  int chunk_len = 0;       // positions per chunk
+  static constexpr int kMaxLevels = 8;
+  int levels = 0;          // merge launches after the chunk kernel
+  int level_in_n[kMaxLevels] = {};   // candidates per row entering merge level i
+  int level_fan_n[kMaxLevels] = {};  // candidates per merge CTA
+  int level_out_chunks[kMaxLevels] = {};
+  int final_n = 0;         // candidates per row entering the final kernel (split mode)
+  size_t buf_words[2] = {0, 0};  // words of each ping-pong candidate buffer (keys; indices alike)
+  size_t workspace_bytes = 0;
+  size_t smem_chunk = 0, smem_final = 0;
+  size_t smem_merge[kMaxLevels] = {};
+};
+
+// Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
+size_t topk_smem_bytes(int n_keys, int k_pad);
+
+// Split policy, a process-wide setting that benchmarks sweep. A row goes straight to one CTA when
+// it fits in shared memory (and is no wider than max_direct, when set); with fewer than
+// num_sms / fill_div row-CTAs, rows are split further into chunks of at least min_chunk positions.
+struct TopkTuning {
+  int min_chunk = 8192;
+  int fill_div = 2;
+  int max_direct = 0;  // 0: the shared-memory capacity
+};
+TopkTuning& topk_tuning();
+
+// rows x width problem. `min_split_rows`: split rows into several CTAs when fewer rows than this
+// (num_sms / 2 by default) would run. Returns kNotImplemented when k is out of range.
+Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan);
+
+// Plans only the merge of `cand_n` candidates per row (fused path): levels + final_n.
+Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& lim, TopkPlan* plan);
+
+}  // namespace cuda
+}  // namespace dsattn

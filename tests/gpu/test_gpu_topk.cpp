@@ -1,0 +1,505 @@
+// GPU topk (SPEC §3.3) against the CPU reference (Backend::kCpu on the same inputs): the results
+// must be identical (indices in the same order, values bit for bit, slot ids), and each row is
+// also checked independently (is_topk). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/indexer_test_util.h"
+#include "dsattn/codecs.h"
+#include "dsattn/ops.h"
+#include "gpu/topk_test_util.h"
+
+namespace dsattn {
+namespace {
+
+using testing_gpu::DeviceBuffer;
+using testing_gpu::is_topk;
+using testing_gpu::same_bits_or_both_nan;
+using testutil::Rng;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Case {
+  int64_t rows = 1;
+  int64_t width = 0;
+  int k = 1;
+  bool bf16 = false;
+  bool sorted = false;
+  bool values = false;
+  bool bounds = false;  // random per-row [start, end) bounds (else whole rows)
+  bool slots = false;
+  bool row_request = false;
+  int next_n = 1;
+  int states_per_page = 64;
+  int64_t ld_pad = 0;  // extra logits row stride
+  int smem_budget = 0;
+  int repeats = 1;     // bitwise self-consistency over repeated launches
+};
+
+struct Inputs {
+  std::vector<float> logits;      // [rows, ld] f32 values (bf16 cases: values already bf16-exact)
+  std::vector<uint16_t> logits16;  // bf16 bits when Case::bf16
+  std::vector<int32_t> starts, ends, block_table, row_request;
+  int64_t ld = 0, bt_rows = 0, max_pages = 0;
+};
+
+// Every row holds `logits` for its full width; bounds pick the lengths the test wants to cover.
+Inputs make_inputs(const Case& c, Rng& rng, const std::vector<float>& values, const std::vector<int32_t>& lens) {
+  Inputs in;
+  in.ld = c.width + c.ld_pad;
+  in.logits.assign(static_cast<size_t>(c.rows * in.ld), kNaN);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t i = 0; i < c.width; ++i) in.logits[r * in.ld + i] = values[r * c.width + i];
+  }
+  if (c.bf16) {
+    in.logits16.resize(in.logits.size());
+    for (size_t i = 0; i < in.logits.size(); ++i) {
+      in.logits16[i] = codec::f32_to_bf16(in.logits[i]);
+      in.logits[i] = codec::bf16_to_f32(in.logits16[i]);
+    }
+  }
+  if (c.bounds) {
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const int64_t len = lens.empty() ? rng.randint(0, c.width) : std::min<int64_t>(lens[r % lens.size()], c.width);
+      const int64_t s = rng.randint(0, c.width - len);
+      in.starts.push_back(static_cast<int32_t>(s));
+      in.ends.push_back(static_cast<int32_t>(s + len));
+    }
+  }
+  if (c.slots) {
+    in.max_pages = (c.width + c.states_per_page - 1) / c.states_per_page + 1;
+    in.bt_rows = c.row_request ? 5 : (c.rows + c.next_n - 1) / c.next_n;
+    in.block_table.resize(static_cast<size_t>(in.bt_rows * in.max_pages));
+    for (auto& v : in.block_table) v = static_cast<int32_t>(rng.randint(0, 100000));
+    if (c.row_request) {
+      for (int64_t r = 0; r < c.rows; ++r) in.row_request.push_back(static_cast<int32_t>(rng.randint(0, in.bt_rows - 1)));
+    }
+  }
+  return in;
+}
+
+struct Outputs {
+  std::vector<int32_t> idx, slots;
+  std::vector<float> val;
+};
+
+// Builds TopkParams over the given buffers (host or device).
+TopkParams make_params(const Case& c, const Inputs& in, void* logits, void* starts, void* ends, void* bt, void* rr,
+                       void* idx, void* val, void* slots, Device dev) {
+  TopkParams p;
+  p.logits = make_tensor_strided(logits, c.bf16 ? DType::kBF16 : DType::kF32, {c.rows, c.width}, {in.ld, 1}, dev);
+  if (c.bounds) {
+    p.starts = make_tensor(starts, DType::kI32, {c.rows}, dev);
+    p.ends = make_tensor(ends, DType::kI32, {c.rows}, dev);
+  }
+  p.k = c.k;
+  p.indices = make_tensor(idx, DType::kI32, {c.rows, c.k}, dev);
+  if (c.values) p.values = make_tensor(val, DType::kF32, {c.rows, c.k}, dev);
+  p.sorted = c.sorted;
+  if (c.slots) {
+    p.block_table = make_tensor(bt, DType::kI32, {in.bt_rows, in.max_pages}, dev);
+    if (c.row_request) p.row_request = make_tensor(rr, DType::kI32, {c.rows}, dev);
+    p.next_n = c.next_n;
+    p.states_per_page = c.states_per_page;
+    p.slot_ids = make_tensor(slots, DType::kI32, {c.rows, c.k}, dev);
+  }
+  return p;
+}
+
+Outputs run_cpu(const Case& c, Inputs& in) {
+  Outputs o;
+  const size_t n = static_cast<size_t>(c.rows * c.k);
+  o.idx.assign(n, -7);
+  o.val.assign(n, 0.0f);
+  o.slots.assign(n, -7);
+  void* logits = c.bf16 ? static_cast<void*>(in.logits16.data()) : static_cast<void*>(in.logits.data());
+  TopkParams p = make_params(c, in, logits, in.starts.data(), in.ends.data(), in.block_table.data(),
+                             in.row_request.data(), o.idx.data(), o.val.data(), o.slots.data(), Device::kCpu);
+  Exec ex;
+  ex.backend = Backend::kCpu;
+  const Status s = topk(p, ex);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return o;
+}
+
+// Device copies of the inputs and outputs of one case.
+struct GpuCase {
+  DeviceBuffer logits, starts, ends, bt, rr, idx, val, slots, ws;
+  TopkParams p;
+  Exec ex;
+};
+
+void setup_gpu(const Case& c, Inputs& in, GpuCase& g) {
+  const size_t esz = c.bf16 ? 2 : 4;
+  const size_t n_logits = in.logits.size();
+  g.logits.alloc(n_logits * esz);
+  ASSERT_TRUE(g.logits.upload(c.bf16 ? static_cast<void*>(in.logits16.data()) : static_cast<void*>(in.logits.data()),
+                              n_logits * esz));
+  auto up = [](DeviceBuffer& b, std::vector<int32_t>& v) {
+    b.alloc(v.size() * 4);
+    return v.empty() || b.upload(v.data(), v.size() * 4);
+  };
+  ASSERT_TRUE(up(g.starts, in.starts) && up(g.ends, in.ends) && up(g.bt, in.block_table) && up(g.rr, in.row_request));
+  const size_t n = static_cast<size_t>(c.rows * c.k) * 4;
+  g.idx.alloc(n);
+  g.val.alloc(n);
+  g.slots.alloc(n);
+  // Poison the outputs: every element must be written.
+  DSATTN_CUDA_ASSERT(cudaMemset(g.idx.ptr, 0x7b, n));
+  DSATTN_CUDA_ASSERT(cudaMemset(g.val.ptr, 0x7b, n));
+  DSATTN_CUDA_ASSERT(cudaMemset(g.slots.ptr, 0x7b, n));
+  g.p = make_params(c, in, g.logits.ptr, g.starts.ptr, g.ends.ptr, g.bt.ptr, g.rr.ptr, g.idx.ptr, g.val.ptr,
+                    g.slots.ptr, Device::kCuda);
+  g.ex.backend = Backend::kCuda;
+  g.ex.smem_budget_bytes = c.smem_budget;
+  size_t ws = 0;
+  const Status s = topk_workspace(g.p, g.ex, &ws);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  g.ws.alloc(ws);
+  if (ws > 0) {
+    ASSERT_NE(g.ws.ptr, nullptr);
+  }
+  g.ex.workspace = g.ws.ptr;
+  g.ex.workspace_bytes = ws;
+}
+
+Outputs download(const Case& c, const GpuCase& g) {
+  Outputs o;
+  const size_t n = static_cast<size_t>(c.rows * c.k);
+  o.idx.resize(n);
+  o.val.resize(n);
+  o.slots.resize(n);
+  EXPECT_TRUE(g.idx.download(o.idx.data(), n * 4));
+  EXPECT_TRUE(g.val.download(o.val.data(), n * 4));
+  EXPECT_TRUE(g.slots.download(o.slots.data(), n * 4));
+  return o;
+}
+
+void expect_same(const Case& c, const Inputs& in, const Outputs& cpu, const Outputs& gpu) {
+  int bad = 0;
+  for (int64_t r = 0; r < c.rows && bad < 5; ++r) {
+    const int64_t s = c.bounds ? in.starts[r] : 0;
+    const int64_t len = c.bounds ? in.ends[r] - s : c.width;
+    const int32_t* gi = gpu.idx.data() + r * c.k;
+    const ::testing::AssertionResult ok = is_topk(in.logits.data() + r * in.ld + s, len, c.k, gi);
+    if (!ok) {
+      ADD_FAILURE() << "row " << r << " (len " << len << ", k " << c.k << "): " << ok.message();
+      ++bad;
+      continue;
+    }
+    for (int j = 0; j < c.k; ++j) {
+      const size_t o = static_cast<size_t>(r * c.k + j);
+      if (cpu.idx[o] != gpu.idx[o]) {
+        ADD_FAILURE() << "row " << r << " slot " << j << ": index cpu " << cpu.idx[o] << " gpu " << gpu.idx[o];
+        ++bad;
+        break;
+      }
+      if (c.values && !same_bits_or_both_nan(cpu.val[o], gpu.val[o])) {
+        ADD_FAILURE() << "row " << r << " slot " << j << ": value cpu " << cpu.val[o] << " gpu " << gpu.val[o];
+        ++bad;
+        break;
+      }
+      if (c.slots && cpu.slots[o] != gpu.slots[o]) {
+        ADD_FAILURE() << "row " << r << " slot " << j << ": slot id cpu " << cpu.slots[o] << " gpu " << gpu.slots[o];
+        ++bad;
+        break;
+      }
+    }
+  }
+}
+
+// values: [rows, width]; lens (with c.bounds): row lengths to cycle through (empty = random).
+void run_case(const Case& c, const std::vector<float>& values, const std::vector<int32_t>& lens = {},
+              uint64_t seed = 1) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Rng rng(seed);
+  Inputs in = make_inputs(c, rng, values, lens);
+  const Outputs cpu = run_cpu(c, in);
+  GpuCase g;
+  setup_gpu(c, in, g);
+  if (::testing::Test::HasFatalFailure()) return;
+  Outputs first;
+  for (int rep = 0; rep < c.repeats; ++rep) {
+    const Status s = topk(g.p, g.ex);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
+    const Outputs gpu = download(c, g);
+    if (rep == 0) {
+      expect_same(c, in, cpu, gpu);
+      first = gpu;
+    } else {
+      ASSERT_EQ(first.idx, gpu.idx) << "repeat " << rep << " differs";
+    }
+  }
+}
+
+std::vector<float> normals(Rng& rng, int64_t n, float sigma = 1.0f) { return rng.normals(static_cast<size_t>(n), sigma); }
+
+// Values from a small set: many ties at the threshold.
+std::vector<float> coarse(Rng& rng, int64_t n, int levels) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<float>(rng.randint(0, levels - 1)) * 0.25f - 2.0f;
+  return v;
+}
+
+TEST(GpuTopk, RandomRowsDirect) {
+  Rng rng(11);
+  for (int k : {1, 7, 512, 1024, 2048}) {
+    Case c;
+    c.rows = 37;
+    c.width = 6000;
+    c.k = k;
+    run_case(c, normals(rng, c.rows * c.width), {}, 100 + k);
+  }
+}
+
+TEST(GpuTopk, LengthsAroundK) {
+  Rng rng(12);
+  for (int k : {512, 2048, 4096, 1000}) {
+    Case c;
+    c.rows = 12;
+    c.width = 3 * k;
+    c.k = k;
+    c.bounds = true;
+    c.values = true;
+    run_case(c, normals(rng, c.rows * c.width), {0, 1, k - 1, k, k + 1, 2 * k, 3 * k, 2}, 200 + k);
+  }
+}
+
+TEST(GpuTopk, SortedAndValues) {
+  Rng rng(13);
+  for (bool bounds : {false, true}) {
+    Case c;
+    c.rows = 9;
+    c.width = 20000;
+    c.k = 2048;
+    c.sorted = true;
+    c.values = true;
+    c.bounds = bounds;
+    run_case(c, normals(rng, c.rows * c.width), {100, 2047, 2048, 2049, 20000}, 300);
+  }
+}
+
+TEST(GpuTopk, TiesAndConstantRows) {
+  Rng rng(14);
+  Case c;
+  c.rows = 6;
+  c.width = 9000;
+  c.k = 1024;
+  c.values = true;
+  std::vector<float> v = coarse(rng, c.rows * c.width, 8);
+  for (int64_t i = 0; i < c.width; ++i) {
+    v[i] = 1.5f;                       // row 0: constant
+    v[c.width + i] = (i % 2) ? 0.0f : -0.0f;  // row 1: +0 / -0 tie
+  }
+  run_case(c, v, {}, 400);
+  // Hand-checked: a constant row selects 0..k-1.
+  c.sorted = true;
+  run_case(c, v, {}, 401);
+  // Split path (few rows, long) with ties across chunk boundaries.
+  Case l;
+  l.rows = 1;
+  l.width = 200000;
+  l.k = 2048;
+  l.sorted = true;
+  run_case(l, coarse(rng, l.width, 3), {}, 402);
+  std::vector<float> flat(static_cast<size_t>(l.width), -3.0f);
+  run_case(l, flat, {}, 403);
+}
+
+TEST(GpuTopk, ConstantRowSelectsFirstK) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t W = 70000;
+  const int k = 512;
+  std::vector<float> row(W, 2.0f);
+  DeviceBuffer d_logits(W * 4), d_idx(k * 4);
+  ASSERT_TRUE(d_logits.upload(row.data(), W * 4));
+  TopkParams p;
+  p.logits = make_tensor(d_logits.ptr, DType::kF32, {1, W}, Device::kCuda);
+  p.indices = make_tensor(d_idx.ptr, DType::kI32, {1, k}, Device::kCuda);
+  p.k = k;
+  Exec ex;
+  size_t ws = 0;
+  ASSERT_TRUE(topk_workspace(p, ex, &ws).ok());
+  DeviceBuffer d_ws(ws);
+  ex.workspace = d_ws.ptr;
+  ex.workspace_bytes = ws;
+  ASSERT_TRUE(topk(p, ex).ok());
+  std::vector<int32_t> idx(k);
+  ASSERT_TRUE(d_idx.download(idx.data(), k * 4));
+  for (int j = 0; j < k; ++j) ASSERT_EQ(idx[j], j);
+}
+
+TEST(GpuTopk, NanAndInfinities) {
+  Rng rng(15);
+  Case c;
+  c.rows = 8;
+  c.width = 5000;
+  c.k = 512;
+  c.values = true;
+  std::vector<float> v = normals(rng, c.rows * c.width);
+  for (int64_t i = 0; i < c.width; ++i) {
+    v[0 * c.width + i] = kNaN;                                  // all NaN: 0..k-1
+    v[1 * c.width + i] = (i % 10 == 3) ? 1.0f : kNaN;           // 500 numbers + NaN fill
+    v[2 * c.width + i] = (i % 3 == 0) ? -kInf : kNaN;           // -inf ranks above NaN
+    v[3 * c.width + i] = (i % 7 == 0) ? kInf : v[3 * c.width + i];
+    if (i % 5 == 0) v[4 * c.width + i] = kNaN;                  // sprinkled NaN
+    v[5 * c.width + i] = (i < 100) ? kNaN : -kInf;              // NaN first in index order
+  }
+  run_case(c, v, {}, 500);
+  c.sorted = true;
+  run_case(c, v, {}, 501);
+  // Hand-checked: row 1 (sorted) lists its 500 numbers (i % 10 == 3, ties by index) before any NaN.
+  if (!cuda_available()) return;
+  Case one = c;
+  one.rows = 1;
+  one.sorted = true;
+  std::vector<float> r1(v.begin() + c.width, v.begin() + 2 * c.width);
+  Rng rng2(1);
+  Inputs in = make_inputs(one, rng2, r1, {});
+  GpuCase g;
+  setup_gpu(one, in, g);
+  ASSERT_TRUE(topk(g.p, g.ex).ok());
+  const Outputs o = download(one, g);
+  for (int j = 0; j < 500; ++j) ASSERT_EQ(o.idx[j], 10 * j + 3) << j;  // numbers first (index order)
+  const int nan_idx[12] = {0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // the smallest NaN indices
+  for (int j = 500; j < 512; ++j) ASSERT_EQ(o.idx[j], nan_idx[j - 500]) << j;
+}
+
+TEST(GpuTopk, Bf16) {
+  Rng rng(16);
+  Case c;
+  c.rows = 20;
+  c.width = 33000;
+  c.k = 2048;
+  c.bf16 = true;
+  c.values = true;
+  c.bounds = true;
+  run_case(c, normals(rng, c.rows * c.width), {}, 600);
+  c.sorted = true;
+  c.rows = 2;
+  c.width = 300000;
+  run_case(c, normals(rng, c.rows * c.width), {}, 601);
+}
+
+TEST(GpuTopk, SlotIds) {
+  Rng rng(17);
+  for (int S : {1, 32, 64, 100}) {
+    Case c;
+    c.rows = 8;
+    c.width = 7000;
+    c.k = 512;
+    c.slots = true;
+    c.states_per_page = S;
+    c.next_n = 2;
+    c.bounds = true;
+    run_case(c, normals(rng, c.rows * c.width), {10, 600, 7000}, 700 + S);
+    c.row_request = true;
+    c.next_n = 1;
+    run_case(c, normals(rng, c.rows * c.width), {}, 800 + S);
+  }
+}
+
+TEST(GpuTopk, StridedLogitsAndSmallSmemBudget) {
+  Rng rng(18);
+  Case c;
+  c.rows = 3;
+  c.width = 150001;
+  c.k = 2048;
+  c.ld_pad = 3;  // misaligned rows: every row starts at a different 16-byte phase
+  c.bounds = true;
+  c.sorted = true;
+  c.smem_budget = 101376;  // sm_120 configuration: smaller chunks, more merge levels
+  run_case(c, normals(rng, c.rows * c.width), {150001, 150000, 77777}, 900);
+  c.k = 4096;
+  run_case(c, normals(rng, c.rows * c.width), {}, 901);
+}
+
+TEST(GpuTopk, VeryLongSingleRow) {
+  Rng rng(19);
+  for (int k : {512, 2048}) {
+    Case c;
+    c.rows = 1;
+    c.width = 4 * 1024 * 1024 + 13;
+    c.k = k;
+    c.sorted = true;
+    c.values = true;
+    c.repeats = 3;
+    run_case(c, normals(rng, c.width, 3.0f), {}, 1000 + k);
+  }
+  Case c2;
+  c2.rows = 2;
+  c2.width = 3000000;
+  c2.k = 1024;
+  c2.bounds = true;
+  run_case(c2, coarse(rng, c2.rows * c2.width, 50), {3000000, 2500000}, 1100);
+}
+
+TEST(GpuTopk, ManyRowsDeterministic) {
+  Rng rng(20);
+  Case c;
+  c.rows = 300;
+  c.width = 32768;
+  c.k = 2048;
+  c.repeats = 5;
+  run_case(c, coarse(rng, c.rows * c.width, 40), {}, 1200);
+}
+
+TEST(GpuTopk, CudaGraphReplay) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Rng rng(21);
+  for (int64_t width : {8192, 100000}) {
+    Case c;
+    c.rows = 2;
+    c.width = width;
+    c.k = 2048;
+    c.sorted = true;
+    c.values = true;
+    Inputs in = make_inputs(c, rng, normals(rng, c.rows * c.width), {});
+    GpuCase g;
+    setup_gpu(c, in, g);
+    cudaStream_t st;
+    DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    g.ex.stream = st;
+    cudaGraph_t graph;
+    DSATTN_CUDA_ASSERT(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    const Status s = topk(g.p, g.ex);
+    DSATTN_CUDA_ASSERT(cudaStreamEndCapture(st, &graph));
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    cudaGraphExec_t exec;
+    DSATTN_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 2; ++rep) {
+      // New logits in the same buffer, then replay: the graph must pick them up.
+      std::vector<float> fresh = normals(rng, c.rows * c.width);
+      Rng r2(5);
+      in = make_inputs(c, r2, fresh, {});
+      ASSERT_TRUE(g.logits.upload(in.logits.data(), in.logits.size() * 4));
+      // A pageable cudaMemcpy may return before its DMA lands; st does not wait for the legacy stream.
+      DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
+      DSATTN_CUDA_ASSERT(cudaGraphLaunch(exec, st));
+      DSATTN_CUDA_ASSERT(cudaStreamSynchronize(st));
+      const Outputs cpu = run_cpu(c, in);
+      expect_same(c, in, cpu, download(c, g));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
+  }
+}
+
+TEST(GpuTopk, ZeroRowsAndZeroWidth) {
+  Case c;
+  c.rows = 4;
+  c.width = 0;
+  c.k = 16;
+  c.values = true;
+  run_case(c, {}, {}, 1300);
+}
+
+}  // namespace
+}  // namespace dsattn

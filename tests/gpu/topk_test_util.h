@@ -1,0 +1,97 @@
+// Helpers of the GPU top-k tests: device buffers, a CPU-vs-GPU topk runner, and an independent
+// check that an index list is a correct top-k of a row (in range, unique, nothing better left out).
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dsattn/ops.h"
+
+namespace dsattn {
+namespace testing_gpu {
+
+#define DSATTN_CUDA_ASSERT(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+// Owning device allocation (freed on scope exit).
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n = 0) : bytes(n) {
+    if (n > 0 && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { alloc(0); }
+  // Frees the current allocation, then allocates n bytes (ptr stays null when n == 0 or on failure).
+  void alloc(size_t n) {
+    if (ptr) cudaFree(ptr);
+    ptr = nullptr;
+    bytes = n;
+    if (n > 0 && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+  }
+  bool upload(const void* src, size_t n) { return cudaMemcpy(ptr, src, n, cudaMemcpyHostToDevice) == cudaSuccess; }
+  bool download(void* dst, size_t n) const { return cudaMemcpy(dst, ptr, n, cudaMemcpyDeviceToHost) == cudaSuccess; }
+};
+
+// Ranking used by SPEC §3.3 (larger first, NaN lowest, ties to the smaller index). Written
+// independently of the library's CPU reference.
+inline bool rank_better(float va, int64_t ia, float vb, int64_t ib) {
+  const bool na = std::isnan(va), nb = std::isnan(vb);
+  if (na || nb) return na == nb ? ia < ib : nb;
+  if (va != vb) return va > vb;
+  return ia < ib;
+}
+
+// Checks that idx[0..k) is a top-k of row[0..len): count == min(k, len), -1 padding after, every
+// index in range and unique, and no unselected element ranks above the worst selected one.
+// `tol` > 0 relaxes the last check by that much in value (fused path: scores carry rounding).
+inline ::testing::AssertionResult is_topk(const float* row, int64_t len, int k, const int32_t* idx,
+                                          float tol = 0.0f) {
+  const int64_t take = len < k ? len : k;
+  std::vector<char> seen(static_cast<size_t>(len), 0);
+  int64_t worst = -1;
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t i = idx[j];
+    if (j >= take) {
+      if (i != -1) return ::testing::AssertionFailure() << "slot " << j << " expected -1 padding, got " << i;
+      continue;
+    }
+    if (i < 0 || i >= len) return ::testing::AssertionFailure() << "slot " << j << " index " << i << " out of [0, " << len << ")";
+    if (seen[static_cast<size_t>(i)]) return ::testing::AssertionFailure() << "index " << i << " selected twice";
+    seen[static_cast<size_t>(i)] = 1;
+    if (worst < 0 || rank_better(row[worst], worst, row[i], i)) worst = i;
+  }
+  if (take == len) return ::testing::AssertionSuccess();
+  for (int64_t i = 0; i < len; ++i) {
+    if (seen[static_cast<size_t>(i)]) continue;
+    if (tol > 0.0f) {
+      if (!std::isnan(row[i]) && !std::isnan(row[worst]) && row[i] > row[worst] + tol) {
+        return ::testing::AssertionFailure() << "unselected " << i << " (" << row[i] << ") beats selected " << worst
+                                             << " (" << row[worst] << ") by more than " << tol;
+      }
+      if (!std::isnan(row[i]) && std::isnan(row[worst])) {
+        return ::testing::AssertionFailure() << "NaN " << worst << " selected before number " << i;
+      }
+    } else if (rank_better(row[i], i, row[worst], worst)) {
+      return ::testing::AssertionFailure() << "unselected " << i << " (" << row[i] << ") ranks above selected "
+                                           << worst << " (" << row[worst] << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+inline bool same_bits_or_both_nan(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+}  // namespace testing_gpu
+}  // namespace dsattn
