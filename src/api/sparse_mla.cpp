@@ -9,7 +9,10 @@
 //    exp(lse) / (exp(lse) + exp(sink[h])).
 //  * A row with no used token gives out = 0 and lse = -inf (FlashMLA writes +inf there; SPEC §3.5
 //    asks for -inf), never NaN.
-// The CPU backend also rejects topk_length values outside [0, topk].
+// topk_length values outside [0, topk]: the CPU backend rejects them; the CUDA kernel cannot report
+// them without a host sync and clamps them into [0, topk] instead.
+// CUDA: sparse_mla_decode runs a straightforward kernel (src/cuda/common/mla_kernel.cuh, fp32
+// online softmax, not performance-tuned); sparse_mla_prefill has no CUDA kernel yet (kNotImplemented).
 #include <cmath>
 
 #include "api/latent_check.h"
