@@ -133,6 +133,8 @@ class Demo {
   void set_progress(bool on) { progress_ = on; }
   Status run_layer(const LayerGeometry& g);
   const std::vector<Row>& rows() const { return rows_; }
+  // Why stages fell back to the CPU (the GPU's kNotImplemented messages), in first-seen order.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   Status setup(Layer& l);
@@ -217,7 +219,12 @@ class Demo {
   bool gpu_;
   bool progress_ = false;
   std::vector<int64_t> tokens_;
+  void note(const Status& st) {
+    if (std::find(notes_.begin(), notes_.end(), st.message) == notes_.end()) notes_.push_back(st.message);
+  }
+
   std::vector<Row> rows_;
+  std::vector<std::string> notes_;
   Scratch scratch_;
 };
 
@@ -237,6 +244,7 @@ Status Demo::run_op(const std::string& what, const std::function<Status(bool)>& 
       return Status::Ok();
     }
     r->fallback = true;
+    note(st);
     for (Buf* b : inputs) DSATTN_RETURN_IF_ERROR(b->download());
   }
   const double t0 = now_ms();
@@ -399,6 +407,7 @@ Status Demo::write_stage(Layer& l, const char* stage, int64_t total, int dim, bo
       if (st.code == Code::kNotImplemented) {
         use_gpu = false;
         r.fallback = true;
+        note(st);
         continue;
       }
       DSATTN_RETURN_IF_ERROR(st);
@@ -413,7 +422,9 @@ Status Demo::write_stage(Layer& l, const char* stage, int64_t total, int dim, bo
   r.ms = use_gpu ? gpu_ms : cpu_ms;
   std::string check;
   bool ok = true;
-  if (use_gpu) {
+  if (total == 0) {
+    check = "nothing to write (no complete state yet)";
+  } else if (use_gpu) {
     std::vector<uint8_t> got;
     DSATTN_RETURN_IF_ERROR(cache.download_to(&got));
     const uint8_t* want = cache.h<uint8_t>();
@@ -999,6 +1010,8 @@ int cmd_demo(const std::vector<std::string>& args) {
     line(r.stage, r.layer, r.shape, r.backend, r.time, r.check);
     failed += !r.ok;
   }
+  if (!demo.notes().empty()) std::printf("\n");
+  for (const std::string& n : demo.notes()) std::printf("gpu not implemented: %s\n", n.c_str());
   if (!run_status.ok()) {  // the stages that ran are shown above; then the library's message
     std::fflush(stdout);
     std::fprintf(stderr, "dsattn demo: layer %d: %s\n", failed_layer, run_status.to_string().c_str());
