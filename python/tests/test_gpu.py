@@ -202,7 +202,7 @@ def test_gpu_jax_arrays():
     except RuntimeError:
         pytest.skip("jax has no GPU backend here")
     c = indexer_case(seed=10, B=2, N=1, H=16, D=128, S=64, lens=(99, 200))
-    put = lambda x: jax.device_put(x, dev)  # noqa: E731
+    put = lambda x: jax.device_put(x, dev).block_until_ready()  # noqa: E731
     cache = dsattn.IndexerCache(cu(c.pages), 64, 128)   # caches are written in place: torch-owned
     got = dsattn.paged_mqa_logits(put(c.q), put(c.weights), cache, put(c.block_table), put(c.context_lens),
                                   clean=True)
