@@ -23,20 +23,44 @@ std::string ratio_text(const LayerGeometry& g) {
 
 }  // namespace
 
-std::string preset_summary(const ModelPreset& p) {
-  std::set<int> ratios(p.compress_ratios.begin(), p.compress_ratios.end());
+namespace {
+
+std::string ratio_list(const std::vector<int>& v) {
+  std::set<int> uniq(v.begin(), v.end());
   std::vector<std::string> r;
-  for (int x : ratios) r.push_back(std::to_string(x));
-  char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "%zu layers, compress ratios {%s}, %d tokens/page, indexer %dx%d %s, top-k %d, "
-                "latent %s with %d heads, window %d%s",
-                p.compress_ratios.size(), join(r, ",").c_str(), p.block_tokens, p.index_heads,
-                p.index_head_dim, indexer_format_name(p.indexer_format), p.topk,
-                latent_format_name(p.latent_format), p.attn_heads, p.window,
-                p.verified ? "" : " (unverified config)");
-  return buf;
+  for (int x : uniq) r.push_back(std::to_string(x));
+  return join(r, ",");
 }
+
+// Columns shared by `dsattn presets` and the header of `dsattn geometry`.
+const char kPresetRow[] = "%-20s %6s  %-8s %-10s %11s  %-11s %5s  %-14s %6s  %s";
+
+void print_trimmed(const char* line) {
+  std::string s(line);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  std::printf("%s\n", s.c_str());
+}
+
+void print_preset_header() {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), kPresetRow, "preset", "layers", "ratios", "indexer at", "tokens/page", "indexer",
+                "top-k", "latent", "window", "");
+  print_trimmed(buf);
+}
+
+void print_preset_row(const ModelPreset& p) {
+  const std::string idx = std::to_string(p.index_heads) + "x" + std::to_string(p.index_head_dim) + " " +
+                          indexer_format_name(p.indexer_format);
+  const std::string lat = std::string(latent_format_name(p.latent_format)) + ", " + std::to_string(p.attn_heads) + " h";
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), kPresetRow, p.name.c_str(), std::to_string(p.compress_ratios.size()).c_str(),
+              ratio_list(p.compress_ratios).c_str(), ratio_list(p.indexer_ratios).c_str(),
+              std::to_string(p.block_tokens).c_str(), idx.c_str(), std::to_string(p.topk).c_str(), lat.c_str(),
+              std::to_string(p.window).c_str(), p.verified ? "" : "(unverified config)");
+  print_trimmed(buf);
+}
+
+}  // namespace
 
 int cmd_geometry(const std::vector<std::string>& args) {
   const std::vector<FlagSpec> specs = {
@@ -64,7 +88,9 @@ int cmd_geometry(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dsattn geometry: %s\n", st.to_string().c_str());
     return kExitFailure;
   }
-  std::printf("%s: %s\n\n", preset.name.c_str(), preset_summary(preset).c_str());
+  print_preset_header();
+  print_preset_row(preset);
+  std::printf("\n");
   auto row = [](const std::string& range, const LayerGeometry& g) {
     std::printf("%-16s %-16s %12s %15s %14s %6s\n", range.c_str(), ratio_text(g).c_str(),
                 num_or_dash(g.states_per_page).c_str(), num_or_dash(g.indexer_page_bytes).c_str(),
@@ -82,9 +108,13 @@ int cmd_presets(const std::vector<std::string>& args) {
   std::string err;
   if (!parse_flags("dsattn presets", args, specs, &v, &err)) return usage_error(err);
   if (v.count("help")) {
-    std::printf("usage: dsattn presets\n\nLists the model presets usable with --preset.\n");
+    std::printf("usage: dsattn presets\n\nLists the model presets usable with --preset: layers, the compress ratios\n"
+                "of their layers (0 = sliding window only) and those that own an indexer, tokens per\n"
+                "cache page, indexer heads x head dim and format, top-k, latent cache format and\n"
+                "attention heads, sliding window in tokens.\n");
     return kExitOk;
   }
+  print_preset_header();
   for (const std::string& name : preset_names()) {
     ModelPreset p;
     const Status st = get_preset(name, &p);
@@ -92,7 +122,7 @@ int cmd_presets(const std::vector<std::string>& args) {
       std::fprintf(stderr, "dsattn presets: %s\n", st.to_string().c_str());
       return kExitFailure;
     }
-    std::printf("%-22s %s\n", name.c_str(), preset_summary(p).c_str());
+    print_preset_row(p);
   }
   return kExitOk;
 }

@@ -39,6 +39,7 @@ namespace {
 constexpr int64_t kLenStep = 37, kLenMod = 128;
 constexpr int64_t kWriteChunk = 8192;      // rows per cache-writer call (bounds host memory)
 constexpr double kProgressMacs = 2e9;      // indexer work above which progress goes to stderr
+constexpr double kProgressStates = 1 << 20;  // cache states above which progress goes to stderr
 constexpr int kSampleStates = 256;         // writer round-trip sample
 constexpr int kSampleLogits = 256;         // logits spot-check sample
 constexpr double kMaxHostBytes = 16.0 * (1 << 30);  // refuse runs that would need more host memory
@@ -130,9 +131,18 @@ class Demo {
       tokens_.push_back(std::max<int64_t>(o.next_n, o.context - (b * kLenStep) % kLenMod));
   }
   const std::vector<int64_t>& tokens() const { return tokens_; }
-  void set_progress(bool on) { progress_ = on; }
+  // Progress on stderr: one self-overwriting line on a terminal, else one line per step (long runs).
+  void set_progress(bool on, bool live) {
+    progress_ = on;
+    live_ = live;
+  }
+  void end_progress() const {
+    if (progress_ && live_) std::fprintf(stderr, "\r\033[K");
+  }
   Status run_layer(const LayerGeometry& g);
   const std::vector<Row>& rows() const { return rows_; }
+  // Why stages fell back to the CPU (the GPU's kNotImplemented messages), in first-seen order.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   Status setup(Layer& l);
@@ -170,7 +180,10 @@ class Demo {
     rows_.push_back({stage, l.label, shape, backend_text(r), time_text(r.ms), check + (ok ? "  ok" : "  FAIL"), ok});
   }
   void progress(const std::string& msg) const {
-    if (progress_) std::fprintf(stderr, "dsattn demo: %s\n", msg.c_str());
+    if (!progress_) return;
+    if (live_) std::fprintf(stderr, "\r\033[Kdsattn demo: %s", msg.c_str());
+    else std::fprintf(stderr, "dsattn demo: %s\n", msg.c_str());
+    std::fflush(stderr);
   }
   // Checks of a [R, k] top-k result: every index in [0, ctx), distinct, min(k, ctx) of them.
   std::string topk_validity(const Layer& l, const int32_t* idx, bool* ok) const;
@@ -215,9 +228,14 @@ class Demo {
   DemoOptions o_;
   ModelPreset p_;
   bool gpu_;
-  bool progress_ = false;
+  bool progress_ = false, live_ = false;
   std::vector<int64_t> tokens_;
+  void note(const Status& st) {
+    if (std::find(notes_.begin(), notes_.end(), st.message) == notes_.end()) notes_.push_back(st.message);
+  }
+
   std::vector<Row> rows_;
+  std::vector<std::string> notes_;
   Scratch scratch_;
 };
 
@@ -237,6 +255,7 @@ Status Demo::run_op(const std::string& what, const std::function<Status(bool)>& 
       return Status::Ok();
     }
     r->fallback = true;
+    note(st);
     for (Buf* b : inputs) DSATTN_RETURN_IF_ERROR(b->download());
   }
   const double t0 = now_ms();
@@ -377,7 +396,7 @@ Status Demo::write_stage(Layer& l, const char* stage, int64_t total, int dim, bo
                          const std::function<void(int64_t, float*, int32_t*)>& fill,
                          const std::function<Status(bool, const TensorView&, const TensorView&)>& write,
                          Buf& cache, const std::function<double()>& round_trip) {
-  progress(std::string(stage) + " (" + std::to_string(total) + " rows)" + (gpu_ ? " on cuda" : " on cpu"));
+  progress("layer " + l.label + ": " + stage + " (" + std::to_string(total) + " rows)" + (gpu_ ? " on cuda" : " on cpu"));
   const int64_t chunk = std::max<int64_t>(1, std::min(kWriteChunk, total));
   Buf vals, slots;
   DSATTN_RETURN_IF_ERROR(vals.init(DType::kF32, {chunk, dim}, gpu_));
@@ -387,6 +406,8 @@ Status Demo::write_stage(Layer& l, const char* stage, int64_t total, int dim, bo
   double cpu_ms = 0, gpu_ms = 0;
   for (int64_t c0 = 0; c0 < total; c0 += chunk) {
     const int64_t n = std::min(chunk, total - c0);
+    if (c0 > 0 && total > 8 * chunk && (c0 / chunk) % 8 == 0)
+      progress("layer " + l.label + ": " + stage + " " + std::to_string(100 * c0 / total) + "%");
     for (int64_t i = 0; i < n; ++i) fill(c0 + i, vals.h<float>() + i * dim, slots.h<int32_t>() + i);
     double t0 = now_ms();
     DSATTN_RETURN_IF_ERROR(write(false, vals.view_as(false, {n, dim}), slots.view_as(false, {n})));
@@ -399,6 +420,7 @@ Status Demo::write_stage(Layer& l, const char* stage, int64_t total, int dim, bo
       if (st.code == Code::kNotImplemented) {
         use_gpu = false;
         r.fallback = true;
+        note(st);
         continue;
       }
       DSATTN_RETURN_IF_ERROR(st);
@@ -413,7 +435,9 @@ Status Demo::write_stage(Layer& l, const char* stage, int64_t total, int dim, bo
   r.ms = use_gpu ? gpu_ms : cpu_ms;
   std::string check;
   bool ok = true;
-  if (use_gpu) {
+  if (total == 0) {
+    check = "nothing to write (no complete state yet)";
+  } else if (use_gpu) {
     std::vector<uint8_t> got;
     DSATTN_RETURN_IF_ERROR(cache.download_to(&got));
     const uint8_t* want = cache.h<uint8_t>();
@@ -948,11 +972,14 @@ int cmd_demo(const std::vector<std::string>& args) {
     }
     lens += (b ? ", " : "") + std::to_string(demo.tokens()[b]);
   }
-  double macs = 0;
-  for (const LayerGeometry& g : chosen)
+  double macs = 0, states = 0;
+  for (const LayerGeometry& g : chosen) {
     macs += 2.0 * o.batch * o.next_n * (double(o.context) / g.compress_ratio) * preset.index_heads * preset.index_head_dim;
+    states += double(o.batch) * o.context / g.compress_ratio;
+  }
   const bool cpu_work = !gpu || o.check;  // the CPU runs the indexer (primary or reference)
-  demo.set_progress(isatty(2) || (cpu_work && macs > kProgressMacs));
+  const bool long_run = states > kProgressStates || (cpu_work && macs > kProgressMacs);
+  demo.set_progress(isatty(2) || long_run, isatty(2));
 
   std::printf("dsattn demo: %s%s, batch %d, next_n %d, context %lld tokens (per request: %s), seed %llu\n",
               preset.name.c_str(), preset.verified ? "" : " (unverified config)", o.batch, o.next_n,
@@ -978,6 +1005,7 @@ int cmd_demo(const std::vector<std::string>& args) {
     }
   }
   const double total_ms = now_ms() - t0;
+  demo.end_progress();
 
   const std::vector<Row>& rows = demo.rows();
   size_t w[5] = {5, 5, 5, 7, 4};
@@ -999,6 +1027,8 @@ int cmd_demo(const std::vector<std::string>& args) {
     line(r.stage, r.layer, r.shape, r.backend, r.time, r.check);
     failed += !r.ok;
   }
+  if (!demo.notes().empty()) std::printf("\n");
+  for (const std::string& n : demo.notes()) std::printf("gpu not implemented: %s\n", n.c_str());
   if (!run_status.ok()) {  // the stages that ran are shown above; then the library's message
     std::fflush(stdout);
     std::fprintf(stderr, "dsattn demo: layer %d: %s\n", failed_layer, run_status.to_string().c_str());

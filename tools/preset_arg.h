@@ -19,8 +19,5 @@ inline bool lookup_preset(const std::string& cmd, const std::string& name, Model
   return true;
 }
 
-// One line describing a preset (tools/cmd_geometry.cpp).
-std::string preset_summary(const ModelPreset& p);
-
 }  // namespace cli
 }  // namespace dsattn
