@@ -124,11 +124,12 @@ void run_collect_case(const CollectCase& c, const std::vector<float>& logits, co
   DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
   DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const int k_pad = cuda::topk_detail::next_pow2(c.k);
-  const int mcap = ((smem - 1024) / 4 - cuda::topk_detail::region_words(k_pad, 0)) / 2 / 1024 * 1024;
-  const size_t msmem = merge_smem_bytes(mcap, k_pad);
+  const int m_cap = cuda::topk_detail::mlist_cap(k_pad);
+  const int mcap = ((smem - 1024) / 4 - cuda::topk_detail::region_words(k_pad, m_cap)) / 2 / 1024 * 1024;
+  const size_t msmem = merge_smem_bytes(mcap, k_pad, m_cap);
   auto kern = fused_topk_merge_kernel<UniformSlots>;
   DSATTN_CUDA_ASSERT(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(msmem)));
-  kern<<<static_cast<unsigned>(R), cuda::topk_detail::kTopkThreads, msmem>>>(b, us, c.k, k_pad, mcap, c.sorted,
+  kern<<<static_cast<unsigned>(R), cuda::topk_detail::kTopkThreads, msmem>>>(b, us, c.k, k_pad, m_cap, mcap, c.sorted,
                                                                             out);
   DSATTN_CUDA_ASSERT(cudaGetLastError());
   DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());

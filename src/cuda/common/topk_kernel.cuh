@@ -327,7 +327,7 @@ __device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uin
 // bin) move to the mlist, and digits 2-3 and the ordered write run over that short list; when it
 // would overflow (heavy ties, a threshold among NaNs) everything runs over the full keys.
 __device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
-                                            uint32_t* region, TopkShared& sh) {
+                                            uint32_t* region, TopkShared& sh, uint32_t* T_out = nullptr) {
   uint32_t* sel_key = region;
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
   uint32_t* ml_key = region + sel_words(k_pad);
@@ -341,11 +341,13 @@ __device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, 
   int need;
   if (m > m_cap || b1 == 0) {
     find_threshold_rest(keys, n, b1, k - above1, region, sh, &T, &need);
+    if (T_out) *T_out = T;
     select_in_order(keys, n, T, need, sel_key, sel_pos, sh);
     return;
   }
   compact_ge(keys, n, b1 << 20, ml_key, ml_pos, sh);
   find_threshold_rest(ml_key, m, b1, k - above1, region, sh, &T, &need);
+  if (T_out) *T_out = T;
   select_in_order(ml_key, m, T, need, sel_key, sel_pos, sh);
   for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = ml_pos[sel_pos[j]];
   __syncthreads();

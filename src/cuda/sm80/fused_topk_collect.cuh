@@ -112,10 +112,145 @@ __device__ __forceinline__ void collector_append_warp(const CollectorBuffers& b,
   __syncwarp();
 }
 
+// Exclusive prefix over the block (thread order), any block size up to 1024. Ends synced.
+__device__ __forceinline__ int collector_block_scan(int v, CollectorShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) sh.warp_gt[warp] = incl;
+  __syncthreads();
+  int before = 0;
+  for (int w = 0; w < warp; ++w) before += sh.warp_gt[w];
+  __syncthreads();
+  return before + incl - v;
+}
+
+// Warp 0 finds, in the 256-bin histogram (scanned from the top), the bin of the k_rem-th largest.
+__device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int k_rem) {
+  const int lane = threadIdx.x & 31;
+  if ((threadIdx.x >> 5) != 0) return;
+  int local = 0;
+  for (int q = 0; q < 8; ++q) local += sh.hist[255 - 8 * lane - q];
+  int incl = local;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int cum = incl - local;
+  if (cum < k_rem && cum + local >= k_rem) {
+    for (int q = 0; q < 8; ++q) {
+      const int h = sh.hist[255 - 8 * lane - q];
+      if (cum + h >= k_rem) {
+        sh.bin = 255 - 8 * lane - q;
+        sh.above = cum;
+        break;
+      }
+      cum += h;
+    }
+  }
+}
+
+// collector_compact with the live buffer held in registers: thread t owns entries
+// [t * U, (t + 1) * U) (one round trip to L2 instead of one per pass), 4 radix passes over the
+// registers, one block scan for the ordered write. Needs cnt <= blockDim.x * U.
+template <int U>
+__device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                       int j) {
+  const CollectorRow st = sh.row[j];
+  const int n = st.cnt;
+  const int k = b.k;
+  const uint32_t* src_key = b.key + b.half_offset(slot, j, st.half);
+  const int32_t* src_idx = b.idx + b.half_offset(slot, j, st.half);
+  uint32_t* dst_key = b.key + b.half_offset(slot, j, st.half ^ 1);
+  int32_t* dst_idx = b.idx + b.half_offset(slot, j, st.half ^ 1);
+  const int base = threadIdx.x * U;
+  uint32_t key[U];
+#pragma unroll
+  for (int u = 0; u < U; u += 4) {
+    const int i = base + u;
+    if (i + 3 < n) {
+      const uint4 v = *reinterpret_cast<const uint4*>(src_key + i);  // ccap and base are multiples of 4
+      key[u] = v.x;
+      key[u + 1] = v.y;
+      key[u + 2] = v.z;
+      key[u + 3] = v.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) key[u + e] = i + e < n ? src_key[i + e] : 0u;
+    }
+  }
+  uint32_t prefix = 0;
+  int k_rem = k;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool act = base + u < n && (pass == 0 || (key[u] >> (shift + 8)) == (prefix >> (shift + 8)));
+      topk_detail::hist_add(sh.hist, (key[u] >> shift) & 255u, act);
+    }
+    __syncthreads();
+    collector_find_bin(sh, k_rem);
+    __syncthreads();
+    prefix |= sh.bin << shift;
+    k_rem -= sh.above;
+    __syncthreads();
+  }
+  const uint32_t T = prefix;
+  const int need = k_rem;
+  int g = 0, e = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (base + u < n) {
+      g += key[u] > T ? 1 : 0;
+      e += key[u] == T ? 1 : 0;
+    }
+  }
+  // Counts stay below 2^16 (n <= 2 * 4096 + 512), so both prefixes share one scan.
+  const int packed = collector_block_scan((e << 16) | g, sh);
+  int g_before = packed & 0xffff, e_before = packed >> 16;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (base + u >= n) continue;
+    int pos = -1;
+    if (key[u] > T) {
+      pos = g_before + min(e_before, need);
+      ++g_before;
+    } else if (key[u] == T) {
+      if (e_before < need) pos = g_before + e_before;
+      ++e_before;
+    }
+    if (pos >= 0) {
+      dst_key[pos] = key[u];
+      dst_idx[pos] = src_idx[base + u];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sh.row[j].cnt = k;
+    sh.row[j].half = st.half ^ 1;
+    sh.row[j].thr = T;
+  }
+  __syncthreads();
+}
+
 // Block-wide: compacts row j to its k best entries when fewer than `incoming` free slots remain.
 // All threads call it with the same arguments (after a __syncthreads that published the counts).
 __device__ __forceinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                   int j) {
+  const int n_live = sh.row[j].cnt;
+  if (n_live <= static_cast<int>(blockDim.x) * 16) {
+    collector_compact_regs<16>(b, sh, slot, j);
+    return;
+  }
+  if (n_live <= static_cast<int>(blockDim.x) * 32) {
+    collector_compact_regs<32>(b, sh, slot, j);
+    return;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   const CollectorRow st = sh.row[j];

@@ -54,7 +54,7 @@ struct FusedPlan {
   int partitions = 0;
   bool own_schedule = false;
   int64_t slots = 0;
-  int ccap = 0, k_pad = 0, mcap = 0;
+  int ccap = 0, k_pad = 0, m_cap = 0, mcap = 0;
   size_t merge_smem = 0;
   size_t off_key = 0, off_idx = 0, off_hdr = 0, hdr_bytes = 0, total = 0;
 };
@@ -90,12 +90,21 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   f->slots = f->partitions + f->p.work.groups;
   f->ccap = fused_topk::collector_ccap(a.k);
   f->k_pad = topk_detail::next_pow2(a.k);
-  // Merge buffer: as many (key, index) pairs as the shared memory holds, a multiple of 1024.
-  f->mcap = ((budget - 1024) / 4 - topk_detail::region_words(f->k_pad, 0)) / 2 / 1024 * 1024;
-  if (f->mcap < a.k + 2 * topk_detail::kTopkThreads) {
+  // Merge buffer: as many (key, index) pairs as the shared memory holds (a multiple of 1024); it
+  // must take k survivors plus a whole piece. Without room for the mlist, go without it.
+  auto mcap_for = [&](int m_cap) {
+    return ((budget - 1024) / 4 - topk_detail::region_words(f->k_pad, m_cap)) / 2 / 1024 * 1024;
+  };
+  f->m_cap = topk_detail::mlist_cap(f->k_pad);
+  f->mcap = mcap_for(f->m_cap);
+  if (f->mcap < a.k + f->ccap) {
+    f->m_cap = 0;
+    f->mcap = mcap_for(0);
+  }
+  if (f->mcap < a.k + f->ccap) {
     return detail::not_implemented(kOp, "k = %d needs more shared memory than the %d bytes available", a.k, budget);
   }
-  f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad);
+  f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad, f->m_cap);
   const size_t entries = static_cast<size_t>(f->slots) * rps * 2 * f->ccap;
   f->off_key = meta_bytes;
   f->off_idx = f->off_key + align256(entries * 4);
@@ -173,7 +182,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   auto merge = fused_topk::fused_topk_merge_kernel<MetaSlots>;
   DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(merge, f.merge_smem, kOp));
   merge<<<static_cast<unsigned>(pb.rows), topk_detail::kTopkThreads, f.merge_smem, stream>>>(
-      epi.buf, slots, a.k, f.k_pad, f.mcap, a.sorted, out);
+      epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out);
   return last_launch_status(kOp, "fused_topk_merge_kernel");
 }
 

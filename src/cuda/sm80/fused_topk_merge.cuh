@@ -38,30 +38,15 @@ struct MergeShared {
   int cnt;
   uint32_t thr;
   int total;
+  int round_n;               // slots in the current round
+  int slot_n[32];            // their candidate counts
+  int slot_half[32];         // and live halves
+  int warp_cnt[32];          // entries each warp appends this round
 };
-
-// Exclusive block scan of a 0/1 flag; *total gets the block sum. Ends synced.
-__device__ __forceinline__ int flag_scan(bool f, MergeShared& sh, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned m = __ballot_sync(0xffffffffu, f);
-  if (lane == 0) sh.t.warp_gt[warp] = __popc(m);
-  __syncthreads();
-  int before = 0, sum = 0;
-#pragma unroll
-  for (int w = 0; w < kTopkWarps; ++w) {
-    const int c = sh.t.warp_gt[w];
-    before += w < warp ? c : 0;
-    sum += c;
-  }
-  *total = sum;
-  const int r = before + __popc(m & ((1u << lane) - 1u));
-  __syncthreads();
-  return r;
-}
 
 // Compacts the buffer keys/idx [0, cnt) to its k best (index order kept). Block-wide.
 __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int k, uint32_t* region, int k_pad,
-                                              MergeShared& sh) {
+                                              int m_cap, MergeShared& sh) {
   using namespace topk_detail;
   const int n = sh.cnt;
   for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
@@ -73,11 +58,9 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
   }
   __syncthreads();
   uint32_t T;
-  int need;
-  find_threshold(keys, n, k, region, sh.t, &T, &need);
-  uint32_t* sel_key = region;
-  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
-  select_in_order(keys, n, T, need, sel_key, sel_pos, sh.t);
+  select_topk(keys, n, k, k_pad, m_cap, region, sh.t, &T);
+  const uint32_t* sel_key = region;
+  const int* sel_pos = reinterpret_cast<const int*>(region + k_pad);
   // Gather first (sel_pos[j] >= j: writing in place would race), then write back.
   constexpr int kPer = kMaxK / kTopkThreads;
   uint32_t kk[kPer];
@@ -108,10 +91,14 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
 
 extern __shared__ __align__(16) uint32_t fused_merge_smem[];
 
-// grid (R). Dynamic smem: [keys mcap][idx mcap][region_words(k_pad, 0)] u32.
+// grid (R). Dynamic smem: [keys mcap][idx mcap][region_words(k_pad, m_cap)] u32.
+// Slots are read in rounds of up to 32 (warp w reads slot s + w): warp 0 loads the round's
+// headers and takes as many slots as the buffer has room for; each warp counts its slot's
+// entries above the threshold, a prefix over warps gives every warp its write offset, and each
+// warp appends its slot in order. A round costs a few memory round trips however short its slots.
 template <typename SlotRange>
 __global__ void __launch_bounds__(kTopkThreads)
-    fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int mcap, bool sorted,
+    fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int m_cap, int mcap, bool sorted,
                             topk_detail::TopkOutputs out) {
   using namespace topk_detail;
   __shared__ MergeShared sh;
@@ -122,32 +109,92 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t* keys = fused_merge_smem;
   int32_t* idx = reinterpret_cast<int32_t*>(fused_merge_smem + mcap);
   uint32_t* region = fused_merge_smem + 2 * mcap;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned lt = (1u << lane) - 1u;
   if (threadIdx.x == 0) {
     sh.cnt = 0;
     sh.thr = kAbsentKey;
   }
   __syncthreads();
-  for (int64_t s = s0; s < s1; ++s) {
-    const int32_t* h = b.header + (s * b.rows_per_slot + j) * 2;
-    // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
-    const int n_s = min(max(h[0], 0), b.ccap);
-    const int64_t off = b.half_offset(s, j, h[1] & 1);
-    for (int base = 0; base < n_s; base += kTopkThreads) {
-      if (sh.cnt + kTopkThreads > mcap) merge_compact(keys, idx, k, region, k_pad, sh);
-      const int i = base + threadIdx.x;
-      const uint32_t key = i < n_s ? b.key[off + i] : 0u;
-      const bool app = i < n_s && key > sh.thr;
-      int total;
-      const int pos = flag_scan(app, sh, &total);
-      const int cnt = sh.cnt;
-      if (app) {
-        keys[cnt + pos] = key;
-        idx[cnt + pos] = b.idx[off + i];
+  for (int64_t sb = s0; sb < s1;) {
+    if (warp == 0) {
+      const int64_t s = sb + lane;
+      int n = 0, half = 0;
+      if (s < s1) {
+        // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
+        const int32_t* h = b.header + (s * b.rows_per_slot + j) * 2;
+        n = min(max(h[0], 0), b.ccap);
+        half = h[1] & 1;
       }
-      __syncthreads();
-      if (threadIdx.x == 0) sh.cnt = cnt + total;
-      __syncthreads();
+      int incl = n;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const bool fits = s < s1 && incl <= mcap - sh.cnt;  // incl grows with lane: a prefix fits
+      const int m = __popc(__ballot_sync(0xffffffffu, fits));
+      sh.slot_n[lane] = n;
+      sh.slot_half[lane] = half;
+      if (lane == 0) sh.round_n = m;
     }
+    __syncthreads();
+    const int m = sh.round_n;
+    if (m == 0) {  // not even one slot fits: compact (leaves mcap - k >= ccap free)
+      merge_compact(keys, idx, k, region, k_pad, m_cap, sh);
+      continue;
+    }
+    const uint32_t thr = sh.thr;
+    int n_w = 0;
+    int64_t off = 0;
+    if (warp < m) {
+      n_w = sh.slot_n[warp];
+      off = b.half_offset(sb + warp, j, sh.slot_half[warp]);
+    }
+    int c = 0;
+    for (int q0 = 0; q0 < n_w; q0 += 128) {  // 4 loads in flight per lane
+      uint32_t kq[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int q = q0 + u * 32 + lane;
+        kq[u] = q < n_w ? b.key[off + q] : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) c += __popc(__ballot_sync(0xffffffffu, kq[u] > thr && q0 + u * 32 + lane < n_w));
+    }
+    if (lane == 0) sh.warp_cnt[warp] = c;
+    __syncthreads();
+    int pos = sh.cnt;
+    int total = 0;
+    for (int w = 0; w < m; ++w) {
+      const int cw = sh.warp_cnt[w];
+      pos += w < warp ? cw : 0;
+      total += cw;
+    }
+    for (int q0 = 0; q0 < n_w; q0 += 128) {
+      uint32_t kq[4];
+      int32_t iq[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int q = q0 + u * 32 + lane;
+        kq[u] = q < n_w ? b.key[off + q] : 0u;
+        iq[u] = q < n_w ? b.idx[off + q] : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const bool app = kq[u] > thr && q0 + u * 32 + lane < n_w;
+        const unsigned mask = __ballot_sync(0xffffffffu, app);
+        if (app) {
+          const int p = pos + __popc(mask & lt);
+          keys[p] = kq[u];
+          idx[p] = iq[u];
+        }
+        pos += __popc(mask);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) sh.cnt += total;
+    sb += m;
+    __syncthreads();
   }
   const int cnt = sh.cnt;
   uint32_t* sel_key = region;
@@ -168,7 +215,7 @@ __global__ void __launch_bounds__(kTopkThreads)
       hist_add(region, (i < cnt ? keys[i] : 0u) >> 20, i < cnt);
     }
     __syncthreads();
-    select_topk(keys, cnt, k, k_pad, 0, region, sh.t);
+    select_topk(keys, cnt, k, k_pad, m_cap, region, sh.t);
     for (int q = threadIdx.x; q < k; q += kTopkThreads) sel_pos[q] = idx[sel_pos[q]];
     __syncthreads();
   }
@@ -176,8 +223,8 @@ __global__ void __launch_bounds__(kTopkThreads)
 }
 
 // Dynamic shared memory of the merge kernel for a buffer of mcap entries.
-__host__ __device__ inline size_t merge_smem_bytes(int mcap, int k_pad) {
-  return (2 * static_cast<size_t>(mcap) + topk_detail::region_words(k_pad, 0)) * 4;
+__host__ __device__ inline size_t merge_smem_bytes(int mcap, int k_pad, int m_cap) {
+  return (2 * static_cast<size_t>(mcap) + topk_detail::region_words(k_pad, m_cap)) * 4;
 }
 
 }  // namespace fused_topk
