@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -24,12 +25,13 @@ struct TopkShape {
   int64_t rows, width;
 };
 
-int topk_usage() {
+int topk_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N]   (split-policy tuning)\n"
-      "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n");
-  return 2;
+      "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
+      "  --quick: 1x8192 1x65536 128x32768\n");
+  return rc;
 }
 
 }  // namespace
@@ -41,7 +43,11 @@ int run_topk(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const bool has_next = i + 1 < args.size();
-    if (a == "--k" && has_next) {
+    if (a == "--help" || a == "-h") {
+      return topk_usage(0);
+    } else if (a == "--quick") {
+      shapes = {{1, 8192}, {1, 65536}, {128, 32768}};
+    } else if (a == "--k" && has_next) {
       k = std::atoi(args[++i].c_str());
     } else if (a == "--iters" && has_next) {
       iters = std::max(1, std::atoi(args[++i].c_str()));
@@ -124,6 +130,198 @@ int run_topk(const std::vector<std::string>& args) {
     std::printf("%10lld %9lld %12.2f %10.2f %10.2f %8.0f %8.1f%% %12.2f  %s\n", static_cast<long long>(s.rows),
                 static_cast<long long>(s.width), n * esz / 1e6, eager_us, us, gbps, 100.0 * gbps / ctx.copy_gbps,
                 ws_bytes / 1e6, plan_str);
+  }
+  return 0;
+}
+
+
+// ---------------------------------------------------------------- dsattn bench indexer --fused
+// Decode shapes: B requests x ctx states, N rows each, S states per page, H heads x D. For each:
+// paged_mqa_logits alone, unfused (paged_mqa_logits + topk) and fused paged_mqa_topk, median graph
+// time with L2 flushed before each call; device memory each needs beyond its inputs (workspace +
+// outputs, plus the logits for the unfused path); GB/s over the cache bytes read once; and whether
+// fused and unfused return the same indices (rows equal / rows).
+namespace {
+
+struct FusedShape {
+  int B, ctx, N, S, H, D;
+};
+
+__global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64_t stride, int S, int rb) {
+  const int64_t n = num_pages * stride;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = i / stride, o = i % stride;
+    uint64_t z = (i + 7) * 0x9E3779B97F4A7C15ull;
+    z ^= z >> 29;
+    z *= 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 32;
+    uint8_t b = static_cast<uint8_t>(z);
+    if ((b & 0x7F) == 0x7F) b ^= 1;  // no E4M3 NaN codes
+    if (o >= int64_t(S) * rb) {       // scale block: fp32 1/64 per state
+      const int q = static_cast<int>((o - int64_t(S) * rb) % 4);
+      const uint32_t v = 0x3C800000u;
+      b = static_cast<uint8_t>(v >> (8 * q));
+    }
+    pages[p * stride + o] = b;
+  }
+}
+
+int fused_usage(int rc = 2) {
+  std::printf(
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--shape BxCTXxNxSxHxD ...]\n"
+      "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n");
+  return rc;
+}
+
+}  // namespace
+
+int run_fused(const std::vector<std::string>& args) {
+  int k = 2048, iters = 30;
+  std::vector<FusedShape> shapes;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool has_next = i + 1 < args.size();
+    if (a == "--help" || a == "-h") return fused_usage(0);
+    if (a == "--fused") continue;
+    if (a == "--quick") {
+      shapes = {{128, 32768, 1, 64, 64, 128}, {1, 65536, 1, 64, 64, 128}};
+    } else if (a == "--k" && has_next) {
+      k = std::atoi(args[++i].c_str());
+    } else if (a == "--iters" && has_next) {
+      iters = std::max(1, std::atoi(args[++i].c_str()));
+    } else if (a == "--shape" && has_next) {
+      FusedShape f{};
+      if (std::sscanf(args[++i].c_str(), "%dx%dx%dx%dx%dx%d", &f.B, &f.ctx, &f.N, &f.S, &f.H, &f.D) != 6) {
+        return fused_usage();
+      }
+      shapes.push_back(f);
+    } else {
+      return fused_usage();
+    }
+  }
+  if (shapes.empty()) {
+    shapes = {{128, 32768, 1, 64, 64, 128}, {1, 65536, 1, 64, 64, 128}, {64, 16384, 2, 64, 64, 128},
+              {32, 131072, 1, 64, 32, 128}};
+  }
+  if (!cuda_available()) {
+    std::fprintf(stderr, "dsattn bench indexer --fused: no CUDA device\n");
+    return 1;
+  }
+  BenchContext ctx;
+  if (!ctx.init()) return 1;
+  std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
+              ctx.copy_gbps);
+  std::printf("indexer + top-k, k=%d, FP8 cache, L2 flushed before each call, median of %d CUDA-graph replays\n"
+              "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
+              "and the logits for the unfused path)\n\n",
+              k, iters);
+  std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s\n", "B x ctx x N x S x H x D", "logits us",
+              "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same");
+  for (const FusedShape& sh : shapes) {
+    const int rb = sh.D;
+    const int64_t stride = int64_t(sh.S) * (rb + 4);
+    const int64_t ppr = (sh.ctx + sh.S - 1) / sh.S;
+    const int64_t num_pages = int64_t(sh.B) * ppr;
+    const int64_t R = int64_t(sh.B) * sh.N;
+    DevMem cache(size_t(num_pages * stride)), bt(size_t(num_pages) * 4), lens(size_t(sh.B) * 4);
+    DevMem q(size_t(R) * sh.H * rb), w(size_t(R) * sh.H * 4);
+    DevMem logits(size_t(R) * sh.ctx * 4);
+    DevMem idx_u(size_t(R) * k * 4), idx_f(size_t(R) * k * 4);
+    if (!cache.ok() || !logits.ok() || !q.ok()) {
+      std::fprintf(stderr, "out of device memory\n");
+      return 1;
+    }
+    bench_fill_cache_kernel<<<2048, 256>>>(static_cast<uint8_t*>(cache.p), num_pages, stride, sh.S, rb);
+    std::vector<int32_t> h_bt(static_cast<size_t>(num_pages));
+    std::iota(h_bt.begin(), h_bt.end(), 0);
+    std::shuffle(h_bt.begin(), h_bt.end(), std::mt19937_64(3));
+    std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), sh.ctx);
+    cudaMemcpy(bt.p, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(lens.p, h_lens.data(), h_lens.size() * 4, cudaMemcpyHostToDevice);
+    // Query bytes: random E4M3 codes (no NaN); weights: approximately normal.
+    bench_fill_cache_kernel<<<256, 256>>>(static_cast<uint8_t*>(q.p), 1, int64_t(R) * sh.H * rb, 1 << 30, 1);
+    fill_random(w.p, size_t(R) * sh.H, false, 99);
+
+    PagedIndexerArgs in;
+    in.q = make_tensor(q.p, DType::kF8E4M3, {sh.B, sh.N, sh.H, rb}, Device::kCuda);
+    in.weights = make_tensor(w.p, DType::kF32, {R, sh.H}, Device::kCuda);
+    in.cache.pages = make_tensor(cache.p, DType::kU8, {num_pages, stride}, Device::kCuda);
+    in.cache.format = IndexerFormat::kFp8;
+    in.cache.states_per_page = sh.S;
+    in.cache.head_dim = sh.D;
+    in.cache.page_stride_bytes = stride;
+    in.block_table = make_tensor(bt.p, DType::kI32, {sh.B, ppr}, Device::kCuda);
+    in.context_lens = make_tensor(lens.p, DType::kI32, {sh.B}, Device::kCuda);
+
+    PagedMqaLogitsParams lp;
+    static_cast<PagedIndexerArgs&>(lp) = in;
+    lp.logits = make_tensor(logits.p, DType::kF32, {R, sh.ctx}, Device::kCuda);
+    TopkParams tp;
+    tp.logits = lp.logits;
+    tp.k = k;
+    tp.indices = make_tensor(idx_u.p, DType::kI32, {R, k}, Device::kCuda);
+    PagedMqaTopkParams fp;
+    static_cast<PagedIndexerArgs&>(fp) = in;
+    fp.k = k;
+    fp.indices = make_tensor(idx_f.p, DType::kI32, {R, k}, Device::kCuda);
+
+    Exec lex, tex, fex;
+    size_t lws = 0, tws = 0, fws = 0;
+    Status st = paged_mqa_logits_workspace(lp, lex, &lws);
+    if (st.ok()) st = topk_workspace(tp, tex, &tws);
+    if (st.ok()) st = paged_mqa_topk_workspace(fp, fex, &fws);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
+      return 1;
+    }
+    DevMem lw(lws), tw(tws), fw(fws);
+    lex.workspace = lw.p;
+    lex.workspace_bytes = lws;
+    tex.workspace = tw.p;
+    tex.workspace_bytes = tws;
+    fex.workspace = fw.p;
+    fex.workspace_bytes = fws;
+    auto keep = [&](const Status& s2) {
+      if (!s2.ok() && st.ok()) st = s2;
+    };
+    const float logits_us = ctx.time_median_us(iters, [&](cudaStream_t s) {
+      lex.stream = s;
+      keep(paged_mqa_logits(lp, lex));
+    });
+    const float unfused_us = ctx.time_median_us(iters, [&](cudaStream_t s) {
+      lex.stream = s;
+      tex.stream = s;
+      keep(paged_mqa_logits(lp, lex));
+      keep(topk(tp, tex));
+    });
+    const float fused_us = ctx.time_median_us(iters, [&](cudaStream_t s) {
+      fex.stream = s;
+      keep(paged_mqa_topk(fp, fex));
+    });
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
+      return 1;
+    }
+    // Same inputs, same selection? (Indices come back in ascending order from both paths.)
+    cudaDeviceSynchronize();
+    std::vector<int32_t> hu(static_cast<size_t>(R) * k), hf(hu.size());
+    cudaMemcpy(hu.data(), idx_u.p, hu.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hf.data(), idx_f.p, hf.size() * 4, cudaMemcpyDeviceToHost);
+    int64_t same = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      same += std::equal(hu.begin() + r * k, hu.begin() + (r + 1) * k, hf.begin() + r * k) ? 1 : 0;
+    }
+    const double out_b = double(R) * k * 4;
+    const double unfused_mb = (double(R) * sh.ctx * 4 + lws + tws + out_b) / 1e6;
+    const double fused_mb = (fws + out_b) / 1e6;
+    const double cache_b = double(sh.B) * sh.ctx * (rb + 4);
+    char name[64];
+    std::snprintf(name, sizeof(name), "%dx%dx%dx%dx%dx%d", sh.B, sh.ctx, sh.N, sh.S, sh.H, sh.D);
+    char same_s[64];
+    std::snprintf(same_s, sizeof(same_s), "%lld/%lld", static_cast<long long>(same), static_cast<long long>(R));
+    std::printf("%-24s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.1f %10.1f %8.0f %8s\n", name, logits_us, unfused_us,
+                fused_us, unfused_us / fused_us, fused_us / logits_us, unfused_mb, fused_mb,
+                cache_b / (fused_us * 1e3), same_s);
   }
   return 0;
 }

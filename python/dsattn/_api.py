@@ -79,10 +79,17 @@ def _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes) -> dic
                 smem_budget_bytes=int(smem_budget_bytes))
 
 
+def _call(fn, args: dict, ex: dict, query: bool):
+    try:
+        return fn(**args, query=query, **ex)
+    except TypeError as e:
+        # nanobind could not take an argument as an array: name the op (the usual cause is a
+        # read-only array passed as an output, or an object without __dlpack__).
+        raise TypeError(f"{fn.__name__}: {e}") from None
+
+
 def _workspace_bytes(fn, args: dict, ex: dict) -> int:
-    q = dict(ex)
-    q["workspace"] = None
-    return int(fn(**args, query=True, **q))
+    return int(_call(fn, args, dict(ex, workspace=None), True))
 
 
 def _run(fn, args: dict, ex: dict, like) -> None:
@@ -92,7 +99,7 @@ def _run(fn, args: dict, ex: dict, like) -> None:
         need = _workspace_bytes(fn, args, ex)
         if need > 0:
             ex = dict(ex, workspace=_arrays.empty((need,), "uint8", like))
-    fn(**args, **ex)
+    _call(fn, args, ex, False)
 
 
 def _out(given, shape, dtype, like, dummy: bool = False):

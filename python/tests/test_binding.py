@@ -125,3 +125,10 @@ def test_bf16_uint16_rule_for_topk():
     np.testing.assert_array_equal(res.indices, [[1, 2]])
     with pytest.raises(ValueError, match=r"topk: logits dtype"):
         dsattn.topk(x.astype(np.int32), 2)
+
+
+def test_read_only_output_is_type_error_naming_op(case):
+    out = np.empty((2, 48), np.float32)
+    out.setflags(write=False)
+    with pytest.raises(TypeError, match=r"^paged_mqa_logits: "):
+        _call(case, logits=out)

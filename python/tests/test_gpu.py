@@ -117,6 +117,50 @@ def test_gpu_sparse_mla_decode_matches_reference():
     np.testing.assert_allclose(host(lse), want_lse, rtol=1e-4, atol=1e-4)
 
 
+def test_gpu_topk_sorted_exact_and_bf16_logits():
+    rng = np.random.default_rng(12)
+    x = rng.integers(-50, 50, (8, 3000)).astype(np.float32)   # ties everywhere
+    x[0, ::5] = np.nan
+    starts = np.array([0, 10, 0, 500, 0, 2999, 0, 7], np.int32)
+    ends = np.array([3000, 3000, 100, 2500, 0, 3000, 3000, 1000], np.int32)
+    k = 256
+    res = dsattn.topk(cu(x), k, starts=cu(starts), ends=cu(ends), sorted=True, return_values=True, stream=_cur())
+    want_idx, want_val = ref.topk(x, k, starts, ends)
+    np.testing.assert_array_equal(host(res.indices), want_idx)
+    np.testing.assert_array_equal(host(res.values), want_val)
+    bits = ref.f32_to_bf16(x)
+    res16 = dsattn.topk(cu(bits, "bf16"), k, starts=cu(starts), ends=cu(ends), sorted=True, stream=_cur())
+    np.testing.assert_array_equal(host(res16.indices), ref.topk(ref.bf16_to_f32(bits), k, starts, ends)[0])
+
+
+def test_gpu_mqa_logits_matches_reference():
+    rng = np.random.default_rng(13)
+    M, H, D, Nk = 37, 32, 128, 700
+    q = ref.f32_to_e4m3(rng.standard_normal((M, H, D)).astype(np.float32))
+    k = ref.f32_to_e4m3(rng.standard_normal((Nk, D)).astype(np.float32))
+    ks_ = rng.uniform(0.5, 2, Nk).astype(np.float32)
+    w = rng.standard_normal((M, H)).astype(np.float32)
+    ks = np.sort(rng.integers(0, 400, M)).astype(np.int32)
+    ke = np.minimum(ks + rng.integers(0, 300, M), Nk).astype(np.int32)
+    got = dsattn.mqa_logits(cu(q, "fp8"), cu(w), cu(k, "fp8"), cu(ks_), cu(ks), cu(ke), clean=True, stream=_cur())
+    want = ref.mqa_logits(q, w, k, ks_, ks, ke)
+    g = host(got)
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(g[fin], want[fin], rtol=1e-4, atol=1e-3 * np.abs(want[fin]).max())
+    assert np.all(g[~fin] == -np.inf)
+
+
+def test_gpu_paged_logits_bf16_output():
+    c = indexer_case(seed=14, B=2, N=1, H=64, D=128, S=64, lens=(300, 129))
+    out = dsattn.paged_mqa_logits(cu(c.q, "fp8"), cu(c.weights), dsattn.IndexerCache(cu(c.pages), 64, 128),
+                                  cu(c.block_table), cu(c.context_lens), logits_dtype="bfloat16", stream=_cur())
+    assert out.dtype == torch.bfloat16
+    want = c.ref_logits(max_context=out.shape[1])
+    g = ref.bf16_to_f32(host(out))
+    for r, n in enumerate(c.row_ctx()):
+        np.testing.assert_allclose(g[r, :n], want[r, :n], rtol=2.0 ** -7, atol=1e-2)
+
+
 def test_gpu_device_mismatch_is_value_error():
     c = indexer_case(seed=7, B=1, N=1, H=16, D=128, S=64, lens=(10,))
     with pytest.raises(ValueError, match="paged_mqa_logits"):
@@ -202,7 +246,7 @@ def test_gpu_jax_arrays():
     except RuntimeError:
         pytest.skip("jax has no GPU backend here")
     c = indexer_case(seed=10, B=2, N=1, H=16, D=128, S=64, lens=(99, 200))
-    put = lambda x: jax.device_put(x, dev)  # noqa: E731
+    put = lambda x: jax.device_put(x, dev).block_until_ready()  # noqa: E731
     cache = dsattn.IndexerCache(cu(c.pages), 64, 128)   # caches are written in place: torch-owned
     got = dsattn.paged_mqa_logits(put(c.q), put(c.weights), cache, put(c.block_table), put(c.context_lens),
                                   clean=True)

@@ -11,8 +11,8 @@
 //    asks for -inf), never NaN.
 // topk_length values outside [0, topk]: the CPU backend rejects them; the CUDA kernel cannot report
 // them without a host sync and clamps them into [0, topk] instead.
-// CUDA: sparse_mla_decode runs a straightforward kernel (src/cuda/common/mla_kernel.cuh, fp32
-// online softmax, not performance-tuned); sparse_mla_prefill has no CUDA kernel yet (kNotImplemented).
+// CUDA: both ops run one straightforward kernel (src/cuda/common/mla_kernel.cuh, fp32 online
+// softmax, not performance-tuned); prefill on CUDA needs d_v <= 512.
 #include <cmath>
 
 #include "api/latent_check.h"

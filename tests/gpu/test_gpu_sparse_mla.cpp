@@ -271,3 +271,82 @@ TEST(GpuSparseMla, SmallHeadCountsAndEmptyRows) {
     }
   }
 }
+
+// Prefill over a bf16 kv on CUDA vs the CPU reference; d_v below 512, empty rows, invalid ids.
+TEST(GpuSparseMla, PrefillMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (int dqk : {512, 576}) {
+    for (int dv : {512, 256}) {
+      const int M = 5, Hq = 32, Nk = 300, topk = 96;
+      std::mt19937 rng(dqk + dv);
+      std::normal_distribution<float> n(0.0f, 0.6f);
+      std::vector<uint16_t> q(M * Hq * dqk), kv(Nk * dqk);
+      for (auto& x : q) x = codec::f32_to_bf16(n(rng));
+      for (auto& x : kv) x = codec::f32_to_bf16(n(rng));
+      std::vector<int32_t> idx = make_indices(M, topk, Nk, dqk * 7 + dv);
+      std::fill(idx.begin() + 2 * topk, idx.begin() + 3 * topk, -1);  // row 2 empty
+      std::vector<int32_t> len = {96, 50, 96, 0, 77};                   // row 3 empty by length
+      std::vector<float> sink(Hq);
+      for (int h = 0; h < Hq; ++h) sink[h] = 0.1f * h - 1.5f;
+      SparseMlaPrefillParams p;
+      p.q = make_tensor(q.data(), DType::kBF16, {M, Hq, dqk});
+      p.kv = make_tensor(kv.data(), DType::kBF16, {Nk, dqk});
+      p.indices = make_tensor(idx.data(), DType::kI32, {M, topk});
+      p.topk_length = make_tensor(len.data(), DType::kI32, {M});
+      p.attn_sink = make_tensor(sink.data(), DType::kF32, {Hq});
+      p.sm_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+      p.d_v = dv;
+      std::vector<uint16_t> out_cpu(M * Hq * dv);
+      std::vector<float> lse_cpu(M * Hq);
+      p.out = make_tensor(out_cpu.data(), DType::kBF16, {M, Hq, dv});
+      p.lse = make_tensor(lse_cpu.data(), DType::kF32, {M, Hq});
+      Status st = sparse_mla_prefill(p, Exec{});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+
+      DeviceBuffer dq, dkv, didx, dlen, dsink, dout, dlse;
+      upload(&dq, q.data(), q.size() * 2);
+      upload(&dkv, kv.data(), kv.size() * 2);
+      upload(&didx, idx.data(), idx.size() * 4);
+      upload(&dlen, len.data(), len.size() * 4);
+      upload(&dsink, sink.data(), sink.size() * 4);
+      std::vector<uint16_t> garbage(out_cpu.size(), 0x7FC1);
+      std::vector<float> lse_garbage(lse_cpu.size(), std::numeric_limits<float>::quiet_NaN());
+      upload(&dout, garbage.data(), garbage.size() * 2);
+      upload(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
+      SparseMlaPrefillParams g = p;
+      g.q = on_cuda(p.q, dq.ptr);
+      g.kv = on_cuda(p.kv, dkv.ptr);
+      g.indices = on_cuda(p.indices, didx.ptr);
+      g.topk_length = on_cuda(p.topk_length, dlen.ptr);
+      g.attn_sink = on_cuda(p.attn_sink, dsink.ptr);
+      g.out = on_cuda(p.out, dout.ptr);
+      g.lse = on_cuda(p.lse, dlse.ptr);
+      st = sparse_mla_prefill(g, Exec{});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<uint16_t> out_gpu(out_cpu.size());
+      std::vector<float> lse_gpu(lse_cpu.size());
+      CUDA_OK(cudaMemcpy(out_gpu.data(), dout.ptr, out_gpu.size() * 2, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(lse_gpu.data(), dlse.ptr, lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
+      int bad = 0;
+      for (int r = 0; r < M * Hq; ++r) {
+        if (std::isinf(lse_cpu[r])) {
+          ASSERT_EQ(lse_gpu[r], lse_cpu[r]) << "row " << r / Hq;
+          for (int d = 0; d < dv; ++d) ASSERT_EQ(out_gpu[r * dv + d], 0);
+          continue;
+        }
+        ASSERT_LE(std::fabs(lse_gpu[r] - lse_cpu[r]), 2e-5f * std::max(1.0f, std::fabs(lse_cpu[r])));
+        float row_max = 0.0f;
+        for (int d = 0; d < dv; ++d) row_max = std::max(row_max, std::fabs(codec::bf16_to_f32(out_cpu[r * dv + d])));
+        for (int d = 0; d < dv; ++d) {
+          const float c = codec::bf16_to_f32(out_cpu[r * dv + d]), gv = codec::bf16_to_f32(out_gpu[r * dv + d]);
+          const float tol = std::ldexp(std::max(std::fabs(c), std::fabs(gv)), -7) + 1e-5f * row_max;
+          if (!(std::fabs(gv - c) <= tol) && ++bad <= 10) {
+            ADD_FAILURE() << "dqk " << dqk << " dv " << dv << " row " << r << " dim " << d << ": gpu " << gv << " cpu " << c;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}

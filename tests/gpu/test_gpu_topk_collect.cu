@@ -111,10 +111,6 @@ void run_collect_case(const CollectCase& c, const std::vector<float>& logits, co
       c.rows_per_group, c.pieces, c.tile, b);
   DSATTN_CUDA_ASSERT(cudaGetLastError());
 
-  cuda::topk_detail::TopkRowBounds rb;
-  rb.lens = static_cast<const int32_t*>(d_lens.ptr);
-  rb.lens_stride0 = 1;
-  rb.varlen = true;
   cuda::topk_detail::TopkOutputs out;
   out.indices = static_cast<int32_t*>(d_out_idx.ptr);
   out.indices_ld = c.k;
@@ -123,15 +119,16 @@ void run_collect_case(const CollectCase& c, const std::vector<float>& logits, co
   UniformSlots us;
   us.rows_per_group = c.rows_per_group;
   us.pieces = c.pieces;
+  us.lens = static_cast<const int32_t*>(d_lens.ptr);
   int dev = 0, smem = 0;
   DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
   DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const int k_pad = cuda::topk_detail::next_pow2(c.k);
-  const int mcap = ((smem - 1024) / 4 - cuda::topk_detail::region_words(k_pad)) / 2 / 1024 * 1024;
+  const int mcap = ((smem - 1024) / 4 - cuda::topk_detail::region_words(k_pad, 0)) / 2 / 1024 * 1024;
   const size_t msmem = merge_smem_bytes(mcap, k_pad);
   auto kern = fused_topk_merge_kernel<UniformSlots>;
   DSATTN_CUDA_ASSERT(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(msmem)));
-  kern<<<static_cast<unsigned>(R), cuda::topk_detail::kTopkThreads, msmem>>>(b, us, rb, c.k, k_pad, mcap, c.sorted,
+  kern<<<static_cast<unsigned>(R), cuda::topk_detail::kTopkThreads, msmem>>>(b, us, c.k, k_pad, mcap, c.sorted,
                                                                             out);
   DSATTN_CUDA_ASSERT(cudaGetLastError());
   DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());

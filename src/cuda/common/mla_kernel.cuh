@@ -1,5 +1,8 @@
-// Sparse-MLA decode kernel (SPEC §3.5): a straightforward, correct, portable version; NOT
-// performance-tuned (no tensor cores, no TMA, no split-KV; one pass over the indices per CTA).
+// Sparse-MLA kernel (SPEC §3.5 decode over an FP8 latent cache, §3.6 prefill over a bf16 kv): a
+// straightforward, correct, portable version; NOT performance-tuned (no tensor cores, no TMA, no
+// split-KV; one pass over the indices per CTA). The KV source is a template parameter: LatentSource
+// dequantizes paged V4 / V3.2 tokens, Bf16Source reads rows of a bf16 [Nk, d_qk] tensor (prefill,
+// where a query row m is (b = m, s = 0)).
 //
 // One CTA of 256 threads per (query row (b, s), group of 16 heads). The CTA walks the used indices
 // (main cache first, then the extra cache) in tiles of 16 tokens:
@@ -11,7 +14,7 @@
 //   4. threads 0..15 run the online-softmax update of one head each (running max m, sum l, and the
 //      factor alpha = exp(m_old - m_new) that rescales the accumulators; -inf guarded so an all-unused
 //      prefix never produces (-inf) - (-inf) = NaN);
-//   5. thread t accumulates output dims t and t + 256 of all 16 heads in registers.
+//   5. thread t accumulates output dims t and t + 256 (< d_v <= 512) of all 16 heads in registers.
 // Finally out = acc / l, times 1 / (1 + exp(sink - lse)) with a sink, rounded to bf16; lse = m + ln l
 // (sink not included). A row with no used token writes zeros and lse = -inf.
 #pragma once
@@ -30,11 +33,11 @@ constexpr int kMlaHeadsPerCta = 16;
 constexpr int kMlaTile = 16;  // tokens per tile; kMlaHeadsPerCta * kMlaTile == kMlaThreads
 
 struct MlaCacheArgs {
-  const uint8_t* pages;   // [num_pages, page_stride]
-  int64_t page_stride;    // bytes
-  int P;                  // tokens per page
-  int64_t num_slots;      // num_pages * P
-  const int32_t* idx;     // [B, Sq, topk], last dim contiguous
+  const uint8_t* pages;   // latent: [num_pages, page_stride] bytes; bf16 source: kv [Nk, page_stride] bf16
+  int64_t page_stride;    // latent: bytes per page; bf16 source: elements per kv row
+  int P;                  // tokens per page (1 for the bf16 source)
+  int64_t num_slots;      // num_pages * P (Nk for the bf16 source)
+  const int32_t* idx;     // [B, Sq, topk] (prefill: [M, topk], idx_ss = 0), last dim contiguous
   int64_t idx_sb, idx_ss;
   int topk;
   const int32_t* len;     // optional [B]
@@ -44,7 +47,7 @@ struct MlaCacheArgs {
 struct MlaDecodeArgs {
   const uint16_t* q;      // bf16 [B, Sq, Hq, d_qk], last dim contiguous
   int64_t q_sb, q_ss, q_sh;
-  uint16_t* out;          // bf16 [B, Sq, Hq, 512], last dim contiguous
+  uint16_t* out;          // bf16 [B, Sq, Hq, d_v], last dim contiguous
   int64_t o_sb, o_ss, o_sh;
   float* lse;             // [B, Sq, Hq]
   int64_t l_sb, l_ss, l_sh;
@@ -52,12 +55,8 @@ struct MlaDecodeArgs {
   int64_t sink_s;
   float sm_scale;
   int Sq;
+  int dv;                 // <= 2 * kMlaThreads
   MlaCacheArgs main, extra;  // extra.topk == 0 when absent
-};
-
-template <LatentFormat F>
-struct MlaDims {
-  static constexpr int kDqk = F == LatentFormat::kV4Fp8 ? 512 : 576;
 };
 
 constexpr size_t mla_smem_bytes(int dqk) {
@@ -90,15 +89,31 @@ __device__ __forceinline__ float latent_value(const uint8_t* pages, int64_t stri
   }
 }
 
+template <LatentFormat F>
+struct LatentSource {
+  static constexpr int kDqk = F == LatentFormat::kV4Fp8 ? 512 : 576;
+  static __device__ __forceinline__ float value(const MlaCacheArgs& c, int64_t slot, int d) {
+    return latent_value<F>(c.pages, c.page_stride, c.P, slot, d);
+  }
+};
+
+template <int D>
+struct Bf16Source {
+  static constexpr int kDqk = D;
+  static __device__ __forceinline__ float value(const MlaCacheArgs& c, int64_t slot, int d) {
+    return codec::bf16_to_f32(reinterpret_cast<const uint16_t*>(c.pages)[slot * c.page_stride + d]);
+  }
+};
+
 __device__ __forceinline__ int used_length(const MlaCacheArgs& c, int64_t b) {
   if (c.len == nullptr) return c.topk;
   const int v = c.len[b * c.len_s];
   return v < 0 ? 0 : (v > c.topk ? c.topk : v);  // clamp: the CPU backend rejects these instead
 }
 
-template <LatentFormat F>
-__global__ void __launch_bounds__(kMlaThreads) sparse_mla_decode_kernel(MlaDecodeArgs a) {
-  constexpr int D = MlaDims<F>::kDqk;
+template <typename Src>
+__global__ void __launch_bounds__(kMlaThreads) sparse_mla_kernel(MlaDecodeArgs a) {
+  constexpr int D = Src::kDqk;
   constexpr int KS = D + 1;  // padded row: lanes reading different tokens hit different banks
   constexpr int H = kMlaHeadsPerCta, NT = kMlaTile;
   const float kNegInf = -INFINITY;
@@ -159,8 +174,8 @@ __global__ void __launch_bounds__(kMlaThreads) sparse_mla_decode_kernel(MlaDecod
       const int n = e / D, d = e % D;
       const int w = which_s[n];
       float v = 0.0f;
-      if (w == 0) v = latent_value<F>(a.main.pages, a.main.page_stride, a.main.P, slot_s[n], d);
-      if (w == 1) v = latent_value<F>(a.extra.pages, a.extra.page_stride, a.extra.P, slot_s[n], d);
+      if (w == 0) v = Src::value(a.main, slot_s[n], d);
+      if (w == 1) v = Src::value(a.extra, slot_s[n], d);
       k_s[n * KS + d] = v;
     }
     __syncthreads();
@@ -224,8 +239,8 @@ __global__ void __launch_bounds__(kMlaThreads) sparse_mla_decode_kernel(MlaDecod
       if (a.sink != nullptr) factor *= 1.0f / (1.0f + expf(a.sink[(h0 + h) * a.sink_s] - lse));
     }
     uint16_t* o = a.out + b * a.o_sb + s * a.o_ss + (h0 + h) * a.o_sh;
-    o[tid] = empty ? uint16_t(0) : codec::f32_to_bf16(acc[h][0] * factor);
-    o[tid + kMlaThreads] = empty ? uint16_t(0) : codec::f32_to_bf16(acc[h][1] * factor);
+    if (tid < a.dv) o[tid] = empty ? uint16_t(0) : codec::f32_to_bf16(acc[h][0] * factor);
+    if (tid + kMlaThreads < a.dv) o[tid + kMlaThreads] = empty ? uint16_t(0) : codec::f32_to_bf16(acc[h][1] * factor);
     if (tid == 0) a.lse[b * a.l_sb + s * a.l_ss + (h0 + h) * a.l_sh] = lse;
   }
 }

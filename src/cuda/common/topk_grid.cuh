@@ -120,7 +120,7 @@ extern __shared__ __align__(16) uint32_t topk_dyn_smem[];
 template <typename T>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_chunk_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
-                      int64_t ld, TopkRowBounds rb, int k, int kc, int k_pad, int chunk_len,
+                      int64_t ld, TopkRowBounds rb, int k, int kc, int k_pad, int m_cap, int chunk_len,
                       uint32_t* __restrict__ out_key,  // [R, C, kc]
                       int32_t* __restrict__ out_idx) {  // [R, C, kc]
   __shared__ TopkShared sh;
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   __syncthreads();
   const uint32_t* keys = load_keys(src, m, keys_base, region);
   __syncthreads();
-  select_topk(keys, m, k, region, sel_key, sel_pos, sh);
+  select_topk(keys, m, k, k_pad, m_cap, region, sh);
   for (int j = threadIdx.x; j < kc; j += kTopkThreads) {
     out_key[o + j] = j < k ? sel_key[j] : kAbsentKey;
     out_idx[o + j] = j < k ? lo + sel_pos[j] : -1;
@@ -160,7 +160,7 @@ template <int kUnused = 0>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_merge_kernel(const uint32_t* __restrict__ in_key,  // [R, in_n]
                       const int32_t* __restrict__ in_idx,   // [R, in_n]
-                      int in_n, int fan_n, int k, int kc, int k_pad,
+                      int in_n, int fan_n, int k, int kc, int k_pad, int m_cap,
                       uint32_t* __restrict__ out_key,  // [R, C_out, kc]
                       int32_t* __restrict__ out_idx) {
   __shared__ TopkShared sh;
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   __syncthreads();
   const uint32_t* keys = load_keys(src_key, m, keys_base, region);
   __syncthreads();
-  select_topk(keys, m, k, region, sel_key, sel_pos, sh);
+  select_topk(keys, m, k, k_pad, m_cap, region, sh);
   for (int j = threadIdx.x; j < kc; j += kTopkThreads) {
     out_key[o + j] = j < k ? sel_key[j] : kAbsentKey;
     out_idx[o + j] = j < k ? src_idx[sel_pos[j]] : -1;
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kTopkThreads)
 template <typename T, bool kFromCands>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_final_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld) or nullptr
-                      int64_t ld, TopkRowBounds rb, int k, int k_pad, int keys_cap, bool sorted,
+                      int64_t ld, TopkRowBounds rb, int k, int k_pad, int m_cap, int keys_cap, bool sorted,
                       const uint32_t* __restrict__ cand_key,  // [R, cand_n] (kFromCands)
                       const int32_t* __restrict__ cand_idx,   // [R, cand_n]
                       int cand_n, TopkOutputs out) {
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kTopkThreads)
       keys = load_keys(src, n, keys_base, region);
     }
     __syncthreads();
-    select_topk(keys, n, k, region, sel_key, sel_pos, sh);
+    select_topk(keys, n, k, k_pad, m_cap, region, sh);
     if (kFromCands) {
       for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = cand_idx[r * cand_n + sel_pos[j]];
     }

@@ -41,8 +41,12 @@ __host__ __device__ inline int next_pow2(int v) {
   while (p < v) p <<= 1;
   return p;
 }
-// u32 words of the shared region that holds the histogram, then the k selected (key, pos) pairs.
-__host__ __device__ inline int region_words(int k_pad) { return 2 * k_pad > kBins1 ? 2 * k_pad : kBins1; }
+// Shared region after the keys: [hist (4096) / later sel_key, sel_pos (k_pad each)][ml_key, ml_pos
+// (mlist_cap each): the keys that survive the first digit, in position order].
+__host__ __device__ inline int sel_words(int k_pad) { return 2 * k_pad > kBins1 ? 2 * k_pad : kBins1; }
+// Default mlist capacity; 0 disables the mlist (tight shared-memory budgets).
+__host__ __device__ inline int mlist_cap(int k_pad) { return k_pad + (k_pad > 2048 ? k_pad : 2048); }
+__host__ __device__ inline int region_words(int k_pad, int m_cap) { return sel_words(k_pad) + 2 * m_cap; }
 
 __device__ __forceinline__ uint32_t topk_key(float v) {
   if (v != v) return kNanKey;
@@ -191,14 +195,10 @@ __device__ __forceinline__ uint32_t* load_keys(const T* __restrict__ src, int n,
   return keys;
 }
 
-// Given keys[0..n) in shared memory and the 12-bit histogram of all of them (synced), finds the
-// exact k-th largest key T and the number of keys equal to T to take (smallest positions first).
-__device__ __forceinline__ void find_threshold(const uint32_t* keys, int n, int k, uint32_t* hist,
-                                               TopkShared& sh, uint32_t* T_out, int* need_out) {
-  find_bin(hist, kBins1, k, sh);
-  const uint32_t b1 = sh.bin;
-  int k_rem = k - sh.above;
-  // digit 2: bits 19..10 of keys whose top 12 bits are b1
+// Digits 2 and 3 (bits 19..10, then 9..0) over the keys[0..n) whose top 12 bits are b1: the exact
+// k_rem-th largest among them, T, and how many keys equal to T to take (smallest positions first).
+__device__ __forceinline__ void find_threshold_rest(const uint32_t* keys, int n, uint32_t b1, int k_rem, uint32_t* hist,
+                                                    TopkShared& sh, uint32_t* T_out, int* need_out) {
   for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) hist[i] = 0;
   __syncthreads();
   for (int base = 0; base < n; base += kTopkThreads) {
@@ -221,6 +221,56 @@ __device__ __forceinline__ void find_threshold(const uint32_t* keys, int n, int 
   find_bin(hist, kBins2, k_rem, sh);
   *T_out = (p2 << 10) | sh.bin;
   *need_out = k_rem - sh.above;
+}
+
+// Given keys[0..n) in shared memory and the 12-bit histogram of all of them (synced), finds the
+// exact k-th largest key T and the number of keys equal to T to take (smallest positions first).
+__device__ __forceinline__ void find_threshold(const uint32_t* keys, int n, int k, uint32_t* hist,
+                                               TopkShared& sh, uint32_t* T_out, int* need_out) {
+  find_bin(hist, kBins1, k, sh);
+  const uint32_t b1 = sh.bin;
+  const int k_rem = k - sh.above;
+  __syncthreads();  // everyone has read sh before find_threshold_rest rewrites it
+  find_threshold_rest(keys, n, b1, k_rem, hist, sh, T_out, need_out);
+}
+
+// Ordered compaction: keys[i] >= lo_key move, in position order, to out_key / out_pos (position).
+// Returns how many. Ends synced.
+__device__ __forceinline__ int compact_ge(const uint32_t* keys, int n, uint32_t lo_key, uint32_t* out_key, int* out_pos,
+                                          TopkShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned lt = (1u << lane) - 1u;
+  const int seg = ((n + kTopkWarps - 1) / kTopkWarps + 31) & ~31;
+  const int lo = warp * seg;
+  const int hi = min(n, lo + seg);
+  int c = 0;
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    c += __popc(__ballot_sync(0xffffffffu, i < hi && keys[i] >= lo_key));
+  }
+  if (lane == 0) sh.warp_gt[warp] = c;
+  __syncthreads();
+  int before = lane < warp ? sh.warp_gt[lane] : 0;
+  int total = sh.warp_gt[lane];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    before += __shfl_xor_sync(0xffffffffu, before, o);
+    total += __shfl_xor_sync(0xffffffffu, total, o);
+  }
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const uint32_t key = i < hi ? keys[i] : 0u;
+    const bool f = i < hi && key >= lo_key;
+    const unsigned m = __ballot_sync(0xffffffffu, f);
+    if (f) {
+      const int pos = before + __popc(m & lt);
+      out_key[pos] = key;
+      out_pos[pos] = i;
+    }
+    before += __popc(m);
+  }
+  __syncthreads();
+  return total;
 }
 
 // Writes the selected elements ({key > T} plus the first `need` with key == T) in position order to
@@ -271,14 +321,34 @@ __device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uin
   __syncthreads();
 }
 
-// Full block-level selection: keys (already in smem with the 12-bit histogram built) -> the k
-// winners in position order in sel_key / sel_pos. Requires n > k. `hist` and sel_* may alias.
-__device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, uint32_t* hist,
-                                            uint32_t* sel_key, int* sel_pos, TopkShared& sh) {
+// Full block-level selection: keys (already in smem with the 12-bit histogram in region, synced)
+// -> the k winners in position order in sel_key = region, sel_pos = region + k_pad. Requires
+// n >= k. Usual case: only the keys at or above the first digit's threshold bin (about k plus one
+// bin) move to the mlist, and digits 2-3 and the ordered write run over that short list; when it
+// would overflow (heavy ties, a threshold among NaNs) everything runs over the full keys.
+__device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
+                                            uint32_t* region, TopkShared& sh) {
+  uint32_t* sel_key = region;
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  uint32_t* ml_key = region + sel_words(k_pad);
+  int* ml_pos = reinterpret_cast<int*>(ml_key + m_cap);
+  find_bin(region, kBins1, k, sh);
+  const uint32_t b1 = sh.bin;
+  const int above1 = sh.above;
+  const int m = above1 + static_cast<int>(region[b1]);
+  __syncthreads();  // everyone has read sh and region[b1]
   uint32_t T;
   int need;
-  find_threshold(keys, n, k, hist, sh, &T, &need);
-  select_in_order(keys, n, T, need, sel_key, sel_pos, sh);
+  if (m > m_cap || b1 == 0) {
+    find_threshold_rest(keys, n, b1, k - above1, region, sh, &T, &need);
+    select_in_order(keys, n, T, need, sel_key, sel_pos, sh);
+    return;
+  }
+  compact_ge(keys, n, b1 << 20, ml_key, ml_pos, sh);
+  find_threshold_rest(ml_key, m, b1, k - above1, region, sh, &T, &need);
+  select_in_order(ml_key, m, T, need, sel_key, sel_pos, sh);
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = ml_pos[sel_pos[j]];
+  __syncthreads();
 }
 
 // Ranks (key, index) pairs: true when a ranks strictly below b (smaller key, or equal key and
@@ -290,7 +360,7 @@ __device__ __forceinline__ bool ranks_below(uint32_t ka, int ia, uint32_t kb, in
 // Bitonic sort of p (power of two) pairs in shared memory, descending by rank. Ends synced.
 // Pair t of a stage with stride s is (lo, lo + s), lo = ((t >> log s) << (log s + 1)) | (t & (s-1)).
 // With s <= 32 the pairs of t in [32w, 32w + 32) stay inside elements [64w, 64w + 64), and a
-// thread keeps the same t across stages, so such stages need only __syncwarp.
+// thread keeps the same t across stages, so two such stages in a row need only __syncwarp.
 __device__ __forceinline__ void sort_desc(uint32_t* key, int* idx, int p) {
   const int half = p >> 1;
   for (int size = 2; size <= p; size <<= 1) {
@@ -310,8 +380,9 @@ __device__ __forceinline__ void sort_desc(uint32_t* key, int* idx, int p) {
           idx[hi] = ia;
         }
       }
+      // A stage with stride > 32 writes across warps; so does the next one when its stride > 32.
       const int next = stride > 1 ? stride >> 1 : size;  // the next stage's stride
-      if (next > 32) {
+      if (stride > 32 || next > 32) {
         __syncthreads();
       } else {
         __syncwarp();

@@ -30,8 +30,8 @@ TopkTuning& topk_tuning() {
   return t;
 }
 
-size_t topk_smem_bytes(int n_keys, int k_pad) {
-  return (static_cast<size_t>(n_keys) + kKeyPad + region_words(k_pad)) * 4;
+size_t topk_smem_bytes(int n_keys, int k_pad, int m_cap) {
+  return (static_cast<size_t>(n_keys) + kKeyPad + region_words(k_pad, m_cap)) * 4;
 }
 
 namespace {
@@ -55,13 +55,13 @@ Status plan_levels(int64_t rows, int cand_n, TopkPlan* plan) {
     plan->level_in_n[l] = static_cast<int>(n);
     plan->level_fan_n[l] = fan_n;
     plan->level_out_chunks[l] = static_cast<int>(out_chunks);
-    plan->smem_merge[l] = topk_smem_bytes(fan_n, plan->k_pad);
+    plan->smem_merge[l] = topk_smem_bytes(fan_n, plan->k_pad, plan->m_cap);
     n = out_chunks * plan->kc;
     size_t& w = plan->buf_words[(l + 1) & 1];
     w = std::max(w, static_cast<size_t>(rows * n));
   }
   plan->final_n = static_cast<int>(n);
-  plan->smem_final = topk_smem_bytes(plan->final_n, plan->k_pad);
+  plan->smem_final = topk_smem_bytes(plan->final_n, plan->k_pad, plan->m_cap);
   plan->workspace_bytes = topk_buffers_bytes(*plan);
   return Status::Ok();
 }
@@ -72,7 +72,14 @@ Status plan_common(int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
   plan->k = k;
   plan->kc = (k + 3) & ~3;
   plan->k_pad = next_pow2(k);
-  plan->cap = ((lim.smem_max / 4 - region_words(plan->k_pad) - kKeyPad) / 256) * 256;
+  // The mlist needs its own shared memory; drop it when the key capacity would get too small.
+  auto cap_for = [&](int m_cap) { return ((lim.smem_max / 4 - region_words(plan->k_pad, m_cap) - kKeyPad) / 256) * 256; };
+  plan->m_cap = mlist_cap(plan->k_pad);
+  plan->cap = cap_for(plan->m_cap);
+  if (plan->cap < 8 * plan->kc) {
+    plan->m_cap = 0;
+    plan->cap = cap_for(0);
+  }
   if (plan->cap < 4 * plan->kc) {
     return detail::not_implemented("topk", "k = %d needs more shared memory than the %d bytes available", k,
                                    lim.smem_max);
@@ -105,12 +112,12 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   plan->chunk_len = static_cast<int>(chunk_len);
   if (C == 1) {
     plan->direct = true;
-    plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad);
+    plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad, plan->m_cap);
     plan->workspace_bytes = 0;
     return Status::Ok();
   }
   plan->direct = false;
-  plan->smem_chunk = topk_smem_bytes(plan->chunk_len, plan->k_pad);
+  plan->smem_chunk = topk_smem_bytes(plan->chunk_len, plan->k_pad, plan->m_cap);
   return plan_levels(rows, static_cast<int>(C * plan->kc), plan);
 }
 
@@ -157,14 +164,14 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
     auto kern = topk_final_kernel<T, false>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
     kern<<<static_cast<unsigned>(pb.rows), kTopkThreads, plan.smem_final, st>>>(
-        logits, ld, rb, plan.k, plan.k_pad, static_cast<int>(pb.width), p.sorted, nullptr, nullptr, 0, out);
+        logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, static_cast<int>(pb.width), p.sorted, nullptr, nullptr, 0, out);
     return last_launch_status(op, "topk_final_kernel");
   }
   const TopkBuffers buf = topk_buffers(plan, ex.workspace);
   auto kern = topk_chunk_kernel<T>;
   DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_chunk, op));
   dim3 grid(static_cast<unsigned>(pb.rows), static_cast<unsigned>(plan.chunks));
-  kern<<<grid, kTopkThreads, plan.smem_chunk, st>>>(logits, ld, rb, plan.k, plan.kc, plan.k_pad, plan.chunk_len,
+  kern<<<grid, kTopkThreads, plan.smem_chunk, st>>>(logits, ld, rb, plan.k, plan.kc, plan.k_pad, plan.m_cap, plan.chunk_len,
                                                      buf.key[0], buf.idx[0]);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_chunk_kernel"));
   return launch_merge_and_final<T>(plan, pb.rows, buf, logits, ld, rb, p.sorted, out, st, op);

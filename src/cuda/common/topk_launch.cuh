@@ -52,7 +52,7 @@ Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuff
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_merge[l], op));
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.level_out_chunks[l]));
     kern<<<grid, kTopkThreads, plan.smem_merge[l], st>>>(buf.key[cur], buf.idx[cur], plan.level_in_n[l],
-                                                         plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad,
+                                                         plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad, plan.m_cap,
                                                          buf.key[cur ^ 1], buf.idx[cur ^ 1]);
     DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_merge_kernel"));
     cur ^= 1;
@@ -60,7 +60,7 @@ Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuff
   auto kern = topk_final_kernel<T, true>;
   DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
   kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(
-      logits, ld, rb, plan.k, plan.k_pad, plan.final_n, sorted, buf.key[cur], buf.idx[cur], plan.final_n, out);
+      logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, plan.final_n, sorted, buf.key[cur], buf.idx[cur], plan.final_n, out);
   return last_launch_status(op, "topk_final_kernel");
 }
 

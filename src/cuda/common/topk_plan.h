@@ -21,6 +21,7 @@ Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out);
 struct TopkPlan {
   int k = 0, kc = 0, k_pad = 0;
   int cap = 0;             // most keys one CTA holds in shared memory
+  int m_cap = 0;           // mlist capacity (topk_kernel.cuh); 0 when shared memory is too tight
   bool direct = true;      // one CTA per row straight from the logits
   int chunks = 1;          // C: chunks per row (split mode)
   int chunk_len = 0;       // positions per chunk
@@ -37,7 +38,7 @@ struct TopkPlan {
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
-size_t topk_smem_bytes(int n_keys, int k_pad);
+size_t topk_smem_bytes(int n_keys, int k_pad, int m_cap);
 
 // Split policy, a process-wide setting that benchmarks sweep. A row goes straight to one CTA when
 // it fits in shared memory (and is no wider than max_direct, when set); with fewer than

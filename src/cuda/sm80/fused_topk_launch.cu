@@ -1,10 +1,181 @@
-// TEMPORARY stub: replaced by the fused indexer + top-k launcher.
+// dsattn::paged_mqa_topk on CUDA (SPEC §3.4): the portable indexer kernel with the top-k epilogue
+// (fused_topk_epilogue.cuh), then one merge CTA per query row (fused_topk_merge.cuh). The
+// [rows, context] logits never exist; device scratch is the schedule metadata plus
+// (partitions + groups) x rows_per_group x 2 x ccap candidate slots, independent of context.
+// No host synchronization: capturable in CUDA graphs.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
 #include "api/validate.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/indexer_schedule.h"
+#include "cuda/common/topk_launch.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/sm80/fused_topk_epilogue.cuh"
+#include "cuda/sm80/fused_topk_merge.cuh"
+#include "cuda/sm80/indexer_launch.h"
 
 namespace dsattn {
 namespace cuda {
-size_t paged_mqa_topk_workspace(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
-Status paged_mqa_topk(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&) { return detail::not_implemented("paged_mqa_topk", "not yet implemented on the GPU"); }
+
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 32, TopkEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 64, TopkEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 128, TopkEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 32, TopkEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 64, TopkEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 128, TopkEpilogue>;
+
+namespace {
+
+constexpr const char* kOp = "paged_mqa_topk";
+
+template <class Fn>
+cudaError_t with_topk_ops(IndexerFormat f, int d, Fn&& fn) {
+  if (f == IndexerFormat::kFp8) {
+    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kFp8, 32, TopkEpilogue>{});
+    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kFp8, 64, TopkEpilogue>{});
+    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kFp8, 128, TopkEpilogue>{});
+  } else {
+    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 32, TopkEpilogue>{});
+    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 64, TopkEpilogue>{});
+    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 128, TopkEpilogue>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+size_t topk_epi_smem(const IndexerParams& p) { return TopkEpilogue::smem_bytes(p); }
+
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+struct FusedPlan {
+  IndexerParams p;
+  IndexerConfig cfg;
+  int partitions = 0;
+  bool own_schedule = false;
+  int64_t slots = 0;
+  int ccap = 0, k_pad = 0, mcap = 0;
+  size_t merge_smem = 0;
+  size_t off_key = 0, off_idx = 0, off_hdr = 0, hdr_bytes = 0, total = 0;
+};
+
+Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
+  DSATTN_RETURN_IF_ERROR(fill_paged_indexer_params(kOp, a, pb, &f->p));
+  int sms = 0, optin = 0;
+  DSATTN_RETURN_IF_ERROR(device_limits(kOp, &sms, &optin));
+  const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
+  DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
+  size_t meta_bytes = 0;
+  if (a.schedule.defined()) {
+    DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "schedule", a.schedule));
+    DSATTN_RETURN_IF_ERROR(detail::check_dtype(kOp, "schedule", a.schedule, DType::kI32));
+    DSATTN_RETURN_IF_ERROR(detail::check_contiguous(kOp, "schedule", a.schedule));
+    const int64_t n = a.schedule.numel();
+    if (a.schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
+      return detail::invalid(kOp, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
+                             shape_str(a.schedule).c_str());
+    }
+    f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
+  } else {
+    int occ = 0;
+    const cudaError_t e = with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
+      return ops.occupancy(f->cfg.warps * 32, f->cfg.smem, &occ);
+    });
+    DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+    f->partitions = sms * std::max(1, std::min(occ, 4));
+    f->own_schedule = true;
+    meta_bytes = align256(indexer_schedule_workspace(f->partitions));
+  }
+  const int rps = f->p.work.rows_per_group;
+  f->slots = f->partitions + f->p.work.groups;
+  f->ccap = fused_topk::collector_ccap(a.k);
+  f->k_pad = topk_detail::next_pow2(a.k);
+  // Merge buffer: as many (key, index) pairs as the shared memory holds, a multiple of 1024.
+  f->mcap = ((budget - 1024) / 4 - topk_detail::region_words(f->k_pad, 0)) / 2 / 1024 * 1024;
+  if (f->mcap < a.k + 2 * topk_detail::kTopkThreads) {
+    return detail::not_implemented(kOp, "k = %d needs more shared memory than the %d bytes available", a.k, budget);
+  }
+  f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad);
+  const size_t entries = static_cast<size_t>(f->slots) * rps * 2 * f->ccap;
+  f->off_key = meta_bytes;
+  f->off_idx = f->off_key + align256(entries * 4);
+  f->off_hdr = f->off_idx + align256(entries * 4);
+  f->hdr_bytes = static_cast<size_t>(f->slots) * rps * 2 * 4;
+  f->total = f->off_hdr + align256(f->hdr_bytes);
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t paged_mqa_topk_workspace(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+  FusedPlan f;
+  if (pb.rows == 0 || !plan_fused(a, pb, ex, &f).ok()) return 0;
+  return f.total;
+}
+
+Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+  if (pb.rows == 0) return Status::Ok();
+  if (a.k < 1 || a.k > topk_detail::kMaxK) {
+    return detail::not_implemented(kOp, "k expected 1..%d on CUDA, got %d", topk_detail::kMaxK, a.k);
+  }
+  FusedPlan f;
+  DSATTN_RETURN_IF_ERROR(plan_fused(a, pb, ex, &f));
+  DSATTN_RETURN_IF_ERROR(detail::check_workspace(kOp, ex, f.total));
+  cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
+  char* ws = static_cast<char*>(ex.workspace);
+  if (f.own_schedule) {
+    int32_t* meta = reinterpret_cast<int32_t*>(ws);
+    DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(f.p.work, f.partitions, meta, stream), kOp,
+                                       "indexer_schedule_kernel launch"));
+    f.p.meta = meta;
+  } else {
+    f.p.meta = a.schedule.ptr<const int32_t>();
+  }
+  TopkEpilogue epi;
+  epi.buf.key = reinterpret_cast<uint32_t*>(ws + f.off_key);
+  epi.buf.idx = reinterpret_cast<int32_t*>(ws + f.off_idx);
+  epi.buf.header = reinterpret_cast<int32_t*>(ws + f.off_hdr);
+  epi.buf.ccap = f.ccap;
+  epi.buf.rows_per_slot = f.p.work.rows_per_group;
+  epi.buf.k = a.k;
+  // Pieces that never run (no tile survives the state limit) must read as empty.
+  DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(epi.buf.header, 0, f.hdr_bytes, stream));
+  const cudaError_t e = with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
+    return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream);
+  });
+  DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "indexer_kernel<TopkEpilogue> launch"));
+
+  MetaSlots slots;
+  slots.work = f.p.work;
+  slots.meta = f.p.meta;
+  slots.partitions = f.partitions;
+  topk_detail::TopkOutputs out;
+  out.indices = a.indices.ptr<int32_t>();
+  out.indices_ld = a.indices.strides[0];
+  if (a.values.defined()) {
+    out.values = a.values.ptr<float>();
+    out.values_ld = a.values.strides[0];
+  }
+  if (a.slot_ids.defined()) {
+    out.slots = a.slot_ids.ptr<int32_t>();
+    out.slots_ld = a.slot_ids.strides[0];
+    out.block_table = a.block_table.ptr<const int32_t>();
+    out.bt_ld = a.block_table.strides[0];
+    out.bt_rows = a.block_table.shape[0];
+    out.max_pages = a.block_table.shape[1];
+    if (pb.varlen) {
+      out.row_request = a.row_request.ptr<const int32_t>();
+      out.rr_stride = a.row_request.strides[0];
+    }
+    out.next_n = pb.varlen ? 1 : pb.next_n;
+    out.states_per_page = pb.states_per_page;
+  }
+  auto merge = fused_topk::fused_topk_merge_kernel<MetaSlots>;
+  DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(merge, f.merge_smem, kOp));
+  merge<<<static_cast<unsigned>(pb.rows), topk_detail::kTopkThreads, f.merge_smem, stream>>>(
+      epi.buf, slots, a.k, f.k_pad, f.mcap, a.sorted, out);
+  return last_launch_status(kOp, "fused_topk_merge_kernel");
+}
+
 }  // namespace cuda
 }  // namespace dsattn

@@ -17,16 +17,19 @@ using topk_detail::kTopkThreads;
 using topk_detail::kTopkWarps;
 using topk_detail::TopkShared;
 
-// Slots of a row when every group has the same number of pieces (tests; simple schedules):
-// group g = r / rows_per_group owns slots [g * pieces, (g + 1) * pieces), row j = r % rows_per_group.
+// A SlotRange tells the merge, for query row r: its slots [s0, s1), its row j inside them, and its
+// length (states [0, len) are defined). UniformSlots: every group has the same number of pieces
+// (tests): group g = r / rows_per_group owns slots [g * pieces, (g + 1) * pieces).
 struct UniformSlots {
   int rows_per_group = 1;
   int pieces = 1;
-  __device__ __forceinline__ void get(int64_t r, int64_t* s0, int64_t* s1, int* j) const {
+  const int32_t* lens = nullptr;  // [R]
+  __device__ __forceinline__ void get(int64_t r, int64_t* s0, int64_t* s1, int* j, int* len) const {
     const int64_t g = r / rows_per_group;
     *j = static_cast<int>(r % rows_per_group);
     *s0 = g * pieces;
     *s1 = *s0 + pieces;
+    *len = lens[r] < 0 ? 0 : lens[r];
   }
 };
 
@@ -105,19 +108,17 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
 
 extern __shared__ __align__(16) uint32_t fused_merge_smem[];
 
-// grid (R). Dynamic smem: [keys mcap][idx mcap][region_words(k_pad)] u32.
+// grid (R). Dynamic smem: [keys mcap][idx mcap][region_words(k_pad, 0)] u32.
 template <typename SlotRange>
 __global__ void __launch_bounds__(kTopkThreads)
-    fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, topk_detail::TopkRowBounds rb, int k, int k_pad,
-                            int mcap, bool sorted, topk_detail::TopkOutputs out) {
+    fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int mcap, bool sorted,
+                            topk_detail::TopkOutputs out) {
   using namespace topk_detail;
   __shared__ MergeShared sh;
   const int64_t r = blockIdx.x;
-  int start, len;
-  rb.get(r, &start, &len);
   int64_t s0, s1;
-  int j;
-  slots.get(r, &s0, &s1, &j);
+  int j, len;
+  slots.get(r, &s0, &s1, &j, &len);
   uint32_t* keys = fused_merge_smem;
   int32_t* idx = reinterpret_cast<int32_t*>(fused_merge_smem + mcap);
   uint32_t* region = fused_merge_smem + 2 * mcap;
@@ -128,8 +129,9 @@ __global__ void __launch_bounds__(kTopkThreads)
   __syncthreads();
   for (int64_t s = s0; s < s1; ++s) {
     const int32_t* h = b.header + (s * b.rows_per_slot + j) * 2;
-    const int n_s = h[0];
-    const int64_t off = b.half_offset(s, j, h[1]);
+    // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
+    const int n_s = min(max(h[0], 0), b.ccap);
+    const int64_t off = b.half_offset(s, j, h[1] & 1);
     for (int base = 0; base < n_s; base += kTopkThreads) {
       if (sh.cnt + kTopkThreads > mcap) merge_compact(keys, idx, k, region, k_pad, sh);
       const int i = base + threadIdx.x;
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kTopkThreads)
       hist_add(region, (i < cnt ? keys[i] : 0u) >> 20, i < cnt);
     }
     __syncthreads();
-    select_topk(keys, cnt, k, region, sel_key, sel_pos, sh.t);
+    select_topk(keys, cnt, k, k_pad, 0, region, sh.t);
     for (int q = threadIdx.x; q < k; q += kTopkThreads) sel_pos[q] = idx[sel_pos[q]];
     __syncthreads();
   }
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(kTopkThreads)
 
 // Dynamic shared memory of the merge kernel for a buffer of mcap entries.
 __host__ __device__ inline size_t merge_smem_bytes(int mcap, int k_pad) {
-  return (2 * static_cast<size_t>(mcap) + topk_detail::region_words(k_pad)) * 4;
+  return (2 * static_cast<size_t>(mcap) + topk_detail::region_words(k_pad, 0)) * 4;
 }
 
 }  // namespace fused_topk

@@ -1,0 +1,332 @@
+// Fused paged_mqa_topk on the GPU (SPEC §3.4), three ways:
+//  1. against the SPEC formula in double (testutil::PagedCase::ref): every row is a correct top-k
+//     within the logits' error bound (2e-4 of the row's largest |score|), -1 padding, count;
+//  2. against the unfused GPU path on the same inputs (paged_mqa_logits -> topk): identical
+//     indices (same order), slot ids, and scores;
+//  3. slot ids recomputed here from the block table.
+// Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/indexer_test_util.h"
+#include "dsattn/ops.h"
+#include "gpu/topk_test_util.h"
+
+namespace dsattn {
+namespace {
+
+using testing_gpu::DeviceBuffer;
+using testutil::PagedCase;
+using testutil::PagedCaseSpec;
+
+// A device copy of a contiguous host tensor, same shape and strides.
+struct DevTensor {
+  DeviceBuffer buf;
+  TensorView view;
+};
+void to_device(const TensorView& h, DevTensor* d) {
+  if (!h.defined()) return;
+  const size_t bytes = static_cast<size_t>(h.numel()) * dtype_size(h.dtype);
+  d->buf.alloc(bytes);
+  if (bytes > 0) {
+    ASSERT_TRUE(d->buf.upload(h.data, bytes));
+  }
+  d->view = h;
+  d->view.data = d->buf.ptr;
+  d->view.device = Device::kCuda;
+}
+
+struct FusedCase {
+  PagedCaseSpec spec;
+  int k = 512;
+  bool sorted = false;
+  bool slots = true;
+  bool graph = false;
+};
+
+struct GpuInputs {
+  DevTensor q, qs, w, pages, bt, lens, rr;
+  PagedIndexerArgs args;
+};
+
+void upload_case(PagedCase& pc, GpuInputs* g) {
+  PagedIndexerArgs h = pc.args();
+  to_device(h.q, &g->q);
+  to_device(h.q_scales, &g->qs);
+  to_device(h.weights, &g->w);
+  to_device(h.cache.pages, &g->pages);
+  to_device(h.block_table, &g->bt);
+  to_device(h.context_lens, &g->lens);
+  to_device(h.row_request, &g->rr);
+  g->args = h;
+  g->args.q = g->q.view;
+  g->args.q_scales = g->qs.view;
+  g->args.weights = g->w.view;
+  g->args.cache.pages = g->pages.view;
+  g->args.block_table = g->bt.view;
+  g->args.context_lens = g->lens.view;
+  g->args.row_request = g->rr.view;
+}
+
+struct TopkOut {
+  std::vector<int32_t> idx, slots;
+  std::vector<float> val;
+};
+
+// Fused path. With c.graph, captured into a CUDA graph and replayed twice.
+void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o) {
+  const int64_t R = pc.rows;
+  const size_t n = static_cast<size_t>(R * c.k);
+  DeviceBuffer idx(n * 4), val(n * 4), slots(n * 4);
+  DSATTN_CUDA_ASSERT(cudaMemset(idx.ptr, 0x7b, n * 4));
+  DSATTN_CUDA_ASSERT(cudaMemset(val.ptr, 0x7b, n * 4));
+  DSATTN_CUDA_ASSERT(cudaMemset(slots.ptr, 0x7b, n * 4));
+  PagedMqaTopkParams p;
+  static_cast<PagedIndexerArgs&>(p) = g.args;
+  p.k = c.k;
+  p.sorted = c.sorted;
+  p.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
+  if (c.slots) p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  size_t ws = 0;
+  Status s = paged_mqa_topk_workspace(p, ex, &ws);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  DeviceBuffer d_ws(ws);
+  ex.workspace = d_ws.ptr;
+  ex.workspace_bytes = ws;
+  if (c.graph) {
+    cudaStream_t st;
+    DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    ex.stream = st;
+    cudaGraph_t graph;
+    DSATTN_CUDA_ASSERT(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    s = paged_mqa_topk(p, ex);
+    DSATTN_CUDA_ASSERT(cudaStreamEndCapture(st, &graph));
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    cudaGraphExec_t exec;
+    DSATTN_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 2; ++rep) DSATTN_CUDA_ASSERT(cudaGraphLaunch(exec, st));
+    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(st));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
+  } else {
+    s = paged_mqa_topk(p, ex);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
+  o->idx.resize(n);
+  o->val.resize(n);
+  o->slots.resize(n);
+  ASSERT_TRUE(idx.download(o->idx.data(), n * 4));
+  ASSERT_TRUE(val.download(o->val.data(), n * 4));
+  ASSERT_TRUE(slots.download(o->slots.data(), n * 4));
+}
+
+// Unfused path: paged_mqa_logits into [R, W] then topk over [0, ctx) of each row.
+void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o) {
+  const int64_t R = pc.rows, W = std::max<int64_t>(pc.max_context, 1);
+  DeviceBuffer logits(static_cast<size_t>(R * W) * 4);
+  PagedMqaLogitsParams lp;
+  static_cast<PagedIndexerArgs&>(lp) = g.args;
+  lp.logits = make_tensor(logits.ptr, DType::kF32, {R, W}, Device::kCuda);
+  lp.clean = true;
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  size_t ws = 0;
+  Status s = paged_mqa_logits_workspace(lp, ex, &ws);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  DeviceBuffer d_ws(ws);
+  ex.workspace = d_ws.ptr;
+  ex.workspace_bytes = ws;
+  s = paged_mqa_logits(lp, ex);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+
+  std::vector<int32_t> ends(pc.row_ctx.begin(), pc.row_ctx.end());
+  DeviceBuffer d_ends(ends.size() * 4);
+  ASSERT_TRUE(ends.empty() || d_ends.upload(ends.data(), ends.size() * 4));
+  const size_t n = static_cast<size_t>(R * c.k);
+  DeviceBuffer idx(n * 4), val(n * 4), slots(n * 4);
+  TopkParams tp;
+  tp.logits = lp.logits;
+  tp.ends = make_tensor(d_ends.ptr, DType::kI32, {R}, Device::kCuda);
+  tp.k = c.k;
+  tp.sorted = c.sorted;
+  tp.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  tp.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
+  if (c.slots) {
+    tp.block_table = g.args.block_table;
+    tp.states_per_page = c.spec.states_per_page;
+    if (c.spec.varlen) {
+      tp.row_request = g.args.row_request;
+    } else {
+      tp.next_n = c.spec.next_n;
+    }
+    tp.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  }
+  Exec tex;
+  tex.backend = Backend::kCuda;
+  size_t tws = 0;
+  s = topk_workspace(tp, tex, &tws);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  DeviceBuffer d_tws(tws);
+  tex.workspace = d_tws.ptr;
+  tex.workspace_bytes = tws;
+  s = topk(tp, tex);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
+  o->idx.resize(n);
+  o->val.resize(n);
+  o->slots.resize(n);
+  ASSERT_TRUE(idx.download(o->idx.data(), n * 4));
+  ASSERT_TRUE(val.download(o->val.data(), n * 4));
+  if (c.slots) {
+    ASSERT_TRUE(slots.download(o->slots.data(), n * 4));
+  }
+}
+
+void run_fused_case(const FusedCase& c) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  GpuInputs g;
+  upload_case(pc, &g);
+  if (::testing::Test::HasFatalFailure()) return;
+  TopkOut fused, unfused;
+  run_fused(c, pc, g, &fused);
+  if (::testing::Test::HasFatalFailure()) return;
+  run_unfused(c, pc, g, &unfused);
+  if (::testing::Test::HasFatalFailure()) return;
+  const int S = c.spec.states_per_page;
+  int bad = 0;
+  for (int64_t r = 0; r < pc.rows && bad < 4; ++r) {
+    const int64_t len = pc.row_ctx[static_cast<size_t>(r)];
+    std::vector<float> ref(static_cast<size_t>(len));
+    double amax = 0.0;
+    for (int64_t t = 0; t < len; ++t) {
+      ref[static_cast<size_t>(t)] = static_cast<float>(pc.ref(r, t));
+      amax = std::max(amax, std::fabs(static_cast<double>(ref[static_cast<size_t>(t)])));
+    }
+    const int32_t* fi = fused.idx.data() + r * c.k;
+    const std::string err = testutil::check_topk_row(ref.data(), len, c.k, fi, 2e-4 * amax);
+    if (!err.empty()) {
+      ADD_FAILURE() << "row " << r << " (ctx " << len << "): " << err;
+      ++bad;
+      continue;
+    }
+    const int64_t b = pc.row_req[static_cast<size_t>(r)];
+    for (int j = 0; j < c.k; ++j) {
+      const size_t o = static_cast<size_t>(r * c.k + j);
+      if (fused.idx[o] != unfused.idx[o]) {
+        ADD_FAILURE() << "row " << r << " slot " << j << ": fused index " << fused.idx[o] << ", unfused "
+                      << unfused.idx[o];
+        ++bad;
+        break;
+      }
+      const float fv = fused.val[o], uv = unfused.val[o];
+      if (!(fv == uv || (std::isnan(fv) && std::isnan(uv)))) {
+        ADD_FAILURE() << "row " << r << " slot " << j << ": fused score " << fv << ", unfused " << uv;
+        ++bad;
+        break;
+      }
+      if (c.slots) {
+        const int32_t t = fused.idx[o];
+        const int32_t want =
+            t < 0 ? -1
+                  : pc.cache.block_table[static_cast<size_t>(b * pc.cache.max_pages + t / S)] * S + t % S;
+        if (fused.slots[o] != want || unfused.slots[o] != want) {
+          ADD_FAILURE() << "row " << r << " slot " << j << ": slot id fused " << fused.slots[o] << ", unfused "
+                        << unfused.slots[o] << ", want " << want;
+          ++bad;
+          break;
+        }
+      }
+    }
+  }
+}
+
+PagedCaseSpec spec(IndexerFormat f, int B, int N, int H, int D, int S, std::vector<int64_t> lengths, uint64_t seed) {
+  PagedCaseSpec s;
+  s.format = f;
+  s.batch = B;
+  s.next_n = N;
+  s.heads = H;
+  s.head_dim = D;
+  s.states_per_page = S;
+  s.lengths = std::move(lengths);
+  s.lens_per_row = false;
+  s.seed = seed;
+  return s;
+}
+
+TEST(GpuFusedTopk, Fp8DecodeLengthsAroundK) {
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 8, 1, 64, 128, 64, {0, 1, 511, 512, 513, 3000, 7000, 64}, 1);
+  run_fused_case(c);
+  c.sorted = true;
+  c.spec.seed = 2;
+  run_fused_case(c);
+}
+
+TEST(GpuFusedTopk, Fp8NextNAndPageSizes) {
+  for (int S : {1, 32, 100, 256}) {
+    FusedCase c;
+    c.k = 2048;
+    c.spec = spec(IndexerFormat::kFp8, 3, 4, 32, 128, S, {2049, 5000, 2}, 10 + S);
+    c.sorted = S == 32;
+    run_fused_case(c);
+  }
+}
+
+TEST(GpuFusedTopk, Fp8HeadsAndDims) {
+  FusedCase c;
+  c.k = 1024;
+  c.spec = spec(IndexerFormat::kFp8, 4, 2, 24, 64, 64, {1500, 900, 4000, 0}, 21);
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kFp8, 4, 1, 8, 32, 32, {1500, 900, 4000, 1024}, 22);
+  c.spec.lens_per_row = true;
+  run_fused_case(c);
+}
+
+TEST(GpuFusedTopk, Varlen) {
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 5, 4, 32, 128, 64, {6000, 100, 3000, 512, 9000}, 31);
+  c.spec.varlen = true;
+  run_fused_case(c);
+}
+
+TEST(GpuFusedTopk, Mxfp4) {
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kMxfp4, 4, 2, 32, 128, 64, {3000, 700, 6000, 511}, 41);
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kMxfp4, 2, 1, 16, 64, 32, {5000, 2000}, 42);
+  c.sorted = true;
+  run_fused_case(c);
+}
+
+TEST(GpuFusedTopk, LongSingleRequest) {
+  FusedCase c;
+  c.k = 2048;
+  c.sorted = true;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 51);
+  run_fused_case(c);
+}
+
+TEST(GpuFusedTopk, GraphReplay) {
+  FusedCase c;
+  c.k = 512;
+  c.graph = true;
+  c.spec = spec(IndexerFormat::kFp8, 4, 2, 32, 128, 64, {4000, 300, 2500, 9000}, 61);
+  run_fused_case(c);
+}
+
+}  // namespace
+}  // namespace dsattn
