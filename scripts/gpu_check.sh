@@ -10,6 +10,7 @@
 #                             [--san-filter GTEST_FILTER] [--test-filter GTEST_FILTER]
 #   --prebuilt DIR   DIR holds dsattn_gpu_tests and dsattn (built elsewhere for sm_90a)
 #   --quick          quick benchmark shapes
+# Environment: OUT (log folder), STEP_TIMEOUT (seconds per step, default 1800).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +40,7 @@ FAILED=0
 step() {  # step NAME LOG CMD...: runs CMD, logs to $OUT/LOG, records result and time
   local name="$1" log="$2"; shift 2
   local t0=$SECONDS
-  "$@" >"$OUT/$log" 2>&1
+  timeout "${STEP_TIMEOUT:-1800}" "$@" >"$OUT/$log" 2>&1
   local rc=$?
   local res="ok"
   if [ $rc -ne 0 ]; then res="FAIL($rc)"; FAILED=1; fi

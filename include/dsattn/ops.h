@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "dsattn/formats.h"
 #include "dsattn/status.h"
@@ -89,6 +90,23 @@ struct MqaLogitsParams {
 };
 Status mqa_logits_workspace(const MqaLogitsParams& p, const Exec& ex, size_t* bytes);
 Status mqa_logits(const MqaLogitsParams& p, const Exec& ex);
+
+// mqa_logits with bounded output memory: the M query rows are processed in chunks whose logits
+// ([chunk_rows, W], W = Nk, or `width` when compressed) fit `chunk_buffer_bytes`; after each chunk
+// is enqueued (CUDA: on ex.stream), on_chunk(row0, rows, logits) is called on the host with a view
+// of the chunk's logits in `chunk_buffer` (device memory on CUDA, host memory on CPU). The callback
+// consumes the chunk (e.g. enqueues topk on the same stream) before returning; the next chunk
+// overwrites the buffer. Chunks hold a multiple of 8 rows when the buffer allows.
+struct MqaLogitsChunkedParams {
+  MqaLogitsParams base;            // all but `logits` (ignored)
+  int64_t width = 0;               // compressed: output width (>= max(ke - ks)); 0 = Nk
+  DType logits_dtype = DType::kF32;  // f32 or bf16
+  void* chunk_buffer = nullptr;
+  size_t chunk_buffer_bytes = 0;
+  std::function<Status(int64_t row0, int64_t rows, const TensorView& logits)> on_chunk;
+};
+Status mqa_logits_chunked_workspace(const MqaLogitsChunkedParams& p, const Exec& ex, size_t* bytes);
+Status mqa_logits_chunked(const MqaLogitsChunkedParams& p, const Exec& ex);
 
 // ---------------------------------------------------------------- topk
 struct TopkParams {

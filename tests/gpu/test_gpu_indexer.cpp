@@ -598,6 +598,58 @@ TEST(GpuIndexer, PrefillMqaLogits) {
   run_prefill_case(c);
 }
 
+// Chunked prefill through a small device buffer: bitwise the rows of one GPU call.
+TEST(GpuIndexer, PrefillChunked) {
+  SKIP_WITHOUT_GPU();
+  const int M = 45, Nk = 700, H = 32, D = 128;
+  std::mt19937_64 rng(12);
+  std::vector<uint8_t> q(size_t(M) * H * D), k(size_t(Nk) * D);
+  for (auto& x : q) x = rand_e4m3(rng, 1.f);
+  for (auto& x : k) x = rand_e4m3(rng, 1.f);
+  std::vector<float> w(size_t(M) * H), ksc(Nk, 0.25f);
+  for (auto& x : w) x = float(int(rng() % 200) - 100) / 128.f;
+  std::vector<int32_t> ks(M), ke(M);
+  for (int m = 0; m < M; ++m) { ks[m] = int(rng() % 100); ke[m] = Nk - M + m + 1; }
+  DevBuf dq, dk, dw, dks, dks2, dke, whole, chunk, ws;
+  dq.upload(q); dk.upload(k); dw.upload(w); dks.upload(ksc); dks2.upload(ks); dke.upload(ke);
+  whole.alloc(size_t(M) * Nk * 4);
+  chunk.alloc(size_t(16) * Nk * 4 + 100);
+  MqaLogitsParams p;
+  p.q = test::dev_tensor(dq, DType::kF8E4M3, {M, H, D});
+  p.weights = test::dev_tensor(dw, DType::kF32, {M, H});
+  p.k = test::dev_tensor(dk, DType::kF8E4M3, {Nk, D});
+  p.k_scales = test::dev_tensor(dks, DType::kF32, {Nk});
+  p.ks = test::dev_tensor(dks2, DType::kI32, {M});
+  p.ke = test::dev_tensor(dke, DType::kI32, {M});
+  p.clean = true;
+  Exec ex;
+  size_t wsb = 0;
+  MqaLogitsChunkedParams c;
+  c.base = p;
+  c.chunk_buffer = chunk.get();
+  c.chunk_buffer_bytes = chunk.bytes();
+  ASSERT_TRUE(mqa_logits_chunked_workspace(c, ex, &wsb).ok());
+  ws.alloc(wsb + 16);
+  ex.workspace = ws.get();
+  ex.workspace_bytes = ws.bytes();
+  MqaLogitsParams one = p;
+  one.logits = test::dev_tensor(whole, DType::kF32, {M, Nk});
+  ASSERT_TRUE(mqa_logits(one, ex).ok());
+  const std::vector<float> ref = whole.download<float>(size_t(M) * Nk);
+  std::vector<float> got(size_t(M) * Nk, 0.f);
+  int calls = 0;
+  c.on_chunk = [&](int64_t row0, int64_t rows, const TensorView& lg) {
+    ++calls;
+    EXPECT_EQ(rows % 8 == 0 || row0 + rows == M, true);
+    return cudaMemcpy(&got[size_t(row0) * Nk], lg.data, size_t(rows) * Nk * 4, cudaMemcpyDeviceToHost) == cudaSuccess
+               ? Status::Ok() : Status(Code::kCudaError, "copy");
+  };
+  const Status st = mqa_logits_chunked(c, ex);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(calls, 3);  // 16 + 16 + 13 rows
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * 4), 0);
+}
+
 TEST(GpuIndexer, SanitizerPrefill) {
   SKIP_WITHOUT_GPU();
   PrefillCase c;

@@ -13,7 +13,9 @@
 //
 // ---------------------------------------------------------------- warp roles and pipeline
 // All warps load and all warps compute (sm_80-style multistage pipeline, `stages` >= 2 tiles):
-//   loads:   warp w copies the page-contiguous *runs* r = w, w + warps, ... of a tile with 16-byte
+//   loads:   the block-table entries of a tile are fetched one iteration before its copies are
+//            issued (IdxPending), so their latency hides behind a tile of compute. Then
+//            warp w copies the page-contiguous *runs* r = w, w + warps, ... of the tile with 16-byte
 //            cp.async (4-byte when the cache is not 16-byte aligned); a warp instruction moves 512
 //            contiguous bytes. Block-table entries are bounds-checked: a page id outside
 //            [0, num_pages), or a page index >= max_pages, is never dereferenced; its states are
@@ -22,6 +24,9 @@
 //            MMA's M dimension, heads its N dimension), holds their key fragments in registers and
 //            loops over rows j and head pairs (16 heads), reading Q fragments from shared memory.
 //            The head sum is a quad shuffle reduction; the per-state scale is applied after it.
+//            MMA: native e4m3 m16n8k32 on sm_89 / sm_120; elsewhere (sm_80, sm_90, sm_100, whose
+//            e4m3 mma.sync is emulated) the key fragments are converted to f16 once per tile and Q
+//            is kept as f16 in shared memory when it fits (p.q_f16), feeding m16n8k16 f16 MMAs.
 // Barrier protocol, per tile i (stage s = i % stages):
 //   wait(cp.async group i) ; __syncthreads [B1]  -> tile i's keys visible; tile i-1 fully consumed
 //   issue loads of tile i + stages - 1 into stage (i - 1) % stages ; commit
@@ -31,7 +36,8 @@
 // thread of the CTA (uniform control flow), so an epilogue may use __syncthreads inside them.
 //
 // ---------------------------------------------------------------- shared-memory layout (bytes)
-//   q      [rows_per_group * Hp][Dq]   E4M3 (MXFP4 Q is dequantized to E4M3 here, scales apart);
+//   q      [rows_per_group * Hp][Dq]   E4M3 (MXFP4 Q is dequantized to E4M3 here, scales apart),
+//                                      or f16 [.. ][2 D] when p.q_f16;
 //                                      Hp = H rounded up to 16 (padding heads are zero, weight 0)
 //   w      [rows_per_group * Hp] f32
 //   qs     [rows_per_group * Hp][D/32] f32   (MXFP4 only: Q block scales)
@@ -87,6 +93,8 @@ struct IndexerParams {
   const uint8_t* q = nullptr;
   int64_t q_sg = 0, q_sr = 0, q_sh = 0;
   int q_aligned16 = 0;      // all Q head rows start 16-byte aligned
+  int q_f16 = 0;            // FP8, f16-MMA archs (not DSATTN_MMA_NATIVE_FP8): Q kept as f16 in shared
+                            // memory (converted once per group instead of once per MMA)
   const int32_t* q_scales = nullptr;  // MXFP4: element strides below
   int64_t qs_sg = 0, qs_sr = 0, qs_sh = 0;
   const float* w = nullptr;           // element strides
@@ -160,12 +168,13 @@ struct IdxSmemLayout {
 
 // Shared-memory layout for a configuration (host and device agree on it).
 __host__ __device__ inline IdxSmemLayout idx_smem_layout(bool fp4, int D, int rows_per_group, int heads_padded,
-                                                         int tile_states, int stages, size_t epi_bytes) {
+                                                         int tile_states, int stages, size_t epi_bytes,
+                                                         bool q_f16 = false) {
   IdxSmemLayout L{};
   const size_t qrows = size_t(rows_per_group) * heads_padded;
   const int rb = fp4 ? D / 2 : D;
   size_t off = 0;
-  L.q = off; off += idx_align16(qrows * D);
+  L.q = off; off += idx_align16(qrows * D * (q_f16 ? 2 : 1));
   L.w = off; off += idx_align16(qrows * 4);
   L.qs = off; off += fp4 ? idx_align16(qrows * (D / 32) * 4) : 0;
   L.win = off; off += idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
@@ -239,26 +248,58 @@ __device__ __forceinline__ int64_t idx_page_id(const IndexerParams& p, int64_t b
   return (id >= 0 && id < p.num_pages) ? id : -1;
 }
 
+// A tile whose page ids are being fetched: one iteration ahead of its cp.async issue, so the
+// block-table latency hides behind a tile of compute. Lane k of warp w holds the page id of run
+// w + warps * k (a run = the tile's states inside one page; runs <= 32 * warps always).
+struct IdxPending {
+  IdxTile t;
+  bool ok;
+  int64_t pi0;   // page index of the tile's first state
+  int off0;      // its offset inside that page
+  int nruns;
+  int32_t raw;   // this lane's run: block-table entry as loaded (checked only at issue time, so the
+                 // load stays in flight across the iteration), or -1 when it must not be read
+};
+
+__device__ __forceinline__ void idx_prefetch(const IndexerParams& p, IdxCursor& lc, IdxPending& pd, int warp,
+                                             int lane) {
+  pd.ok = lc.next(p, &pd.t);
+  pd.raw = -1;
+  if (!pd.ok) return;
+  const int64_t S = p.states_per_page;
+  pd.pi0 = pd.t.t0 / S;
+  pd.off0 = static_cast<int>(pd.t.t0 - pd.pi0 * S);
+  pd.nruns = static_cast<int>((pd.off0 + pd.t.count + S - 1) / S);
+  const int r = warp + p.warps * lane;
+  if (r < pd.nruns) {
+    const int64_t pi = pd.pi0 + r;
+    if (p.block_table == nullptr) {
+      pd.raw = pi < p.num_pages ? static_cast<int32_t>(pi) : -1;
+    } else {
+      const int64_t b = detail::indexer_group_request(p.work, pd.t.g);
+      if (b >= 0 && pi < p.max_pages) pd.raw = p.block_table[b * p.bt_s0 + pi * p.bt_s1];
+    }
+  }
+}
+
 template <IndexerFormat F, int D>
-__device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const IdxTile& t, uint8_t* stage,
+__device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const IdxPending& pd, uint8_t* stage,
                                                const IdxSmemLayout& L, int warp, int lane) {
   using Tr = IdxTraits<F, D>;
   constexpr int RB = Tr::kRowBytes;
-  const int64_t S = p.states_per_page;
-  const int64_t b = detail::indexer_group_request(p.work, t.g);
-  const int64_t pi0 = t.t0 / S;
-  const int off0 = static_cast<int>(t.t0 - pi0 * S);
-  const int64_t nruns = (off0 + t.count + S - 1) / S;
+  const int S = p.states_per_page;
   uint8_t* valid = stage + L.valid_off;
   const uint32_t keys_s = smem_u32(stage + L.keys_off);
   const uint32_t scale_s = smem_u32(stage + L.scale_off);
-  for (int64_t r = warp; r < nruns; r += p.warps) {
-    const int s_lo = r == 0 ? off0 : 0;
-    const int64_t s_hi64 = off0 + t.count - r * S;
+  for (int k = 0; warp + p.warps * k < pd.nruns; ++k) {
+    const int r = warp + p.warps * k;
+    const int32_t raw = __shfl_sync(0xffffffffu, pd.raw, k);
+    const int64_t page = (raw >= 0 && raw < p.num_pages) ? raw : -1;
+    const int s_lo = r == 0 ? pd.off0 : 0;
+    const int64_t s_hi64 = pd.off0 + pd.t.count - int64_t(r) * S;
     const int s_hi = static_cast<int>(s_hi64 < S ? s_hi64 : S);
     const int n = s_hi - s_lo;
-    const int ts0 = static_cast<int>(r * S + s_lo - off0);  // tile index of the run's first state
-    const int64_t page = idx_page_id(p, b, pi0 + r);
+    const int ts0 = static_cast<int>(int64_t(r) * S + s_lo - pd.off0);  // tile index of the run's first state
     for (int i = lane; i < n; i += 32) valid[ts0 + i] = page >= 0 ? 1 : 0;
     if (page < 0) continue;
     const uint8_t* ksrc = p.kbase + page * p.page_stride + int64_t(s_lo) * RB;
@@ -310,7 +351,21 @@ __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint
           v.w = tmp[12] | tmp[13] << 8 | tmp[14] << 16 | uint32_t(tmp[15]) << 24;
         }
       }
-      *reinterpret_cast<uint4*>(qs + row * D + Tr::key_chunk(row, c) * 16) = v;
+      if (DSATTN_MMA_NATIVE_FP8 || !p.q_f16) {
+        *reinterpret_cast<uint4*>(qs + row * D + Tr::key_chunk(row, c) * 16) = v;
+      } else {
+        // f16 layout: fp8 chunk c -> 32 bytes at c * 32; its two 16-byte halves (k-steps) swap on odd
+        // rows when D >= 64 (conflict-free LDS.128 in compute).
+        uint4 h0, h1;
+        e4m3x4_to_f16x2_fast(v.x, &h0.x, &h0.y);
+        e4m3x4_to_f16x2_fast(v.y, &h0.z, &h0.w);
+        e4m3x4_to_f16x2_fast(v.z, &h1.x, &h1.y);
+        e4m3x4_to_f16x2_fast(v.w, &h1.z, &h1.w);
+        const int sw = (D >= 64 && (row & 1)) ? 16 : 0;
+        uint8_t* dst = qs + row * 2 * D + c * 32;
+        *reinterpret_cast<uint4*>(dst + sw) = h0;
+        *reinterpret_cast<uint4*>(dst + (16 ^ sw)) = h1;
+      }
     }
   } else {
     constexpr int U = D / 8;  // 8-element units: 4 packed bytes in, 8 E4M3 bytes out
@@ -400,6 +455,11 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
     }
   }
   (void)ksc;
+  uint32_t kf[2][KS][kMmaARegs];  // A operands, converted once per tile
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int k = 0; k < KS; ++k) mma_prepare_a(ka[mt][k], kf[mt][k]);
 
   // The state this lane reports after the quad reduction: index tig -> (m-tile, half).
   const int my_state = base + (tig >> 1) * 16 + (tig & 1) * 8 + g8;
@@ -411,6 +471,7 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
   const int64_t my_t = t.t0 + my_state;
 
   const int Hp = p.heads_padded;
+  const bool qf16 = !DSATTN_MMA_NATIVE_FP8 && p.q_f16 != 0;
   const uint32_t q_s = smem_u32(smem + L.q);
   const float* ws = reinterpret_cast<const float*>(smem + L.w);
   const float* qsc = reinterpret_cast<const float*>(smem + L.qs);
@@ -427,6 +488,46 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+      if (!Tr::kFp4 && qf16) {
+        float acc2[2][2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc2[mt][nt][e] = 0.f;
+        uint4 qh[2][KS];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int qrow = j * Hp + hp + nt * 8 + g8;
+          const int sw = (D >= 64 && (qrow & 1)) ? 16 : 0;
+#pragma unroll
+          for (int k = 0; k < KS; ++k) {
+            const int off = D >= 64 ? ((k >> 1) * 4 + tig) * 32 + (((k & 1) * 16) ^ sw) : tig * 16;
+            qh[nt][k] = lds128(q_s + qrow * 2 * D + off);
+          }
+        }
+        // The two k16 halves of a k32 step depend on each other: issue the four independent
+        // accumulators in between.
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma_k16_f16b<0>(acc[mt][nt], kf[mt][k], qh[nt][k]);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma_k16_f16b<1>(acc2[mt][nt], kf[mt][k], qh[nt][k]);
+        }
+        // Second halves went to separate accumulators (8 independent MMA chains per warp).
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nt][e] += acc2[mt][nt][e];
+      } else {
       uint32_t qb[2][KS][2];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
@@ -459,7 +560,7 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) mma_e4m3_16x8x32(acc[mt][nt], ka[mt][k], qb[nt][k][0], qb[nt][k][1]);
+            for (int nt = 0; nt < 2; ++nt) mma_k32(acc[mt][nt], kf[mt][k], qb[nt][k][0], qb[nt][k][1]);
       } else {
 #pragma unroll
         for (int k = 0; k < KS; ++k) {
@@ -473,20 +574,23 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
               float tmp[4] = {0.f, 0.f, 0.f, 0.f};
-              mma_e4m3_16x8x32(tmp, ka[mt][k], qb[nt][k][0], qb[nt][k][1]);
+              mma_k32(tmp, kf[mt][k], qb[nt][k][0], qb[nt][k][1]);
 #pragma unroll
-              for (int e = 0; e < 4; ++e) acc[mt][nt][e] += (ksc[mt][e >> 1][k] * qsv[nt][e & 1]) * tmp[e];
+              for (int e = 0; e < 4; ++e) acc[mt][nt][e] = fmaf(ksc[mt][e >> 1][k] * qsv[nt][e & 1], tmp[e], acc[mt][nt][e]);
             }
         }
       }
+      }  // !qf16
       // Weighted ReLU head sum (columns 2 tig, 2 tig + 1 of each n-tile).
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const float2 wv = *reinterpret_cast<const float2*>(ws + j * Hp + hp + nt * 8 + 2 * tig);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          part[mt][0] += fmaxf(acc[mt][nt][0], 0.f) * wv.x + fmaxf(acc[mt][nt][1], 0.f) * wv.y;
-          part[mt][1] += fmaxf(acc[mt][nt][2], 0.f) * wv.x + fmaxf(acc[mt][nt][3], 0.f) * wv.y;
+          part[mt][0] = fmaf(fmaxf(acc[mt][nt][0], 0.f), wv.x, part[mt][0]);
+          part[mt][0] = fmaf(fmaxf(acc[mt][nt][1], 0.f), wv.y, part[mt][0]);
+          part[mt][1] = fmaf(fmaxf(acc[mt][nt][2], 0.f), wv.x, part[mt][1]);
+          part[mt][1] = fmaf(fmaxf(acc[mt][nt][3], 0.f), wv.y, part[mt][1]);
         }
       }
     }
@@ -512,7 +616,7 @@ template <IndexerFormat F, int D, class Epi>
 __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
   extern __shared__ __align__(16) uint8_t smem[];
   const IdxSmemLayout L = idx_smem_layout(F == IndexerFormat::kMxfp4, D, p.work.rows_per_group, p.heads_padded,
-                                          p.tile_states, p.stages, Epi::smem_bytes(p));
+                                          p.tile_states, p.stages, Epi::smem_bytes(p), p.q_f16 != 0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   epi.begin(p, smem + L.epi);
 
@@ -521,9 +625,16 @@ __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi ep
   cc = lc;
   const int S = p.stages;
   int64_t issued = 0;
+  IdxPending pd, nx;
+  idx_prefetch(p, lc, pd, warp, lane);
   for (int s = 0; s < S - 1; ++s) {
-    IdxTile t;
-    if (lc.next(p, &t)) idx_issue_tile<F, D>(p, t, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+    nx.ok = false;
+    nx.raw = -1;
+    if (pd.ok) {
+      idx_prefetch(p, lc, nx, warp, lane);  // in flight while pd's entries are consumed
+      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+    }
+    pd = nx;
     ++issued;
     cp_async_commit();
   }
@@ -536,12 +647,12 @@ __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi ep
     if (!cc.next(p, &t)) break;
     cp_async_wait_dyn(S - 2);
     __syncthreads();  // B1
-    {
-      IdxTile t2;
-      if (lc.next(p, &t2)) idx_issue_tile<F, D>(p, t2, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
-      ++issued;
-      cp_async_commit();
+    if (pd.ok) {
+      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+      idx_prefetch(p, lc, pd, warp, lane);
     }
+    ++issued;
+    cp_async_commit();
     if (t.g != cur_g) {
       if (cur_g >= 0) {
         epi.group_end(p, GroupInfo{cur_g, cur_g * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});

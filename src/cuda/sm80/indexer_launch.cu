@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 
 #include "api/validate.h"
@@ -99,22 +101,57 @@ Status device_limits(const char* op, int* sms, int* smem_optin) {
 
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                            IndexerConfig* cfg) {
-  IndexerConfig best{}, fallback{};
+  // Q as f16 in shared memory on archs whose FP8 mma.sync is emulated (sm_80, sm_90, sm_100):
+  // converted once per group instead of once per MMA. DSATTN_INDEXER_QF16=0 turns it off.
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  const bool native_fp8 = (major == 8 && minor == 9) || major >= 12;
+  const char* qenv = std::getenv("DSATTN_INDEXER_QF16");
+  const bool want_f16 = !p->fp4 && !native_fp8 && !(qenv && qenv[0] == '0');
   size_t smallest = SIZE_MAX;
-  for (int warps : {8, 4, 2}) {
-    IndexerParams q = *p;
-    q.warps = warps;
-    q.tile_states = warps * 32;
-    for (int stages = kMaxStages; stages >= 2; --stages) {
-      q.stages = stages;
-      const size_t need = idx_smem_layout(q.fp4 != 0, q.head_dim, q.work.rows_per_group, q.heads_padded,
-                                          q.tile_states, stages, epi_smem(q)).total;
-      smallest = std::min(smallest, need);
-      if (need > static_cast<size_t>(budget)) continue;
-      if (stages >= 3 && best.warps == 0) best = IndexerConfig{warps, q.tile_states, stages, need};
-      if (fallback.warps == 0) fallback = IndexerConfig{warps, q.tile_states, stages, need};
-      break;
+  auto need_of = [&](const IndexerParams& q) {
+    return idx_smem_layout(q.fp4 != 0, q.head_dim, q.work.rows_per_group, q.heads_padded, q.tile_states, q.stages,
+                           epi_smem(q), q.q_f16 != 0).total;
+  };
+  auto search = [&](int q_f16, IndexerConfig* best, IndexerConfig* fallback) {
+    // Tuning knob for benchmarks: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits.
+    if (const char* env = std::getenv("DSATTN_INDEXER_TILE")) {
+      int w = 0, st = 0;
+      if (std::sscanf(env, "%d:%d", &w, &st) == 2 && (w == 2 || w == 4 || w == 8) && st >= 2 && st <= kMaxStages) {
+        IndexerParams q = *p;
+        q.warps = w; q.tile_states = w * 32; q.stages = st; q.q_f16 = q_f16;
+        const size_t need = need_of(q);
+        if (need <= static_cast<size_t>(budget)) { *best = IndexerConfig{w, q.tile_states, st, need}; return; }
+      }
     }
+    for (int warps : {8, 4, 2}) {
+      IndexerParams q = *p;
+      q.warps = warps;
+      q.tile_states = warps * 32;
+      q.q_f16 = q_f16;
+      for (int stages = kMaxStages; stages >= 2; --stages) {
+        q.stages = stages;
+        const size_t need = need_of(q);
+        smallest = std::min(smallest, need);
+        if (need > static_cast<size_t>(budget)) continue;
+        if (stages >= 3 && best->warps == 0) best->operator=(IndexerConfig{warps, q.tile_states, stages, need});
+        if (fallback->warps == 0) fallback->operator=(IndexerConfig{warps, q.tile_states, stages, need});
+        break;
+      }
+    }
+  };
+  IndexerConfig best{}, fallback{};
+  int q_f16 = 0;
+  if (want_f16) {
+    search(1, &best, &fallback);
+    if (best.warps) q_f16 = 1;
+  }
+  if (!q_f16) {
+    best = IndexerConfig{};
+    fallback = IndexerConfig{};
+    search(0, &best, &fallback);
   }
   const IndexerConfig c = best.warps ? best : fallback;
   if (c.warps == 0) {
@@ -126,6 +163,7 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
   p->warps = c.warps;
   p->tile_states = c.tile_states;
   p->stages = c.stages;
+  p->q_f16 = q_f16;
   return Status::Ok();
 }
 
