@@ -168,6 +168,13 @@ std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t 
 }  // namespace
 
 int run_indexer(const std::vector<std::string>& args) {
+  if (has_flag(args, "--help") || has_flag(args, "-h")) {
+    std::puts("usage: dsattn bench indexer [--quick] [--b LIST] [--ctx LIST] [--n LIST] [--s LIST] [--h LIST] [--d D]\n"
+              "                            [--fp4] [--smem BYTES] [--no-prefill]\n"
+              "  LIST: comma-separated, K/M suffixes (e.g. --ctx 8K,32K). Default: B 1,32,128 x ctx 8K,32K,128K x\n"
+              "  N 1,2 x S 32,64 x H 32,64, D 128, plus the DeepGEMM reference rows and a 4K x 64K prefill row.");
+    return 0;
+  }
   if (!cuda_available()) {
     std::fprintf(stderr, "bench indexer: no CUDA device\n");
     return 1;

@@ -54,6 +54,13 @@ struct PagedIndexerArgs {
   TensorView schedule;      // optional i32 [schedule_metadata_size(num_sms)] from
                             // schedule_metadata(); absent = computed inside the call (CUDA)
 };
+// Device-side values (CUDA backend). The host cannot read lengths, block-table entries or
+// row_request on the GPU, so the kernels check them instead of rejecting the call: a block-table
+// entry outside [0, num_pages) -- or a state whose page index is >= max_pages -- is never read and
+// its states score -inf; a varlen row_request outside [0, B) gives an all -inf row; negative
+// lengths count as 0; states >= the logits width are not computed. The CPU backend rejects such
+// values with an error instead. A caller-given `schedule` must come from schedule_metadata() on the
+// same context_lens (a stale one can leave columns unwritten, never out-of-bounds accesses).
 
 struct PagedMqaLogitsParams : PagedIndexerArgs {
   TensorView logits;        // f32 or bf16 [R, max_context], any row stride (last dim contiguous)
