@@ -13,7 +13,7 @@
 //  * latent V3.2:              scale = max(amax / 448, FLT_MIN) stored as raw fp32 (vLLM's
 //    fp8_ds_mla writer, concat_and_cache_ds_mla); amax 0 -> FLT_MIN.
 //  Values are E4M3(x / scale) with round-to-nearest-even and saturation to +-448; a NaN input value
-//  becomes the E4M3 NaN code and does not change the group's scale.
+//  becomes the positive E4M3 NaN code 0x7F (whatever its sign) and does not change the group's scale.
 #pragma once
 #include <math.h>
 
@@ -65,9 +65,16 @@ DSATTN_HD float group_amax(const T* x, int n) {
   return amax;
 }
 
+// A NaN quotient (a NaN input, or inf / inf when a V3.2 group holds an infinity and so has scale
+// inf) is written as the positive NaN code 0x7F: the sign of a NaN produced by arithmetic differs
+// between x86 (negative "indefinite") and CUDA (positive canonical NaN), so keeping it would make
+// host and device bytes differ.
 template <typename T>
 DSATTN_HD void quantize_e4m3(const T* x, int n, float scale, uint8_t* out) {
-  for (int i = 0; i < n; ++i) out[i] = codec::f32_to_e4m3(div_rn(load(x, i), scale));
+  for (int i = 0; i < n; ++i) {
+    const float q = div_rn(load(x, i), scale);
+    out[i] = q != q ? codec::kE4M3NaN : codec::f32_to_e4m3(q);
+  }
 }
 
 // ---------------------------------------------------------------- indexer caches (SPEC §2.1, §2.2)

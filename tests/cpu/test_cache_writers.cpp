@@ -348,3 +348,28 @@ TEST(CacheWriters, ArgumentErrors) {
   p.cache.head_dim = 128;
   EXPECT_TRUE(write_indexer_cache(p, Exec{}).ok());
 }
+
+TEST(CacheWriters, NaNCodesArePositiveWhateverTheirOrigin) {
+  // V3.2 group 0 holds +inf: amax inf -> scale inf; inf / inf is NaN (negative on x86, positive on
+  // CUDA) and finite / inf is 0. Group 1 holds a negative NaN input. Every NaN is written as 0x7F.
+  std::vector<float> kv(576, 1.0f);
+  kv[3] = std::numeric_limits<float>::infinity();
+  kv[4] = -2.0f;
+  kv[130] = -std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> lp(656, kUntouched);
+  int32_t slot = 0;
+  WriteLatentCacheParams p;
+  p.kv = make_tensor(kv.data(), DType::kF32, {1, 576});
+  p.slot_mapping = make_tensor(&slot, DType::kI32, {1});
+  p.cache.pages = make_tensor(lp.data(), DType::kU8, {1, 656});
+  p.cache.format = LatentFormat::kV32Fp8;
+  p.cache.tokens_per_page = 1;
+  p.cache.page_stride_bytes = 656;
+  ASSERT_TRUE(write_latent_cache(p, Exec{}).ok());
+  EXPECT_EQ(lp[3], 0x7F);  // inf / inf
+  EXPECT_EQ(lp[0], 0x00);  // 1 / inf = +0
+  EXPECT_EQ(lp[4], 0x80);  // -2 / inf = -0
+  EXPECT_TRUE(std::isinf(f32_at(&lp[512])));
+  EXPECT_EQ(lp[130], 0x7F);  // -NaN input
+  EXPECT_EQ(f32_at(&lp[516]), 1.0f / 448.0f);  // amax 1 (NaN ignored)
+}
