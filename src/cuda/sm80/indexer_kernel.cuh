@@ -10,25 +10,32 @@
 // Q / weights once into shared memory and streams the group's keys in *tiles* of T states
 // (T = 32 * warps: 64, 128 or 256); every key byte of a group is read from global memory once
 // per group, no matter how many rows it has. Per-state scales are applied after the head sum.
+// With p.split = k > 1 (logits epilogue only), CTA b walks partition b / k and takes every k-th
+// tile of it, so a one-partition-per-SM schedule can still run k CTAs per SM.
 //
 // ---------------------------------------------------------------- warp roles and pipeline
 // All warps load and all warps compute (sm_80-style multistage pipeline, `stages` >= 2 tiles):
 //   loads:   the block-table entries of a tile are fetched one iteration before its copies are
 //            issued (IdxPending), so their latency hides behind a tile of compute. Then
-//            warp w copies the page-contiguous *runs* r = w, w + warps, ... of the tile with 16-byte
-//            cp.async (4-byte when the cache is not 16-byte aligned); a warp instruction moves 512
-//            contiguous bytes. Block-table entries are bounds-checked: a page id outside
+//            warp w copies the page-contiguous *runs* r = w, w + warps, ... of the tile: FP8 keys
+//            on sm_90+ (p.bulk) with one bulk copy (TMA engine) per run, issued by lane 0 and
+//            counted on the stage's mbarrier (every warp arrives once per tile); otherwise with
+//            16-byte cp.async (4-byte when the cache is not 16-byte aligned; a warp instruction
+//            moves 512 contiguous bytes). Scales always go through 4-byte cp.async. Block-table entries are bounds-checked: a page id outside
 //            [0, num_pages), or a page index >= max_pages, is never dereferenced; its states are
 //            marked invalid and score -inf.
 //   compute: warp w owns states [32 w, 32 w + 32) of the tile (two m16 MMA tiles, states are the
 //            MMA's M dimension, heads its N dimension), holds their key fragments in registers and
-//            loops over rows j and head pairs (16 heads), reading Q fragments from shared memory.
+//            loops over rows j and head pairs (16 heads), reading Q fragments from shared memory
+//            (f16 Q: one n-tile of 8 heads per step, the next n-tile's fragments loaded before the
+//            current MMAs).
 //            The head sum is a quad shuffle reduction; the per-state scale is applied after it.
 //            MMA: native e4m3 m16n8k32 on sm_89 / sm_120; elsewhere (sm_80, sm_90, sm_100, whose
 //            e4m3 mma.sync is emulated) the key fragments are converted to f16 once per tile and Q
 //            is kept as f16 in shared memory when it fits (p.q_f16), feeding m16n8k16 f16 MMAs.
 // Barrier protocol, per tile i (stage s = i % stages):
-//   wait(cp.async group i) ; __syncthreads [B1]  -> tile i's keys visible; tile i-1 fully consumed
+//   wait(cp.async group i, and stage s's mbarrier phase (i / stages) & 1 when bulk) ;
+//   __syncthreads [B1]  -> tile i's keys visible; tile i-1 fully consumed
 //   issue loads of tile i + stages - 1 into stage (i - 1) % stages ; commit
 //   if the group changed: epi.group_end(previous) ; load Q/w/windows of the new group ; __syncthreads
 //   compute -> score tile (shared) ; __syncthreads [B2] ; epi.consume(tile)
@@ -42,8 +49,10 @@
 //   w      [rows_per_group * Hp] f32
 //   qs     [rows_per_group * Hp][D/32] f32   (MXFP4 only: Q block scales)
 //   win    [8] RowWindow                      (lo, hi, col_off of each row of the current group)
+//   bars   [stages] u64                       mbarriers of the bulk key copies
 //   scores [rows_per_group][T] f32            <- the tile handed to the epilogue
-//   stage  x stages: keys [T][RB] (swizzled 16-byte chunks), kscale [T] u32, valid [T] u8
+//   stage  x stages: keys [T][RB] (swizzled 16-byte chunks; unswizzled when bulk), kscale [T] u32,
+//                    valid [T] u8
 //   epi    Epilogue::smem_bytes(...)          (the epilogue's own scratch)
 //
 // ---------------------------------------------------------------- epilogue interface
@@ -113,6 +122,15 @@ struct IndexerParams {
   const int32_t* meta = nullptr;  // schedule metadata
   // Pipeline shape (chosen by the launcher).
   int warps = 8, tile_states = 256, stages = 3;
+  // CTAs per schedule partition: CTA b works on partition b / split and takes every split-th tile
+  // of it (tiles b % split, b % split + split, ...), so a schedule of one partition per SM still
+  // fills an SM with several CTAs. Only for epilogues that need no contiguous per-CTA state range
+  // (the logits epilogue); others keep 1.
+  int split = 1;
+  // sm_90+: FP8 keys arrive by bulk copies (the TMA engine, one per page run, completing on one
+  // mbarrier per stage) instead of per-thread cp.async, and are stored unswizzled. Set by the
+  // launcher (FP8, 16-byte aligned cache, device sm_90+).
+  int bulk = 0;
   // Epilogue arguments (logits epilogue; other epilogues keep theirs in their own object).
   void* out = nullptr;      // f32 / bf16 [R, W]
   int64_t out_s0 = 0;       // row stride (elements)
@@ -163,7 +181,7 @@ struct IdxTraits {
 __host__ __device__ constexpr size_t idx_align16(size_t x) { return (x + 15) & ~size_t(15); }
 
 struct IdxSmemLayout {
-  size_t q, w, qs, win, scores, stage0, stage_bytes, keys_off, scale_off, valid_off, epi, total;
+  size_t q, w, qs, win, bars, scores, stage0, stage_bytes, keys_off, scale_off, valid_off, epi, total;
 };
 
 // Shared-memory layout for a configuration (host and device agree on it).
@@ -178,6 +196,7 @@ __host__ __device__ inline IdxSmemLayout idx_smem_layout(bool fp4, int D, int ro
   L.w = off; off += idx_align16(qrows * 4);
   L.qs = off; off += fp4 ? idx_align16(qrows * (D / 32) * 4) : 0;
   L.win = off; off += idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
+  L.bars = off; off += idx_align16(size_t(8) * stages);  // one mbarrier per stage (p.bulk)
   L.scores = off; off += idx_align16(size_t(rows_per_group) * tile_states * 4);
   L.keys_off = 0;
   L.scale_off = idx_align16(size_t(tile_states) * rb);
@@ -189,50 +208,78 @@ __host__ __device__ inline IdxSmemLayout idx_smem_layout(bool fp4, int D, int ro
   return L;
 }
 
+// Keys by bulk copies (p.bulk): FP8 only, and only where this code was compiled for sm_90+ (a
+// JIT-compiled older PTX on a newer GPU falls back to cp.async).
+template <IndexerFormat F>
+__device__ __forceinline__ bool idx_bulk(const IndexerParams& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return F == IndexerFormat::kFp8 && p.bulk != 0;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 // ---------------------------------------------------------------- tile iteration
+// 32-bit: the schedule metadata holds groups and units as int32, and states are < 2^31 (windows
+// are int32); 32-bit bookkeeping keeps the registers for the MMA fragments.
 struct IdxTile {
-  int64_t g;
-  int64_t t0;
+  int32_t g;
+  int32_t t0;
   int count;
 };
 
 // Walks the (group, unit) positions of one partition in tiles of `tile_units` units. Every thread
 // runs an identical copy, so all threads see the same tile sequence.
 struct IdxCursor {
-  int64_t g, ge;
-  int64_t u, ue;
-  int64_t uend;      // end unit of the current group inside this partition (-1: not yet computed)
+  int32_t g, ge;
+  int32_t u, ue;
+  int32_t uend;      // end unit of the current group inside this partition (-1: not yet computed)
   int32_t glo, ghi;
   int tile_units;
-  int64_t limit;
+  int32_t limit;
+  int split, sub, rot;  // this CTA takes the tiles whose position mod split is sub
 
-  __device__ void init(const IndexerParams& p, int part) {
+  __device__ void init(const IndexerParams& p, int part, int sub_) {
+    split = p.split > 1 ? p.split : 1;
+    sub = sub_;
+    rot = 0;
     const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
     const int64_t G = p.work.groups;
     g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
     if (g < 0) g = 0;
-    if (ge > G) { ge = G; ue = 0; }
+    if (ge > G) { ge = static_cast<int32_t>(G); ue = 0; }
     if (u < 0) u = 0;
     uend = -1;
     tile_units = p.tile_states / detail::kIndexerUnit;
-    limit = p.state_limit;
+    limit = static_cast<int32_t>(p.state_limit < INT32_MAX ? p.state_limit : INT32_MAX);
   }
+  // Next tile of this CTA (every split-th tile of the partition).
   __device__ bool next(const IndexerParams& p, IdxTile* t) {
+    for (;;) {
+      if (!next_any(p, t)) return false;
+      const bool mine = rot == sub;
+      rot = rot + 1 == split ? 0 : rot + 1;
+      if (mine) return true;
+    }
+  }
+  // Next tile of the partition.
+  __device__ bool next_any(const IndexerParams& p, IdxTile* t) {
     while (g < ge || (g == ge && u < ue && g < p.work.groups)) {
       if (uend < 0) {
         detail::indexer_group_range(p.work, g, &glo, &ghi);
-        const int64_t units = (int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+        const int32_t units = static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
         uend = (g == ge) ? (ue < units ? ue : units) : units;
       }
       if (u >= uend) { ++g; u = 0; uend = -1; continue; }
-      const int64_t u1 = u + tile_units < uend ? u + tile_units : uend;
-      const int64_t t0 = glo + u * detail::kIndexerUnit;
-      int64_t t1 = glo + u1 * detail::kIndexerUnit;
+      const int32_t u1 = u + tile_units < uend ? u + tile_units : uend;
+      const int64_t t0 = glo + int64_t(u) * detail::kIndexerUnit;
+      int64_t t1 = glo + int64_t(u1) * detail::kIndexerUnit;
       if (t1 > ghi) t1 = ghi;
       if (t1 > limit) t1 = limit;
       u = u1;
       if (t1 <= t0) continue;  // clipped away by the state limit
-      t->g = g; t->t0 = t0; t->count = static_cast<int>(t1 - t0);
+      t->g = g; t->t0 = static_cast<int32_t>(t0); t->count = static_cast<int>(t1 - t0);
       return true;
     }
     return false;
@@ -254,7 +301,7 @@ __device__ __forceinline__ int64_t idx_page_id(const IndexerParams& p, int64_t b
 struct IdxPending {
   IdxTile t;
   bool ok;
-  int64_t pi0;   // page index of the tile's first state
+  int32_t pi0;   // page index of the tile's first state
   int off0;      // its offset inside that page
   int nruns;
   int32_t raw;   // this lane's run: block-table entry as loaded (checked only at issue time, so the
@@ -266,10 +313,10 @@ __device__ __forceinline__ void idx_prefetch(const IndexerParams& p, IdxCursor& 
   pd.ok = lc.next(p, &pd.t);
   pd.raw = -1;
   if (!pd.ok) return;
-  const int64_t S = p.states_per_page;
+  const int32_t S = p.states_per_page;
   pd.pi0 = pd.t.t0 / S;
-  pd.off0 = static_cast<int>(pd.t.t0 - pd.pi0 * S);
-  pd.nruns = static_cast<int>((pd.off0 + pd.t.count + S - 1) / S);
+  pd.off0 = pd.t.t0 - pd.pi0 * S;
+  pd.nruns = (pd.off0 + pd.t.count + S - 1) / S;
   const int r = warp + p.warps * lane;
   if (r < pd.nruns) {
     const int64_t pi = pd.pi0 + r;
@@ -284,13 +331,17 @@ __device__ __forceinline__ void idx_prefetch(const IndexerParams& p, IdxCursor& 
 
 template <IndexerFormat F, int D>
 __device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const IdxPending& pd, uint8_t* stage,
-                                               const IdxSmemLayout& L, int warp, int lane) {
+                                               const IdxSmemLayout& L, uint32_t bar, int warp, int lane) {
   using Tr = IdxTraits<F, D>;
   constexpr int RB = Tr::kRowBytes;
   const int S = p.states_per_page;
   uint8_t* valid = stage + L.valid_off;
   const uint32_t keys_s = smem_u32(stage + L.keys_off);
   const uint32_t scale_s = smem_u32(stage + L.scale_off);
+  // The stage was last read through ld.shared (generic proxy); the bulk copies write it through
+  // the async proxy.
+  const bool bulk = idx_bulk<F>(p);
+  if (bulk && lane == 0) fence_proxy_async_smem();
   for (int k = 0; warp + p.warps * k < pd.nruns; ++k) {
     const int r = warp + p.warps * k;
     const int32_t raw = __shfl_sync(0xffffffffu, pd.raw, k);
@@ -304,7 +355,14 @@ __device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const Idx
     if (page < 0) continue;
     const uint8_t* ksrc = p.kbase + page * p.page_stride + int64_t(s_lo) * RB;
     const uint8_t* ssrc = p.sbase + page * p.scale_page_stride + int64_t(s_lo) * 4;
-    if (p.keys_aligned16) {
+    if (bulk) {
+      // One bulk copy for the run's keys (unswizzled), issued by lane 0; its bytes are announced
+      // on the stage's mbarrier first (the warp's arrive follows after all its runs).
+      if (lane == 0) {
+        mbar_expect_tx(bar, static_cast<uint32_t>(n * RB));
+        bulk_copy_g2s(keys_s + ts0 * RB, ksrc, static_cast<uint32_t>(n * RB), bar);
+      }
+    } else if (p.keys_aligned16) {
       // Lane chunk c = lane + 32 i: state ts0 + c / kChunks, chunk c % kChunks. A step of 32 chunks
       // is 512 bytes and keeps the swizzle phase, so dst advances by 512 too.
       const int chunks = n * Tr::kChunks;
@@ -321,6 +379,8 @@ __device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const Idx
     }
     for (int i = lane; i < n; i += 32) cp_async4(scale_s + (ts0 + i) * 4, ssrc + int64_t(i) * 4);
   }
+  // Every warp arrives once per issued tile (the barrier counts p.warps arrivals).
+  if (bulk && lane == 0) mbar_arrive(bar);
 }
 
 // Loads Q (dequantized to E4M3 for MXFP4), weights, Q scales and row windows of group g.
@@ -407,6 +467,48 @@ __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint
 }
 
 // ---------------------------------------------------------------- compute
+// f16 Q fragments (B operand) of Q row `qrow` for all k-steps: the layout idx_load_group writes
+// (fp8 chunk c -> 32 bytes at c * 32, its two 16-byte halves swapped on odd rows when D >= 64).
+template <int D>
+__device__ __forceinline__ void idx_load_q16(uint32_t q_s, int qrow, int tig, uint4 (&q)[D / 32]) {
+  const int sw = (D >= 64 && (qrow & 1)) ? 16 : 0;
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) {
+    const int off = D >= 64 ? ((k >> 1) * 4 + tig) * 32 + (((k & 1) * 16) ^ sw) : tig * 16;
+    q[k] = lds128(q_s + qrow * 2 * D + off);
+  }
+}
+
+// One n-tile (8 heads) against the warp's 32 states: 4 KS f16 MMAs in 4 independent chains (2
+// m-tiles x the two k16 halves of each k32 step), then the weighted ReLU into part (w2 = the
+// weights of this lane's columns 2 tig, 2 tig + 1).
+template <int KS>
+__device__ __forceinline__ void idx_ntile_f16(const uint32_t (&kf)[2][KS][kMmaARegs], const uint4 (&q)[KS],
+                                              const float* w2, float (&part)[2][2]) {
+  float acc[2][2][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][h][e] = 0.f;
+#pragma unroll
+  for (int k = 0; k < KS; ++k) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<0>(acc[mt][0], kf[mt][k], q[k]);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<1>(acc[mt][1], kf[mt][k], q[k]);
+  }
+  const float2 wv = *reinterpret_cast<const float2*>(w2);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    part[mt][0] = fmaf(fmaxf(acc[mt][0][0] + acc[mt][1][0], 0.f), wv.x, part[mt][0]);
+    part[mt][0] = fmaf(fmaxf(acc[mt][0][1] + acc[mt][1][1], 0.f), wv.y, part[mt][0]);
+    part[mt][1] = fmaf(fmaxf(acc[mt][0][2] + acc[mt][1][2], 0.f), wv.x, part[mt][1]);
+    part[mt][1] = fmaf(fmaxf(acc[mt][0][3] + acc[mt][1][3], 0.f), wv.y, part[mt][1]);
+  }
+}
+
 // Warp `warp` scores states [32 warp, 32 warp + 32) of the tile for all rows of the group.
 template <IndexerFormat F, int D>
 __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const IdxTile& t, int rows,
@@ -432,7 +534,8 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
         if constexpr (D >= 64) {
 #pragma unroll
           for (int kp = 0; kp < D / 64; ++kp) {
-            const uint4 v = lds128(keys_s + row * RB + Tr::key_chunk(row, kp * 4 + tig) * 16);
+            const int c = idx_bulk<F>(p) ? kp * 4 + tig : Tr::key_chunk(row, kp * 4 + tig);
+            const uint4 v = lds128(keys_s + row * RB + c * 16);
             ka[mt][2 * kp][rh] = v.x;
             ka[mt][2 * kp][2 + rh] = v.y;
             ka[mt][2 * kp + 1][rh] = v.z;
@@ -468,15 +571,58 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
   const bool my_valid = my_in && valid[my_state] != 0;
   float my_scale = 1.0f;
   if (!Tr::kFp4 && my_valid) my_scale = reinterpret_cast<const float*>(stage + L.scale_off)[my_state];
-  const int64_t my_t = t.t0 + my_state;
+  const int32_t my_t = t.t0 + my_state;
 
   const int Hp = p.heads_padded;
   const bool qf16 = !DSATTN_MMA_NATIVE_FP8 && p.q_f16 != 0;
+  (void)qf16;
   const uint32_t q_s = smem_u32(smem + L.q);
   const float* ws = reinterpret_cast<const float*>(smem + L.w);
   const float* qsc = reinterpret_cast<const float*>(smem + L.qs);
   const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
   float* scores = reinterpret_cast<float*>(smem + L.scores);
+
+  // Head sum of row j done: transposed quad reduction (lane tig ends with the sum of value index
+  // tig = (m-tile, half)), then scale, window / validity mask, store to the score tile.
+  auto reduce_store = [&](const float (&part)[2][2], int j) {
+    const bool hi2 = (tig & 2) != 0;
+    float k0 = hi2 ? part[1][0] : part[0][0], k1 = hi2 ? part[1][1] : part[0][1];
+    const float s0 = hi2 ? part[0][0] : part[1][0], s1 = hi2 ? part[0][1] : part[1][1];
+    k0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+    k1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+    const bool hi1 = (tig & 1) != 0;
+    float v = hi1 ? k1 : k0;
+    v += __shfl_xor_sync(0xffffffffu, hi1 ? k0 : k1, 1);
+    if (my_in) {
+      const detail::RowWindow rw = win[j];
+      const bool ok = my_valid && my_t >= rw.lo && my_t < rw.hi;
+      scores[j * p.tile_states + my_state] = ok ? v * my_scale : -INFINITY;
+    }
+  };
+
+  if constexpr (!Tr::kFp4) {
+    if (qf16) {
+      // Q as f16, one n-tile (8 heads) per step; the Q fragments of the next n-tile are loaded
+      // before the MMAs of the current one (two register sets, qa / qb), so the shared-memory
+      // latency hides behind 4 KS MMAs. Q rows of a group are contiguous (row j * Hp + h), so the
+      // step after (j, Hp - 8) is (j + 1, 0).
+      const int qrows = rows * Hp;
+      uint4 qa[KS], qb[KS];
+      idx_load_q16<D>(q_s, g8, tig, qa);
+      for (int j = 0; j < rows; ++j) {
+        float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+        for (int hp = 0; hp < Hp; hp += 16) {
+          const int r0 = j * Hp + hp;
+          idx_load_q16<D>(q_s, r0 + 8 + g8, tig, qb);
+          idx_ntile_f16<KS>(kf, qa, ws + r0 + 2 * tig, part);
+          if (r0 + 16 < qrows) idx_load_q16<D>(q_s, r0 + 16 + g8, tig, qa);
+          idx_ntile_f16<KS>(kf, qb, ws + r0 + 8 + 2 * tig, part);
+        }
+        reduce_store(part, j);
+      }
+      return;
+    }
+  }
 
   for (int j = 0; j < rows; ++j) {
     float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
@@ -488,46 +634,6 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-      if (!Tr::kFp4 && qf16) {
-        float acc2[2][2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc2[mt][nt][e] = 0.f;
-        uint4 qh[2][KS];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int qrow = j * Hp + hp + nt * 8 + g8;
-          const int sw = (D >= 64 && (qrow & 1)) ? 16 : 0;
-#pragma unroll
-          for (int k = 0; k < KS; ++k) {
-            const int off = D >= 64 ? ((k >> 1) * 4 + tig) * 32 + (((k & 1) * 16) ^ sw) : tig * 16;
-            qh[nt][k] = lds128(q_s + qrow * 2 * D + off);
-          }
-        }
-        // The two k16 halves of a k32 step depend on each other: issue the four independent
-        // accumulators in between.
-#pragma unroll
-        for (int k = 0; k < KS; ++k) {
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) mma_k16_f16b<0>(acc[mt][nt], kf[mt][k], qh[nt][k]);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) mma_k16_f16b<1>(acc2[mt][nt], kf[mt][k], qh[nt][k]);
-        }
-        // Second halves went to separate accumulators (8 independent MMA chains per warp).
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] += acc2[mt][nt][e];
-      } else {
       uint32_t qb[2][KS][2];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
@@ -580,7 +686,6 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
             }
         }
       }
-      }  // !qf16
       // Weighted ReLU head sum (columns 2 tig, 2 tig + 1 of each n-tile).
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
@@ -594,37 +699,35 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
         }
       }
     }
-    // Transposed quad reduction: lane tig ends with the sum of value index tig = (mt, half).
-    const bool hi2 = (tig & 2) != 0;
-    float k0 = hi2 ? part[1][0] : part[0][0], k1 = hi2 ? part[1][1] : part[0][1];
-    const float s0 = hi2 ? part[0][0] : part[1][0], s1 = hi2 ? part[0][1] : part[1][1];
-    k0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-    k1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-    const bool hi1 = (tig & 1) != 0;
-    float v = hi1 ? k1 : k0;
-    v += __shfl_xor_sync(0xffffffffu, hi1 ? k0 : k1, 1);
-    if (my_in) {
-      const detail::RowWindow rw = win[j];
-      const bool ok = my_valid && my_t >= rw.lo && my_t < rw.hi;
-      scores[j * p.tile_states + my_state] = ok ? v * my_scale : -INFINITY;
-    }
+    reduce_store(part, j);
   }
 }
 
 // ---------------------------------------------------------------- the kernel
 template <IndexerFormat F, int D, class Epi>
-__global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
+__device__ __forceinline__ void indexer_body(const IndexerParams& p, Epi& epi) {
   extern __shared__ __align__(16) uint8_t smem[];
   const IdxSmemLayout L = idx_smem_layout(F == IndexerFormat::kMxfp4, D, p.work.rows_per_group, p.heads_padded,
                                           p.tile_states, p.stages, Epi::smem_bytes(p), p.q_f16 != 0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   epi.begin(p, smem + L.epi);
 
+  const bool bulk = idx_bulk<F>(p);
+  const uint32_t bars = smem_u32(smem + L.bars);  // [stages] mbarriers (bulk)
+  if (bulk) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < p.stages; ++s) mbar_init(bars + 8 * s, p.warps);
+      mbar_fence_init();
+    }
+    __syncthreads();
+  }
+
   IdxCursor lc, cc;
-  lc.init(p, blockIdx.x);
+  const int split = p.split > 1 ? p.split : 1;
+  lc.init(p, blockIdx.x / split, blockIdx.x % split);
   cc = lc;
   const int S = p.stages;
-  int64_t issued = 0;
+  int issued = 0;
   IdxPending pd, nx;
   idx_prefetch(p, lc, pd, warp, lane);
   for (int s = 0; s < S - 1; ++s) {
@@ -632,30 +735,33 @@ __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi ep
     nx.raw = -1;
     if (pd.ok) {
       idx_prefetch(p, lc, nx, warp, lane);  // in flight while pd's entries are consumed
-      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + (issued % S) * L.stage_bytes, L, bars + (issued % S) * 8, warp,
+                           lane);
     }
     pd = nx;
     ++issued;
     cp_async_commit();
   }
-  int64_t cur_g = -1;
+  int32_t cur_g = -1;
   int cur_rows = 0;
-  int64_t cur_t_begin = 0, cur_t_end = 0;
+  int32_t cur_t_begin = 0, cur_t_end = 0;
   const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
-  for (int64_t i = 0;; ++i) {
+  for (int i = 0;; ++i) {
     IdxTile t;
     if (!cc.next(p, &t)) break;
     cp_async_wait_dyn(S - 2);
+    if (bulk) mbar_wait(bars + (i % S) * 8, (i / S) & 1);  // the tile's bulk key copies
     __syncthreads();  // B1
     if (pd.ok) {
-      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + (issued % S) * L.stage_bytes, L, warp, lane);
+      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + (issued % S) * L.stage_bytes, L, bars + (issued % S) * 8, warp,
+                           lane);
       idx_prefetch(p, lc, pd, warp, lane);
     }
     ++issued;
     cp_async_commit();
     if (t.g != cur_g) {
       if (cur_g >= 0) {
-        epi.group_end(p, GroupInfo{cur_g, cur_g * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
+        epi.group_end(p, GroupInfo{cur_g, int64_t(cur_g) * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
         __syncthreads();
       }
       cur_g = t.g;
@@ -668,15 +774,20 @@ __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi ep
     idx_compute_tile<F, D>(p, t, cur_rows, smem + L.stage0 + (i % S) * L.stage_bytes, smem, L, warp, lane);
     __syncthreads();  // B2
     epi.consume(p, ScoreTile{reinterpret_cast<const float*>(smem + L.scores), p.tile_states, cur_rows, t.g,
-                             t.g * p.work.rows_per_group, t.t0, t.count, win});
+                             int64_t(t.g) * p.work.rows_per_group, t.t0, t.count, win});
   }
   cp_async_wait<0>();
   __syncthreads();
   if (cur_g >= 0) {
-    epi.group_end(p, GroupInfo{cur_g, cur_g * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
+    epi.group_end(p, GroupInfo{cur_g, int64_t(cur_g) * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
     __syncthreads();
   }
   epi.finish(p);
+}
+
+template <IndexerFormat F, int D, class Epi>
+__global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
+  indexer_body<F, D, Epi>(p, epi);
 }
 
 // ---------------------------------------------------------------- logits epilogue
@@ -728,21 +839,6 @@ struct LogitsEpilogue {
     }
   }
 };
-
-// Launches indexer_kernel<F, D, Epi> with p.warps * 32 threads and `smem_bytes` of dynamic shared
-// memory on `grid` CTAs. Defined in indexer_launch.cu's instantiation files.
-template <IndexerFormat F, int D, class Epi>
-cudaError_t launch_indexer(const IndexerParams& p, const Epi& epi, int grid, size_t smem_bytes, cudaStream_t stream);
-
-template <IndexerFormat F, int D, class Epi>
-cudaError_t launch_indexer_impl(const IndexerParams& p, const Epi& epi, int grid, size_t smem_bytes,
-                                cudaStream_t stream) {
-  auto kern = indexer_kernel<F, D, Epi>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-  if (e != cudaSuccess) return e;
-  kern<<<grid, p.warps * 32, smem_bytes, stream>>>(p, epi);
-  return cudaGetLastError();
-}
 
 }  // namespace cuda
 }  // namespace dsattn

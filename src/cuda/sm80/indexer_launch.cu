@@ -50,6 +50,7 @@ struct LogitsPlan {
   IndexerParams p;
   IndexerConfig cfg;
   int partitions = 0;
+  int grid = 0;  // partitions * p.split CTAs
   bool own_schedule = false;
   size_t workspace = 0;
 };
@@ -61,6 +62,11 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   DSATTN_RETURN_IF_ERROR(device_limits(op, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg));
+  int occ = 0;
+  const int threads = plan->cfg.warps * 32;
+  const cudaError_t oe = with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
+  DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  occ = std::max(1, std::min(occ, 4));
   if (schedule.defined()) {
     DSATTN_RETURN_IF_ERROR(detail::check_present(op, "schedule", schedule));
     DSATTN_RETURN_IF_ERROR(detail::check_dtype(op, "schedule", schedule, DType::kI32));
@@ -73,15 +79,20 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
     plan->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
     plan->own_schedule = false;
     plan->workspace = 0;
+    // A caller schedule usually has one partition per SM: split each over several CTAs so that
+    // every SM runs `occ` of them (all resident). DSATTN_INDEXER_SPLIT=k forces k (benchmark knob).
+    p->split = std::max(1, sms * occ / std::max(1, plan->partitions));
   } else {
-    int occ = 0;
-    const int threads = plan->cfg.warps * 32;
-    const cudaError_t e = with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
-    DSATTN_RETURN_IF_ERROR(cuda_status(e, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-    plan->partitions = sms * std::max(1, std::min(occ, 4));
+    plan->partitions = sms * occ;
     plan->own_schedule = true;
     plan->workspace = indexer_schedule_workspace(plan->partitions);
+    p->split = 1;
   }
+  if (const char* env = std::getenv("DSATTN_INDEXER_SPLIT")) {
+    const int k = std::atoi(env);
+    if (k >= 1 && k <= 8) p->split = k;
+  }
+  plan->grid = plan->partitions * p->split;
   return Status::Ok();
 }
 
@@ -164,6 +175,10 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
   p->tile_states = c.tile_states;
   p->stages = c.stages;
   p->q_f16 = q_f16;
+  p->split = 1;
+  // Bulk key copies: sm_90+ has cp.async.bulk; FP8 only (the MXFP4 path keeps its swizzled layout).
+  const char* benv = std::getenv("DSATTN_INDEXER_BULK");
+  p->bulk = (major >= 9 && !p->fp4 && p->keys_aligned16 && !(benv && benv[0] == '0')) ? 1 : 0;
   return Status::Ok();
 }
 
@@ -268,7 +283,7 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
     p.meta = a.schedule.ptr<const int32_t>();
   }
   const cudaError_t e = with_logits_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-    return ops.launch(p, LogitsEpilogue{}, plan.partitions, plan.cfg.smem, stream);
+    return ops.launch(p, LogitsEpilogue{}, plan.grid, plan.cfg.smem, stream);
   });
   return cuda_status(e, op, "indexer_kernel launch");
 }
@@ -383,7 +398,7 @@ Status mqa_logits(const MqaLogitsParams& a, const detail::MqaProblem& pb, const 
                                      "indexer_schedule_kernel launch"));
   p.meta = meta;
   const cudaError_t e = with_logits_ops(a.format, pb.head_dim, [&](auto ops) {
-    return ops.launch(p, LogitsEpilogue{}, plan.partitions, plan.cfg.smem, stream);
+    return ops.launch(p, LogitsEpilogue{}, plan.grid, plan.cfg.smem, stream);
   });
   return cuda_status(e, op, "indexer_kernel launch");
 }
