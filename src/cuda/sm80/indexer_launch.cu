@@ -121,6 +121,17 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
   const bool native_fp8 = (major == 8 && minor == 9) || major >= 12;
   const char* qenv = std::getenv("DSATTN_INDEXER_QF16");
   const bool want_f16 = !p->fp4 && !native_fp8 && !(qenv && qenv[0] == '0');
+  // Key copies (H200 measurements, BENCHMARKS.md): bulk copies (sm_90+, FP8, 16-byte aligned cache)
+  // for prefill, where a tile is one contiguous 32 KB run (20.8 vs 22.0 ms at 4K x 64K); per-thread
+  // cp.async with at most 3 stages for paged decode on sm_90 (128 x 32K: 427 us, vs 441 with bulk
+  // copies at any stage count and 468 with cp.async at 6 stages; batch 1 is 0.6-1 us slower with
+  // bulk copies). DSATTN_INDEXER_BULK=0 / 1 forces the copy path (bulk only where possible).
+  const char* benv = std::getenv("DSATTN_INDEXER_BULK");
+  const bool bulk_ok = major >= 9 && !p->fp4 && p->keys_aligned16;
+  const bool bulk_want = (benv && (benv[0] == '0' || benv[0] == '1')) ? benv[0] == '1'
+                                                                       : p->work.mode == detail::IndexerMode::kPrefill;
+  const int bulk = bulk_ok && bulk_want ? 1 : 0;
+  const int max_stages = (major == 9 && !p->fp4 && !bulk) ? 3 : kMaxStages;
   size_t smallest = SIZE_MAX;
   auto need_of = [&](const IndexerParams& q) {
     return idx_smem_layout(q.fp4 != 0, q.head_dim, q.work.rows_per_group, q.heads_padded, q.tile_states, q.stages,
@@ -142,7 +153,7 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
       q.warps = warps;
       q.tile_states = warps * 32;
       q.q_f16 = q_f16;
-      for (int stages = kMaxStages; stages >= 2; --stages) {
+      for (int stages = max_stages; stages >= 2; --stages) {
         q.stages = stages;
         const size_t need = need_of(q);
         smallest = std::min(smallest, need);
@@ -176,9 +187,7 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
   p->stages = c.stages;
   p->q_f16 = q_f16;
   p->split = 1;
-  // Bulk key copies: sm_90+ has cp.async.bulk; FP8 only (the MXFP4 path keeps its swizzled layout).
-  const char* benv = std::getenv("DSATTN_INDEXER_BULK");
-  p->bulk = (major >= 9 && !p->fp4 && p->keys_aligned16 && !(benv && benv[0] == '0')) ? 1 : 0;
+  p->bulk = bulk;
   return Status::Ok();
 }
 
