@@ -72,6 +72,7 @@ def ue8m0_ceil(x) -> np.ndarray:
     ceil_log2 = np.where(m == 0.5, ex - 1, ex)
     e = np.clip(ceil_log2 + 127, 0, 254)
     e = np.where(x > 0, e, 127)
+    e = np.where(np.isposinf(x), 254, e)
     e = np.where(np.isnan(x), 0xFF, e)
     return e.astype(np.uint8)
 
@@ -114,6 +115,14 @@ def _amax(x, axis=None) -> np.ndarray:
     """max |x| ignoring NaN (0 for all-NaN or all-zero groups), float32."""
     a = np.abs(np.asarray(x, dtype=np.float32))
     return np.max(np.where(np.isnan(a), np.float32(0), a), axis=axis).astype(np.float32)
+
+
+def _writer_e4m3(x, scale) -> np.ndarray:
+    """The writers' E4M3 of x / scale (float32 division): a NaN quotient (NaN input, or inf / inf)
+    is stored as the positive NaN code 0x7F whatever its sign."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = (np.asarray(x, dtype=np.float32) / np.asarray(scale, dtype=np.float32)).astype(np.float32)
+    return np.where(np.isnan(q), np.uint8(0x7F), f32_to_e4m3(q)).astype(np.uint8)
 
 
 def _f32_at(raw: np.ndarray) -> np.ndarray:
@@ -183,7 +192,7 @@ def write_indexer_cache(k, slot_mapping, pages, states_per_page: int, head_dim: 
         if format == "fp8":
             e = ue8m0_ceil(_amax(k[t]) / np.float32(E4M3_MAX))
             scale = ue8m0_to_f32(e)
-            flat[p, s * D : (s + 1) * D] = f32_to_e4m3(k[t] / scale)
+            flat[p, s * D : (s + 1) * D] = _writer_e4m3(k[t], scale)
             flat[p, S * D + 4 * s : S * D + 4 * s + 4] = np.array([scale], dtype="<f4").view(np.uint8)
         else:
             packed, sc = mxfp4_quant(k[t], D)
@@ -385,7 +394,7 @@ def write_latent_cache(kv, slot_mapping, pages, tokens_per_page: int, format: st
     """Returns a copy of `pages` with kv (float32 [T, d_qk] or bf16 bits) quantized in.
     v4_fp8: per 64 NoPE values a UE8M0 scale 2^ceil(log2(amax / 448)), RoPE as bf16, pad byte 0.
     v32_fp8: per 128 NoPE values an fp32 scale max(amax / 448, FLT_MIN) (vLLM's fp8_ds_mla rule).
-    amax ignores NaN inputs (a NaN value encodes to the E4M3 NaN code)."""
+    amax ignores NaN inputs; a NaN quotient is stored as the positive NaN code 0x7F."""
     out = np.array(pages, dtype=np.uint8, copy=True)
     flat = out.reshape(out.shape[0], -1)
     kv = _as_f32(kv)
@@ -398,7 +407,7 @@ def write_latent_cache(kv, slot_mapping, pages, tokens_per_page: int, format: st
         if format == "v4_fp8":
             blocks = x[:448].reshape(7, 64)
             e = ue8m0_ceil(_amax(blocks, axis=1) / np.float32(E4M3_MAX))
-            codes = f32_to_e4m3(blocks / ue8m0_to_f32(e)[:, None]).reshape(448)
+            codes = _writer_e4m3(blocks, ue8m0_to_f32(e)[:, None]).reshape(448)
             rope = f32_to_bf16(x[448:512]).astype("<u2").view(np.uint8)
             flat[p, o * 576 : o * 576 + 448] = codes
             flat[p, o * 576 + 448 : (o + 1) * 576] = rope
@@ -409,7 +418,7 @@ def write_latent_cache(kv, slot_mapping, pages, tokens_per_page: int, format: st
             blocks = x[:512].reshape(4, 128)
             amax = _amax(blocks, axis=1)
             sc = np.maximum(amax / np.float32(E4M3_MAX), np.finfo(np.float32).tiny).astype(np.float32)
-            codes = f32_to_e4m3(blocks / sc[:, None]).reshape(512)
+            codes = _writer_e4m3(blocks, sc[:, None]).reshape(512)
             rec = flat[p, o * 656 : (o + 1) * 656]
             rec[:512] = codes
             rec[512:528] = sc.astype("<f4").view(np.uint8)

@@ -2,6 +2,7 @@
 dsattn.reference, and CUDA-graph capture of schedule metadata + logits + top-k with
 torch.cuda.CUDAGraph. Skipped without torch, a GPU, or a CUDA build of dsattn."""
 
+import functools
 import importlib.util
 import pathlib
 
@@ -38,16 +39,20 @@ def _cur():
     return torch.cuda.current_stream()
 
 
-@pytest.fixture(autouse=True)
-def _skip_unimplemented_gpu_ops():
+def gpu_op(fn):
     """A CUDA op this build does not have yet (kNotImplemented) skips the test with the library's
     message instead of failing it: the binding is not what is missing."""
-    try:
-        yield
-    except NotImplementedError as e:
-        pytest.skip(f"not implemented on the GPU in this build: {e}")
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NotImplementedError as e:
+            pytest.skip(f"not implemented on the GPU in this build: {e}")
+
+    return wrapper
 
 
+@gpu_op
 def test_gpu_writers_bit_exact():
     rng = np.random.default_rng(0)
     k = rng.standard_normal((40, 128)).astype(np.float32)
@@ -66,6 +71,7 @@ def test_gpu_writers_bit_exact():
     np.testing.assert_array_equal(host(lc.pages), want)
 
 
+@gpu_op
 @pytest.mark.parametrize("fmt,S,mode", [("fp8", 64, "per_request"), ("fp8", 32, "per_row"), ("mxfp4", 32, "varlen")])
 def test_gpu_paged_mqa_logits(fmt, S, mode):
     c = indexer_case(seed=4, B=3, N=2, H=32, D=128, S=S, lens=(500, 0, 1029), fmt=fmt, mode=mode)
@@ -83,6 +89,7 @@ def test_gpu_paged_mqa_logits(fmt, S, mode):
         assert np.all(g[r, n:] == -np.inf)
 
 
+@gpu_op
 def test_gpu_uint8_q_equals_float8_q():
     c = indexer_case(seed=5, B=2, N=1, H=16, D=128, S=64, lens=(100, 300))
     cache = dsattn.IndexerCache(cu(c.pages), 64, 128)
@@ -92,6 +99,7 @@ def test_gpu_uint8_q_equals_float8_q():
     assert torch.equal(a, b)
 
 
+@gpu_op
 def test_gpu_fused_topk_matches_reference():
     c = indexer_case(seed=6, B=4, N=2, H=32, D=128, S=32, lens=(2000, 40, 700, 1300), mode="per_request")
     cache = dsattn.IndexerCache(cu(c.pages), 32, 128)
@@ -105,6 +113,7 @@ def test_gpu_fused_topk_matches_reference():
     np.testing.assert_array_equal(host(res.slot_ids), ref.slot_ids(idx, c.block_table, 32, next_n=2))
 
 
+@gpu_op
 def test_gpu_sparse_mla_decode_matches_reference():
     c = mla_case(seed=3, B=2, Sq=1, Hq=64, topk=64, P=64, num_pages=4, extra=True, sink=True)
     out, lse = dsattn.sparse_mla_decode(cu(c.q, "bf16"), dsattn.LatentCache(cu(c.pages), c.P), cu(c.indices),
@@ -117,6 +126,7 @@ def test_gpu_sparse_mla_decode_matches_reference():
     np.testing.assert_allclose(host(lse), want_lse, rtol=1e-4, atol=1e-4)
 
 
+@gpu_op
 def test_gpu_topk_sorted_exact_and_bf16_logits():
     rng = np.random.default_rng(12)
     x = rng.integers(-50, 50, (8, 3000)).astype(np.float32)   # ties everywhere
@@ -133,6 +143,7 @@ def test_gpu_topk_sorted_exact_and_bf16_logits():
     np.testing.assert_array_equal(host(res16.indices), ref.topk(ref.bf16_to_f32(bits), k, starts, ends)[0])
 
 
+@gpu_op
 def test_gpu_mqa_logits_matches_reference():
     rng = np.random.default_rng(13)
     M, H, D, Nk = 37, 32, 128, 700
@@ -150,6 +161,7 @@ def test_gpu_mqa_logits_matches_reference():
     assert np.all(g[~fin] == -np.inf)
 
 
+@gpu_op
 def test_gpu_paged_logits_bf16_output():
     c = indexer_case(seed=14, B=2, N=1, H=64, D=128, S=64, lens=(300, 129))
     out = dsattn.paged_mqa_logits(cu(c.q, "fp8"), cu(c.weights), dsattn.IndexerCache(cu(c.pages), 64, 128),
@@ -161,6 +173,7 @@ def test_gpu_paged_logits_bf16_output():
         np.testing.assert_allclose(g[r, :n], want[r, :n], rtol=2.0 ** -7, atol=1e-2)
 
 
+@gpu_op
 def test_gpu_device_mismatch_is_value_error():
     c = indexer_case(seed=7, B=1, N=1, H=16, D=128, S=64, lens=(10,))
     with pytest.raises(ValueError, match="paged_mqa_logits"):
@@ -168,6 +181,7 @@ def test_gpu_device_mismatch_is_value_error():
                                 cu(c.block_table), cu(c.context_lens))
 
 
+@gpu_op
 def test_gpu_graph_capture_metadata_logits_topk():
     """schedule_metadata + paged_mqa_logits + topk captured once, replayed with new context lengths
     written in place; every buffer preallocated (the way an engine's graph runner does it)."""
@@ -212,6 +226,7 @@ def test_gpu_graph_capture_metadata_logits_topk():
         ref.topk_is_valid(host(idx), want, k, None, lens_np, atol=1e-4 * max(fin.max(initial=1), 1))
 
 
+@gpu_op
 def test_gpu_example_decode_step():
     path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "decode_step.py"
     spec = importlib.util.spec_from_file_location("decode_step", path)
@@ -221,6 +236,7 @@ def test_gpu_example_decode_step():
     assert res["out"].shape == (3, 1, 64, 512)
 
 
+@gpu_op
 def test_gpu_cupy_arrays_zero_copy():
     cupy = pytest.importorskip("cupy")
     c = indexer_case(seed=9, B=2, N=1, H=16, D=128, S=64, lens=(150, 300))
@@ -236,6 +252,7 @@ def test_gpu_cupy_arrays_zero_copy():
         np.testing.assert_allclose(g[r, :n], want[r, :n], rtol=1e-4, atol=1e-3 * max(np.abs(want[r, :n]).max(), 1))
 
 
+@gpu_op
 def test_gpu_jax_arrays():
     import os
 

@@ -189,7 +189,8 @@ def test_write_indexer_cache_bit_exact(fmt, D, bf16_in):
     S, T = 8, 20
     k = (rng.standard_normal((T, D)) * 3).astype(np.float32)
     k[3] = 0.0
-    k[5, 7] = np.nan
+    k[5, 7] = -np.nan  # negative NaN input: stored as the positive NaN code
+    k[6, 1] = np.nan
     if bf16_in:
         k = ref.f32_to_bf16(k)
     slots = rng.permutation(4 * S)[:T].astype(np.int64)
@@ -209,6 +210,8 @@ def test_write_latent_cache_bit_exact(fmt):
     dqk = dsattn.latent_dqk(fmt)
     kv = (rng.standard_normal((T, dqk)) * 10).astype(np.float32)
     kv[1] = 0.0
+    kv[2, 5] = -np.nan
+    kv[3, 200] = np.inf  # V3.2: an infinite group (scale inf, inf / inf = NaN)
     slots = rng.permutation(3 * P)[:T].astype(np.int32)
     slots[4] = -1
     pages = rng.integers(0, 256, dsattn.latent_cache_shape(3, P, fmt), dtype=np.uint8)

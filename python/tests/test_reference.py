@@ -34,8 +34,8 @@ def test_e4m3_roundtrip_every_finite_code():
 def test_ue8m0():
     np.testing.assert_array_equal(ref.ue8m0_to_f32(np.array([127, 128, 120], np.uint8)), [1.0, 2.0, 2.0 ** -7])
     assert np.isnan(ref.ue8m0_to_f32(np.array([255], np.uint8))[0])
-    x = np.array([1.0, 1.5, 2.0, 0.0, -3.0, 2.0 ** -130, 2.0 ** 127, 0.75], np.float32)
-    np.testing.assert_array_equal(ref.ue8m0_ceil(x), np.array([127, 128, 128, 127, 127, 0, 254, 127], np.uint8))
+    x = np.array([1.0, 1.5, 2.0, 0.0, -3.0, 2.0 ** -130, 2.0 ** 127, 0.75, np.inf, np.nan], np.float32)
+    np.testing.assert_array_equal(ref.ue8m0_ceil(x), np.array([127, 128, 128, 127, 127, 0, 254, 127, 254, 255], np.uint8))
 
 
 def test_e2m1():

@@ -25,7 +25,7 @@ using testing_gpu::same_bits_or_both_nan;
 using testutil::Rng;
 
 // grid (groups * pieces). Piece c of group g scores states [c * span, (c + 1) * span) of the
-// group's longest row, `tile` states at a time, like the indexer's epilogue.
+// group's longest row, `tile` states at a time (tile <= threads or not), like the indexer's epilogue.
 __global__ void collect_driver_kernel(const float* logits,  // [R, W]
                                       int W, const int32_t* lens, int64_t R, int rows_per_group, int pieces,
                                       int tile, CollectorBuffers b) {
@@ -40,17 +40,14 @@ __global__ void collect_driver_kernel(const float* logits,  // [R, W]
   for (int j = 0; j < rows; ++j) glen = max(glen, lens[r0 + j]);
   const int span = (glen + pieces - 1) / pieces;
   const int lo = min(glen, c * span), hi = min(glen, lo + span);
-  collector_begin(sh, rows);
-  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  __shared__ detail::RowWindow win[kMaxPieceRows];
+  if (threadIdx.x < rows) win[threadIdx.x] = detail::RowWindow{0, lens[r0 + threadIdx.x], 0};
+  collector_begin(sh, rows);  // ends synced: win visible
   for (int t0 = lo; t0 < hi; t0 += tile) {
     const int n = min(tile, hi - t0);
     collector_reserve(b, sh, slot, rows, n);
-    for (int j = warp; j < rows; j += nwarps) {
-      const float* row = logits + (r0 + j) * int64_t(W);
-      const int len = lens[r0 + j];
-      collector_append_warp(
-          b, sh, slot, j, t0, n, [&](int q) { return row[t0 + q]; }, [&](int q) { return t0 + q < len; });
-    }
+    // The rows of the group are W apart in the logits: the "tile" is read in place.
+    collector_append_block(b, sh, slot, rows, t0, n, logits + r0 * int64_t(W) + t0, W, win);
     __syncthreads();
   }
   collector_end(b, sh, slot, rows);
@@ -130,7 +127,7 @@ void run_collect_case(const CollectCase& c, const std::vector<float>& logits, co
   auto kern = fused_topk_merge_kernel<UniformSlots>;
   DSATTN_CUDA_ASSERT(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(msmem)));
   kern<<<static_cast<unsigned>(R), cuda::topk_detail::kTopkThreads, msmem>>>(b, us, c.k, k_pad, m_cap, mcap, c.sorted,
-                                                                            out);
+                                                                            out, CollectorBuffers{});
   DSATTN_CUDA_ASSERT(cudaGetLastError());
   DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
   std::vector<int32_t> idx(ref_idx.size());
@@ -210,6 +207,10 @@ TEST(GpuFusedCollect, TiesNanInf) {
   std::vector<int32_t> lens(6, c.width);
   run_collect_case(c, v, lens);
   c.sorted = true;
+  run_collect_case(c, v, lens);
+  c.rows_per_group = 3;  // tiles wider than the block: several append steps per tile
+  c.tile = 200;
+  c.threads = 64;
   run_collect_case(c, v, lens);
 }
 

@@ -46,6 +46,8 @@ struct FusedCase {
   bool sorted = false;
   bool slots = true;
   bool graph = false;
+  int smem_budget = 0;     // Exec::smem_budget_bytes (101376: the sm_120 configuration)
+  int schedule_parts = 0;  // > 0: caller-supplied schedule from schedule_metadata(num_sms = this)
 };
 
 struct GpuInputs {
@@ -94,6 +96,23 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
   if (c.slots) p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
   Exec ex;
   ex.backend = Backend::kCuda;
+  ex.smem_budget_bytes = c.smem_budget;
+  DeviceBuffer sched;
+  if (c.schedule_parts > 0) {
+    const int64_t ms = schedule_metadata_size(c.schedule_parts);
+    sched.alloc(static_cast<size_t>(ms) * 4);
+    DSATTN_CUDA_ASSERT(cudaMemset(sched.ptr, 0x7b, static_cast<size_t>(ms) * 4));
+    p.schedule = make_tensor(sched.ptr, DType::kI32, {ms}, Device::kCuda);
+    ScheduleMetadataParams sp;
+    sp.context_lens = g.args.context_lens;
+    sp.row_request = g.args.row_request;
+    sp.next_n = c.spec.varlen ? 1 : c.spec.next_n;
+    sp.states_per_page = c.spec.states_per_page;
+    sp.num_sms = c.schedule_parts;
+    sp.metadata = p.schedule;
+    const Status ss = schedule_metadata(sp, ex);
+    ASSERT_TRUE(ss.ok()) << ss.to_string();
+  }
   size_t ws = 0;
   Status s = paged_mqa_topk_workspace(p, ex, &ws);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -326,6 +345,46 @@ TEST(GpuFusedTopk, GraphReplay) {
   c.graph = true;
   c.spec = spec(IndexerFormat::kFp8, 4, 2, 32, 128, 64, {4000, 300, 2500, 9000}, 61);
   run_fused_case(c);
+}
+
+// The sm_120 / sm_121 configuration (99 KiB of shared memory per block) on this GPU: smaller
+// indexer tiles / fewer stages and a smaller merge buffer (more merge compactions).
+TEST(GpuFusedTopk, SmemBudget99KiB) {
+  FusedCase c;
+  c.smem_budget = 101376;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 3, 2, 64, 128, 64, {40000, 2100, 9000}, 71);
+  run_fused_case(c);
+  c.k = 512;
+  c.sorted = true;
+  c.spec = spec(IndexerFormat::kMxfp4, 2, 1, 32, 128, 64, {30000, 700}, 72);
+  run_fused_case(c);
+  c.k = 2048;
+  c.sorted = false;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 73);  // one row: split merge
+  run_fused_case(c);
+}
+
+// A caller-supplied schedule (schedule_metadata) with partition counts other than the one the op
+// would pick: few partitions (long pieces, many collector compactions), the SM count, and many
+// (short pieces; one row spread over hundreds of slots, split merge).
+TEST(GpuFusedTopk, CallerSchedule) {
+  for (int parts : {3, cuda_num_sms(), 3 * cuda_num_sms() + 1}) {
+    FusedCase c;
+    c.schedule_parts = parts;
+    c.k = 1024;
+    c.spec = spec(IndexerFormat::kFp8, 4, 2, 32, 128, 64, {20000, 1000, 7000, 3}, 80 + parts);
+    run_fused_case(c);
+    c.k = 2048;
+    c.sorted = true;
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {66000}, 90 + parts);
+    run_fused_case(c);
+    c.k = 512;
+    c.sorted = false;
+    c.spec = spec(IndexerFormat::kFp8, 5, 4, 32, 128, 64, {6000, 100, 3000, 512, 9000}, 95 + parts);
+    c.spec.varlen = true;
+    run_fused_case(c);
+  }
 }
 
 }  // namespace

@@ -11,9 +11,11 @@
 //
 //   append: a state enters when key(score) > thr (strict: once k entries >= thr are held, a later
 //           state equal to thr has a larger index and loses the tie).
-//   compact (buffer cannot take another tile): 4 radix passes (8-bit digits, histogram in shared
-//           memory) over the live half find the k-th key T; the k winners move, in order, to the
-//           other half; thr = T.
+//   compact (buffer cannot take another tile): radix passes (8-bit digits, histogram in shared
+//           memory) over the live half find the k-th key's bin; the winners move, in order, to the
+//           other half. Usually after two passes: every key in or above the k-th key's 16-bit bin
+//           (k or a few more), thr = the bin's lower bound - 1; with many keys in that bin, after
+//           four: exactly k, thr = the k-th key T.
 // Memory per (slot, row): 2 * ccap * 8 bytes, independent of the context length. The merge kernel
 // (fused_topk_merge in fused_topk_launch.cu) reads each row's pieces and finishes the selection.
 //
@@ -21,6 +23,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/indexer_work.h"
 #include "cuda/common/topk_kernel.cuh"
 
 namespace dsattn {
@@ -61,6 +64,7 @@ struct CollectorShared {
   int above;
   int warp_gt[32];
   int warp_eq[32];
+  int warp_app[kMaxPieceRows][32];  // collector_append_block: appends of (row, warp) this tile
 };
 
 // Capacity per half for top-k of k: room for k winners plus at least one full tile.
@@ -80,36 +84,57 @@ __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
   __syncthreads();
 }
 
-// Warp-level ordered append of row j's scores[0..n) (states t0 + q), n <= kMaxTileStates, with
-// `valid(q)` false for states outside the row. The caller guarantees room (collector_reserve).
-// Only one warp may work on a given row at a time.
-template <typename ScoreAt, typename Valid>
-__device__ __forceinline__ void collector_append_warp(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                      int j, int t0, int n, ScoreAt score_at, Valid valid) {
-  const int lane = threadIdx.x & 31;
+// Block-wide ordered append of a score tile: rows [0, rows), states t0 + q for q < n, scores at
+// scores[j * ld + q] (shared memory), state t0 + q valid for row j when it lies in
+// [win[j].lo, win[j].hi). Every warp filters its 32 states of every row against the row's threshold
+// (a ballot per row), one barrier publishes the per-(row, warp) counts, then each warp with
+// survivors writes them at the row's count plus the counts of the warps before it; thread j < rows
+// advances row j's count. The caller guarantees room (collector_reserve) and a barrier between this
+// call and the next use of the counts or of warp_app (the indexer's B1 / B2 are).
+__device__ __forceinline__ void collector_append_block(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                       int rows, int t0, int n, const float* scores, int ld,
+                                                       const detail::RowWindow* win) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
   const unsigned lt = (1u << lane) - 1u;
-  CollectorRow& st = sh.row[j];
-  const uint32_t thr = st.thr;
-  int cnt = st.cnt;
-  const int64_t base = b.half_offset(slot, j, st.half);
-  for (int q0 = 0; q0 < n; q0 += 32) {
-    const int q = q0 + lane;
-    bool app = false;
-    uint32_t key = 0;
-    if (q < n && valid(q)) {
-      key = topk_key(score_at(q));
-      app = key > thr;
+  for (int q0 = 0; q0 < n; q0 += blockDim.x) {
+    if (q0 > 0) __syncthreads();  // previous step's counts and warp_app consumed
+    const int q = q0 + threadIdx.x;
+    unsigned mask[kMaxPieceRows];
+    int cnt[kMaxPieceRows];
+#pragma unroll
+    for (int j = 0; j < kMaxPieceRows; ++j) {
+      mask[j] = 0u;
+      cnt[j] = 0;
+      if (j < rows) {
+        const CollectorRow st = sh.row[j];
+        cnt[j] = st.cnt;
+        bool app = false;
+        if (q < n && t0 + q >= win[j].lo && t0 + q < win[j].hi) app = topk_key(scores[j * ld + q]) > st.thr;
+        mask[j] = __ballot_sync(0xffffffffu, app);
+        if (lane == 0) sh.warp_app[j][warp] = __popc(mask[j]);
+      }
     }
-    const unsigned m = __ballot_sync(0xffffffffu, app);
-    if (app) {
-      const int pos = cnt + __popc(m & lt);
-      b.key[base + pos] = key;
-      b.idx[base + pos] = t0 + q;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kMaxPieceRows; ++j) {
+      if (j >= rows) break;
+      const int c = lane < nwarps ? sh.warp_app[j][lane] : 0;
+      if (mask[j] != 0u) {  // warp-uniform
+        const int before = __reduce_add_sync(0xffffffffu, lane < warp ? c : 0);
+        if (mask[j] & (1u << lane)) {
+          const int pos = cnt[j] + before + __popc(mask[j] & lt);
+          const int64_t base = b.half_offset(slot, j, sh.row[j].half);
+          b.key[base + pos] = topk_key(scores[j * ld + q]);
+          b.idx[base + pos] = t0 + q;
+        }
+      }
+      if (warp == 0) {
+        const int total = __reduce_add_sync(0xffffffffu, c);
+        if (lane == 0) sh.row[j].cnt = cnt[j] + total;  // every thread read cnt before the barrier
+      }
     }
-    cnt += __popc(m);
   }
-  if (lane == 0) st.cnt = cnt;
-  __syncwarp();
 }
 
 // Exclusive prefix over the block (thread order), any block size up to 1024. Ends synced.
@@ -156,9 +181,14 @@ __device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int k_re
 // collector_compact with the live buffer held in registers: thread t owns entries
 // [t * U, (t + 1) * U) (one round trip to L2 instead of one per pass), 4 radix passes over the
 // registers, one block scan for the ordered write. Needs cnt <= blockDim.x * U.
+// Usually two of the four radix passes suffice: after the top 16 bits, the k-th key's 16-bit bin
+// is known, and keeping every key in or above that bin (threshold = the bin's lower bound - 1)
+// keeps at least k entries and drops only keys that k kept ones beat. That is taken when it
+// leaves at most `limit` entries (half of the room above k after the incoming tile stays free);
+// otherwise (many keys in that bin: ties) the last two passes make it exact.
 template <int U>
 __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                       int j) {
+                                                       int j, int incoming) {
   const CollectorRow st = sh.row[j];
   const int n = st.cnt;
   const int k = b.k;
@@ -167,23 +197,34 @@ __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b
   uint32_t* dst_key = b.key + b.half_offset(slot, j, st.half ^ 1);
   int32_t* dst_idx = b.idx + b.half_offset(slot, j, st.half ^ 1);
   const int base = threadIdx.x * U;
+  // Keys and indices both come in with 16-byte loads (a half holds ccap entries, a multiple of 4,
+  // so reading a whole vector past n stays inside it); the ordered write below then needs no
+  // further memory round trip.
   uint32_t key[U];
+  int32_t idx[U];
 #pragma unroll
   for (int u = 0; u < U; u += 4) {
     const int i = base + u;
-    if (i + 3 < n) {
-      const uint4 v = *reinterpret_cast<const uint4*>(src_key + i);  // ccap and base are multiples of 4
-      key[u] = v.x;
-      key[u + 1] = v.y;
-      key[u + 2] = v.z;
-      key[u + 3] = v.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) key[u + e] = i + e < n ? src_key[i + e] : 0u;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    int4 x = make_int4(0, 0, 0, 0);
+    if (i < n) {
+      v = *reinterpret_cast<const uint4*>(src_key + i);  // ccap and base are multiples of 4
+      x = *reinterpret_cast<const int4*>(src_idx + i);
     }
+    key[u] = v.x;
+    key[u + 1] = v.y;
+    key[u + 2] = v.z;
+    key[u + 3] = v.w;
+    idx[u] = x.x;
+    idx[u + 1] = x.y;
+    idx[u + 2] = x.z;
+    idx[u + 3] = x.w;
   }
+  const int limit = k + (b.ccap - k - incoming) / 2;
   uint32_t prefix = 0;
   int k_rem = k;
+  int kept = k;
+  bool approx = false;
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
@@ -198,10 +239,17 @@ __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b
     __syncthreads();
     prefix |= sh.bin << shift;
     k_rem -= sh.above;
+    const int in_bin = static_cast<int>(sh.hist[sh.bin]);
     __syncthreads();
+    if (pass == 1 && prefix != 0u && (k - k_rem) + in_bin <= limit) {  // block-uniform
+      approx = true;
+      kept = (k - k_rem) + in_bin;
+      break;
+    }
   }
-  const uint32_t T = prefix;
-  const int need = k_rem;
+  // Exact: keys > T, then the first `need` keys == T. Approximate: keys >= prefix (> T, need 0).
+  const uint32_t T = approx ? prefix - 1u : prefix;
+  const int need = approx ? 0 : k_rem;
   int g = 0, e = 0;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -226,29 +274,32 @@ __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b
     }
     if (pos >= 0) {
       dst_key[pos] = key[u];
-      dst_idx[pos] = src_idx[base + u];
+      dst_idx[pos] = idx[u];
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    sh.row[j].cnt = k;
+    sh.row[j].cnt = kept;
     sh.row[j].half = st.half ^ 1;
     sh.row[j].thr = T;
   }
   __syncthreads();
 }
 
-// Block-wide: compacts row j to its k best entries when fewer than `incoming` free slots remain.
+// Block-wide: compacts row j (to its k best entries, or a few more, see collector_compact_regs) so
+// that `incoming` more entries fit.
 // All threads call it with the same arguments (after a __syncthreads that published the counts).
-__device__ __forceinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                  int j) {
+// Not inlined: it runs once per ~k appended states, and keeping its three variants out of the
+// indexer's tile loop keeps that loop's code small.
+inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                  int j, int incoming) {
   const int n_live = sh.row[j].cnt;
   if (n_live <= static_cast<int>(blockDim.x) * 16) {
-    collector_compact_regs<16>(b, sh, slot, j);
+    collector_compact_regs<16>(b, sh, slot, j, incoming);
     return;
   }
   if (n_live <= static_cast<int>(blockDim.x) * 32) {
-    collector_compact_regs<32>(b, sh, slot, j);
+    collector_compact_regs<32>(b, sh, slot, j, incoming);
     return;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -357,7 +408,7 @@ __device__ __forceinline__ void collector_compact(const CollectorBuffers& b, Col
 __device__ __forceinline__ void collector_reserve(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                   int rows, int incoming) {
   for (int j = 0; j < rows; ++j) {
-    if (sh.row[j].cnt + incoming > b.ccap) collector_compact(b, sh, slot, j);
+    if (sh.row[j].cnt + incoming > b.ccap) collector_compact(b, sh, slot, j, incoming);
   }
 }
 

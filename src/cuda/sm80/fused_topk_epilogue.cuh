@@ -8,10 +8,10 @@
 // group's pieces occupy slots [p_first(g) + g, p_last(g) + g] in increasing state order. The merge
 // (MetaSlots below) finds p_first / p_last by binary search in the metadata.
 //
-// Per tile: make room (block-wide compaction when a row's buffer could overflow), then warp w
-// appends rows j = w, w + warps, ... (ordered appends, states outside the row's window skipped).
-// The kernel's barriers B1 / B2 separate tiles, so the counts each warp leaves in shared memory
-// are visible to the next tile's room check.
+// Per tile: make room (block-wide compaction when a row's buffer could overflow), then all warps
+// filter the tile against the rows' thresholds and append the survivors in state order
+// (collector_append_block; states outside a row's window skipped). The kernel's barriers B1 / B2
+// separate tiles, so the counts left in shared memory are visible to the next tile's room check.
 #pragma once
 #include <cstdint>
 
@@ -41,15 +41,8 @@ struct TopkEpilogue {
       fused_topk::collector_begin(*sh, t.rows);
     }
     fused_topk::collector_reserve(buf, *sh, slot, t.rows, t.count);
-    const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const int t0 = static_cast<int>(t.t0);
-    for (int j = warp; j < t.rows; j += nwarps) {
-      const float* row = t.scores + j * t.ld;
-      const int lo = t.win[j].lo, hi = t.win[j].hi;
-      fused_topk::collector_append_warp(
-          buf, *sh, slot, j, t0, t.count, [&](int q) { return row[q]; },
-          [&](int q) { return t0 + q >= lo && t0 + q < hi; });
-    }
+    fused_topk::collector_append_block(buf, *sh, slot, t.rows, static_cast<int>(t.t0), t.count, t.scores, t.ld,
+                                       t.win);
   }
 
   __device__ void group_end(const IndexerParams&, const GroupInfo& g) {

@@ -57,6 +57,9 @@ struct FusedPlan {
   int ccap = 0, k_pad = 0, m_cap = 0, mcap = 0;
   size_t merge_smem = 0;
   size_t off_key = 0, off_idx = 0, off_hdr = 0, hdr_bytes = 0, total = 0;
+  // Split merge (few rows with many pieces): `split` level-1 CTAs per row, their outputs here.
+  int split = 1, kc = 0;
+  size_t off_pkey = 0, off_pidx = 0, off_phdr = 0;
 };
 
 Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
@@ -111,6 +114,20 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   f->off_hdr = f->off_idx + align256(entries * 4);
   f->hdr_bytes = static_cast<size_t>(f->slots) * rps * 2 * 4;
   f->total = f->off_hdr + align256(f->hdr_bytes);
+  // Few rows, each spread over many pieces (batch-1 decode: every piece is shorter than k, so the
+  // merge sees the whole context): one merge CTA per row would stream all of it alone. Split each
+  // row's slots over `split` CTAs of about 32 slots (one round) each, then merge their top-ks.
+  const int64_t per_row = (f->slots + f->p.work.groups - 1) / std::max<int64_t>(f->p.work.groups, 1);
+  if (pb.rows * 2 <= sms && per_row > 32) {
+    const int64_t want = (per_row + 31) / 32;
+    f->split = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(want, std::max<int64_t>(2, sms / pb.rows))));
+    f->kc = (a.k + 3) & ~3;
+    const size_t pentries = static_cast<size_t>(pb.rows) * f->split * 2 * f->kc;
+    f->off_pkey = f->total;
+    f->off_pidx = f->off_pkey + align256(pentries * 4);
+    f->off_phdr = f->off_pidx + align256(pentries * 4);
+    f->total = f->off_phdr + align256(static_cast<size_t>(pb.rows) * f->split * 2 * 4);
+  }
   return Status::Ok();
 }
 
@@ -179,10 +196,32 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
     out.next_n = pb.varlen ? 1 : pb.next_n;
     out.states_per_page = pb.states_per_page;
   }
+  if (f.split > 1) {
+    fused_topk::CollectorBuffers part;
+    part.key = reinterpret_cast<uint32_t*>(ws + f.off_pkey);
+    part.idx = reinterpret_cast<int32_t*>(ws + f.off_pidx);
+    part.header = reinterpret_cast<int32_t*>(ws + f.off_phdr);
+    part.ccap = f.kc;
+    part.rows_per_slot = 1;
+    part.k = a.k;
+    auto level1 = fused_topk::fused_topk_merge_kernel<MetaSlots, true>;
+    DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(level1, f.merge_smem, kOp));
+    level1<<<dim3(static_cast<unsigned>(pb.rows), static_cast<unsigned>(f.split)), topk_detail::kTopkThreads,
+             f.merge_smem, stream>>>(epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out, part);
+    DSATTN_RETURN_IF_ERROR(last_launch_status(kOp, "fused_topk_merge_kernel (level 1)"));
+    fused_topk::SplitSlots<MetaSlots> split;
+    split.inner = slots;
+    split.parts = f.split;
+    auto level2 = fused_topk::fused_topk_merge_kernel<fused_topk::SplitSlots<MetaSlots>>;
+    DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(level2, f.merge_smem, kOp));
+    level2<<<static_cast<unsigned>(pb.rows), topk_detail::kTopkThreads, f.merge_smem, stream>>>(
+        part, split, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out, fused_topk::CollectorBuffers{});
+    return last_launch_status(kOp, "fused_topk_merge_kernel (level 2)");
+  }
   auto merge = fused_topk::fused_topk_merge_kernel<MetaSlots>;
   DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(merge, f.merge_smem, kOp));
   merge<<<static_cast<unsigned>(pb.rows), topk_detail::kTopkThreads, f.merge_smem, stream>>>(
-      epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out);
+      epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out, fused_topk::CollectorBuffers{});
   return last_launch_status(kOp, "fused_topk_merge_kernel");
 }
 

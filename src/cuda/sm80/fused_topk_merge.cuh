@@ -33,14 +33,31 @@ struct UniformSlots {
   }
 };
 
+// Level 1 of a split merge (few long rows): CTA (r, c) of grid (R, C) merges the c-th of C equal
+// shares of row r's slots. SplitSlots is the view of level 2: row r's slots are the C level-1
+// outputs [r * C, r * C + C) (rows_per_slot = 1), its length comes from the inner range.
+template <typename SlotRange>
+struct SplitSlots {
+  SlotRange inner;
+  int parts = 1;  // C
+  __device__ __forceinline__ void get(int64_t r, int64_t* s0, int64_t* s1, int* j, int* len) const {
+    int64_t a, b;
+    inner.get(r, &a, &b, j, len);
+    *j = 0;
+    *s0 = r * parts;
+    *s1 = *s0 + parts;
+  }
+};
+
 struct MergeShared {
   TopkShared t;
   int cnt;
   uint32_t thr;
   int total;
   int round_n;               // slots in the current round
-  int slot_n[32];            // their candidate counts
-  int slot_half[32];         // and live halves
+  int slot_half[32];         // their live halves
+  int slot_end[32];          // inclusive prefix of their candidate counts
+  int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
   int warp_cnt[32];          // entries each warp appends this round
 };
 
@@ -91,21 +108,33 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
 
 extern __shared__ __align__(16) uint32_t fused_merge_smem[];
 
-// grid (R). Dynamic smem: [keys mcap][idx mcap][region_words(k_pad, m_cap)] u32.
-// Slots are read in rounds of up to 32 (warp w reads slot s + w): warp 0 loads the round's
-// headers and takes as many slots as the buffer has room for; each warp counts its slot's
-// entries above the threshold, a prefix over warps gives every warp its write offset, and each
-// warp appends its slot in order. A round costs a few memory round trips however short its slots.
-template <typename SlotRange>
+// grid (R) (kPartial: (R, C), see SplitSlots). Dynamic smem: [keys mcap][idx mcap]
+// [region_words(k_pad, m_cap)] u32.
+// Slots are read in rounds of up to 32: warp 0 loads the round's headers and takes as many slots as
+// the buffer has room for. While no compaction has happened (threshold absent: everything enters)
+// the whole block copies the round as one flat list of 16-byte vectors (each thread 4 vectors of
+// keys and indices in flight, destinations from the slot prefix). Afterwards warp w filters slot
+// s + w: it counts its entries above the threshold, a prefix over warps gives every warp its write
+// offset, and each warp appends its slot in order. A round costs a few memory round trips however
+// short its slots.
+// kPartial: instead of writing the row's result, the CTA writes its best min(k, candidates)
+// entries (state order) to slot r * C + c of `part` (header = (count, half 0)).
+template <typename SlotRange, bool kPartial = false>
 __global__ void __launch_bounds__(kTopkThreads)
     fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int m_cap, int mcap, bool sorted,
-                            topk_detail::TopkOutputs out) {
+                            topk_detail::TopkOutputs out, CollectorBuffers part) {
   using namespace topk_detail;
   __shared__ MergeShared sh;
   const int64_t r = blockIdx.x;
   int64_t s0, s1;
   int j, len;
   slots.get(r, &s0, &s1, &j, &len);
+  if (kPartial) {  // share c of C = gridDim.y
+    const int64_t ns = s1 - s0, per = (ns + gridDim.y - 1) / gridDim.y;
+    const int64_t a = s0 + per * blockIdx.y;
+    s0 = a < s1 ? a : s1;
+    s1 = a + per < s1 ? a + per : s1;
+  }
   uint32_t* keys = fused_merge_smem;
   int32_t* idx = reinterpret_cast<int32_t*>(fused_merge_smem + mcap);
   uint32_t* region = fused_merge_smem + 2 * mcap;
@@ -133,8 +162,14 @@ __global__ void __launch_bounds__(kTopkThreads)
       }
       const bool fits = s < s1 && incl <= mcap - sh.cnt;  // incl grows with lane: a prefix fits
       const int m = __popc(__ballot_sync(0xffffffffu, fits));
-      sh.slot_n[lane] = n;
+      int vincl = (n + 3) >> 2;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, vincl, o);
+        if (lane >= o) vincl += y;
+      }
       sh.slot_half[lane] = half;
+      sh.slot_end[lane] = incl;
+      sh.slot_vend[lane] = vincl;
       if (lane == 0) sh.round_n = m;
     }
     __syncthreads();
@@ -144,10 +179,53 @@ __global__ void __launch_bounds__(kTopkThreads)
       continue;
     }
     const uint32_t thr = sh.thr;
+    if (thr == kAbsentKey) {
+      // Every stored candidate has a key > 0: copy the round. A half holds ccap entries (a multiple
+      // of 4) from a multiple of 4, so whole vectors past a slot's count stay inside its half.
+      const int nv = sh.slot_vend[m - 1];
+      const int cnt0 = sh.cnt;
+      constexpr int kVec = 4;
+      for (int v0 = 0; v0 < nv; v0 += kVec * kTopkThreads) {
+        uint4 kv[kVec];
+        int4 iv[kVec];
+        int dst[kVec], cntv[kVec];
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          const int v = v0 + u * kTopkThreads + threadIdx.x;
+          cntv[u] = 0;
+          dst[u] = 0;
+          if (v < nv) {
+            int w = 0;  // first slot whose vector prefix exceeds v
+#pragma unroll
+            for (int step = 16; step > 0; step >>= 1) {
+              if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
+            }
+            const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
+            const int64_t off = b.half_offset(sb + w, j, sh.slot_half[w]) + 4 * vi;
+            kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + off));
+            iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
+            dst[u] = cnt0 + (w > 0 ? sh.slot_end[w - 1] : 0) + 4 * vi;
+            cntv[u] = min(4, sh.slot_end[w] - dst[u] + cnt0);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          if (cntv[u] > 0) keys[dst[u]] = kv[u].x, idx[dst[u]] = iv[u].x;
+          if (cntv[u] > 1) keys[dst[u] + 1] = kv[u].y, idx[dst[u] + 1] = iv[u].y;
+          if (cntv[u] > 2) keys[dst[u] + 2] = kv[u].z, idx[dst[u] + 2] = iv[u].z;
+          if (cntv[u] > 3) keys[dst[u] + 3] = kv[u].w, idx[dst[u] + 3] = iv[u].w;
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) sh.cnt = cnt0 + sh.slot_end[m - 1];
+      sb += m;
+      __syncthreads();
+      continue;
+    }
     int n_w = 0;
     int64_t off = 0;
     if (warp < m) {
-      n_w = sh.slot_n[warp];
+      n_w = sh.slot_end[warp] - (warp > 0 ? sh.slot_end[warp - 1] : 0);
       off = b.half_offset(sb + warp, j, sh.slot_half[warp]);
     }
     int c = 0;
@@ -199,15 +277,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   const int cnt = sh.cnt;
   uint32_t* sel_key = region;
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
-  const int count = len < k ? len : k;
-  if (cnt <= k) {
-    // Short rows (every state is a candidate) or exactly k candidates: all of them, in order.
-    for (int q = threadIdx.x; q < cnt; q += kTopkThreads) {
-      sel_key[q] = keys[q];
-      sel_pos[q] = idx[q];
-    }
-    __syncthreads();
-  } else {
+  if (cnt > k) {
     for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
     __syncthreads();
     for (int base = 0; base < cnt; base += kTopkThreads) {
@@ -216,11 +286,39 @@ __global__ void __launch_bounds__(kTopkThreads)
     }
     __syncthreads();
     select_topk(keys, cnt, k, k_pad, m_cap, region, sh.t);
-    for (int q = threadIdx.x; q < k; q += kTopkThreads) sel_pos[q] = idx[sel_pos[q]];
-    __syncthreads();
   }
-  finish_row<float>(sel_key, sel_pos, count < cnt ? count : cnt, k, k_pad, sorted, nullptr, r, out);
+  const int n_sel = cnt < k ? cnt : k;
+  if constexpr (kPartial) {
+    // Short share (every candidate, in order) or its k winners (in order).
+    const int64_t ps = r * gridDim.y + blockIdx.y;
+    const int64_t o = part.half_offset(ps, 0, 0);
+    for (int q = threadIdx.x; q < n_sel; q += kTopkThreads) {
+      part.key[o + q] = cnt > k ? sel_key[q] : keys[q];
+      part.idx[o + q] = idx[cnt > k ? sel_pos[q] : q];
+    }
+    if (threadIdx.x == 0) {
+      part.header[ps * 2] = n_sel;
+      part.header[ps * 2 + 1] = 0;
+    }
+  } else {
+    (void)part;
+    if (cnt <= k) {
+      // Short rows (every state is a candidate) or exactly k candidates: all of them, in order.
+      for (int q = threadIdx.x; q < cnt; q += kTopkThreads) {
+        sel_key[q] = keys[q];
+        sel_pos[q] = idx[q];
+      }
+    } else {
+      for (int q = threadIdx.x; q < k; q += kTopkThreads) sel_pos[q] = idx[sel_pos[q]];
+    }
+    __syncthreads();
+    const int count = len < k ? len : k;
+    finish_row<float>(sel_key, sel_pos, count < n_sel ? count : n_sel, k, k_pad, sorted, nullptr, r, out);
+  }
 }
+
+// The host plans the dynamic part with 1024 bytes left for this (Exec::smem_budget_bytes).
+static_assert(sizeof(MergeShared) <= 1024, "merge kernel static shared memory exceeds its reserve");
 
 // Dynamic shared memory of the merge kernel for a buffer of mcap entries.
 __host__ __device__ inline size_t merge_smem_bytes(int mcap, int k_pad, int m_cap) {

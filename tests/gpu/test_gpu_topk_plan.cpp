@@ -1,0 +1,121 @@
+// The CUDA top-k launch plan (src/cuda/common/topk_plan.h) for given device limits: hand-computed
+// plans for the H200 (132 SMs, 227 KiB opt-in shared memory) and invariants over many shapes.
+// Host code only: runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "cuda/common/topk_plan.h"
+
+namespace dsattn {
+namespace {
+
+using cuda::plan_topk;
+using cuda::TopkDeviceLimits;
+using cuda::TopkPlan;
+
+// H200: 232448 bytes opt-in per block, minus the 1024 the plan reserves for static smem.
+constexpr TopkDeviceLimits kH200{132, 232448 - 1024};
+// sm_120 configuration: 99 KiB.
+constexpr TopkDeviceLimits kSm120{188, 101376 - 1024};
+
+TEST(GpuTopkPlan, H200HandComputed) {
+  TopkPlan p;
+  // k = 2048: kc = k_pad = 2048, mlist 4096 entries; region = 4096 + 2 * 4096 words;
+  // cap = (231424 / 4 - 12288 - 8) / 256 * 256 = 45312 keys.
+  ASSERT_TRUE(plan_topk(128, 32768, 2048, kH200, &p).ok());
+  EXPECT_EQ(p.cap, 45312);
+  EXPECT_EQ(p.m_cap, 4096);
+  EXPECT_TRUE(p.direct);  // 128 rows fill the GPU; 32768 <= cap
+  EXPECT_EQ(p.workspace_bytes, 0u);
+  EXPECT_EQ(p.smem_final, size_t(32768 + 8 + 12288) * 4);
+
+  // One 64K row: 2 chunks would be enough for shared memory, 8 chunks of 8192 fill more SMs.
+  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.direct);
+  EXPECT_EQ(p.chunks, 8);
+  EXPECT_EQ(p.chunk_len, 8192);
+  EXPECT_EQ(p.levels, 0);
+  EXPECT_EQ(p.final_n, 8 * 2048);
+
+  // 4M states: 93 chunks of 45104 (ceil(4194304 / 93) rounded up to 8), 93 * 2048 = 190464
+  // candidates > cap -> one merge level with CTAs of 22 * 2048 = 45056 -> 5 chunks -> 10240.
+  ASSERT_TRUE(plan_topk(1, 4194304, 2048, kH200, &p).ok());
+  EXPECT_EQ(p.chunks, 93);
+  EXPECT_EQ(p.chunk_len, 45104);
+  EXPECT_EQ(p.levels, 1);
+  EXPECT_EQ(p.level_in_n[0], 190464);
+  EXPECT_EQ(p.level_fan_n[0], 45056);
+  EXPECT_EQ(p.level_out_chunks[0], 5);
+  EXPECT_EQ(p.final_n, 10240);
+}
+
+TEST(GpuTopkPlan, RejectsOutOfRangeK) {
+  TopkPlan p;
+  EXPECT_FALSE(plan_topk(1, 100, 0, kH200, &p).ok());
+  EXPECT_FALSE(plan_topk(1, 100, 4097, kH200, &p).ok());
+  EXPECT_TRUE(plan_topk(1, 100, 4096, kH200, &p).ok());
+}
+
+TEST(GpuTopkPlan, SmallBudgetDropsTheMlist) {
+  TopkPlan p;
+  // k = 4096 at 99 KiB: with the mlist (2 x 8192 entries) no keys would fit; without it the
+  // capacity is (100352 / 4 - 8192 - 8) / 256 * 256 = 16640 >= 4 * 4096.
+  ASSERT_TRUE(plan_topk(3, 150001, 4096, kSm120, &p).ok());
+  EXPECT_EQ(p.m_cap, 0);
+  EXPECT_EQ(p.cap, 16640);
+  // k = 2048: the mlist would leave (25088 - 12288 - 8) / 256 * 256 = 12544 < 8 * 2048 keys, so it
+  // goes too: cap = (25088 - 4096 - 8) / 256 * 256 = 20736.
+  ASSERT_TRUE(plan_topk(3, 150001, 2048, kSm120, &p).ok());
+  EXPECT_EQ(p.m_cap, 0);
+  EXPECT_EQ(p.cap, 20736);
+  // k = 512 keeps it: mlist 512 + 2048 entries, cap = (25088 - 4096 - 5120 - 8) / 256 * 256 = 15616.
+  ASSERT_TRUE(plan_topk(3, 150001, 512, kSm120, &p).ok());
+  EXPECT_EQ(p.m_cap, 2560);
+  EXPECT_EQ(p.cap, 15616);
+}
+
+TEST(GpuTopkPlan, InvariantsOverShapes) {
+  for (const TopkDeviceLimits& lim : {kH200, kSm120}) {
+    for (int k : {1, 7, 512, 1000, 2048, 4096}) {
+      for (int64_t rows : {1, 2, 37, 128, 1000}) {
+        for (int64_t width : {0, 1, 100, 8192, 65536, 100000, 1 << 20, 3000001}) {
+          TopkPlan p;
+          ASSERT_TRUE(plan_topk(rows, width, k, lim, &p).ok()) << rows << "x" << width << " k " << k;
+          const size_t smem_max = static_cast<size_t>(lim.smem_max);
+          EXPECT_EQ(p.kc % 4, 0);
+          EXPECT_GE(p.kc, k);
+          EXPECT_GE(p.k_pad, k);
+          EXPECT_LE(p.smem_final, smem_max);
+          if (p.direct) {
+            EXPECT_LE(width, p.cap);
+            EXPECT_EQ(p.workspace_bytes, 0u);
+            continue;
+          }
+          EXPECT_LE(p.chunk_len, p.cap);
+          EXPECT_GE(int64_t(p.chunks) * p.chunk_len, width);
+          EXPECT_LT(int64_t(p.chunks - 1) * p.chunk_len, width);
+          EXPECT_LE(p.smem_chunk, smem_max);
+          int64_t n = int64_t(p.chunks) * p.kc;
+          EXPECT_EQ(p.buf_words[0], size_t(rows * n));
+          for (int l = 0; l < p.levels; ++l) {
+            EXPECT_EQ(p.level_in_n[l], n);
+            EXPECT_EQ(p.level_fan_n[l] % p.kc, 0);
+            EXPECT_LE(p.level_fan_n[l], p.cap);
+            EXPECT_GE(p.level_fan_n[l], 2 * p.kc);  // every level at least halves the candidates
+            EXPECT_LE(p.smem_merge[l], smem_max);
+            EXPECT_EQ(p.level_out_chunks[l], (n + p.level_fan_n[l] - 1) / p.level_fan_n[l]);
+            n = int64_t(p.level_out_chunks[l]) * p.kc;
+            EXPECT_LE(size_t(rows * n), p.buf_words[(l + 1) & 1]);
+          }
+          EXPECT_EQ(p.final_n, n);
+          EXPECT_LE(p.final_n, p.cap);
+          EXPECT_GE(p.workspace_bytes, 2 * (p.buf_words[0] + p.buf_words[1]) * 4);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsattn
