@@ -273,13 +273,17 @@ __device__ __forceinline__ int compact_ge(const uint32_t* keys, int n, uint32_t 
   return total;
 }
 
-// Writes the selected elements ({key > T} plus the first `need` with key == T) in position order to
-// sel_key / sel_pos (exactly k of them when the threshold came from find_threshold). Ends synced.
-__device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uint32_t T, int need,
-                                                uint32_t* sel_key, int* sel_pos, TopkShared& sh) {
+// Writes the selected elements ({key > T} plus the first `need` with key == T, ties kept in position
+// order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i. Run by
+// `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch of >= nwarps ints. Warp w
+// owns a contiguous segment, so the output order is the position order. Ends synced.
+template <typename IdxOf>
+__device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, uint32_t T, int need, int nwarps,
+                                                   int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
+                                                   IdxOf idx_of) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned lt = (1u << lane) - 1u;
-  const int seg = ((n + kTopkWarps - 1) / kTopkWarps + 31) & ~31;
+  const int seg = ((n + nwarps - 1) / nwarps + 31) & ~31;
   const int lo = warp * seg;
   const int hi = min(n, lo + seg);
   int n_gt = 0, n_eq = 0;
@@ -290,12 +294,12 @@ __device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uin
     n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == T));
   }
   if (lane == 0) {
-    sh.warp_gt[warp] = n_gt;
-    sh.warp_eq[warp] = n_eq;
+    warp_gt[warp] = n_gt;
+    warp_eq[warp] = n_eq;
   }
   __syncthreads();
-  int gt_before = lane < warp ? sh.warp_gt[lane] : 0;
-  int eq_before = lane < warp ? sh.warp_eq[lane] : 0;
+  int gt_before = lane < warp ? warp_gt[lane] : 0;
+  int eq_before = lane < warp ? warp_eq[lane] : 0;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     gt_before += __shfl_xor_sync(0xffffffffu, gt_before, o);
@@ -312,13 +316,20 @@ __device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uin
     const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
     if (sel) {
       const int pos = sel_before + __popc(sel_mask & lt);
-      sel_key[pos] = key;
-      sel_pos[pos] = i;
+      out_key[pos] = key;
+      out_idx[pos] = idx_of(i);
     }
     eq_before += __popc(eq_mask);
     sel_before += __popc(sel_mask);
   }
   __syncthreads();
+}
+
+// select_in_order_by over the standalone top-k block: out_idx = the element's position.
+__device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uint32_t T, int need,
+                                                uint32_t* sel_key, int* sel_pos, TopkShared& sh) {
+  select_in_order_by(keys, n, T, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, sel_pos,
+                     [](int i) { return i; });
 }
 
 // Full block-level selection: keys (already in smem with the 12-bit histogram in region, synced)

@@ -302,7 +302,6 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
     collector_compact_regs<32>(b, sh, slot, j, incoming);
     return;
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   const CollectorRow st = sh.row[j];
   const int n = st.cnt;
@@ -325,28 +324,7 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
       topk_detail::hist_add(sh.hist, (key >> shift) & 255u, act);
     }
     __syncthreads();
-    if (warp == 0) {
-      // lane l owns bins [255 - 8l - 7, 255 - 8l], scanned from the top.
-      int local = 0;
-      for (int q = 0; q < 8; ++q) local += sh.hist[255 - 8 * lane - q];
-      int incl = local;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      int cum = incl - local;
-      if (cum < k_rem && cum + local >= k_rem) {
-        for (int q = 0; q < 8; ++q) {
-          const int h = sh.hist[255 - 8 * lane - q];
-          if (cum + h >= k_rem) {
-            sh.bin = 255 - 8 * lane - q;
-            sh.above = cum;
-            break;
-          }
-          cum += h;
-        }
-      }
-    }
+    collector_find_bin(sh, k_rem);
     __syncthreads();
     prefix |= sh.bin << shift;
     k_rem -= sh.above;
@@ -354,47 +332,9 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
   }
   const uint32_t T = prefix;
   const int need = k_rem;
-  // Ordered move of the winners: warp w owns a contiguous segment.
-  const int seg = ((n + nwarps - 1) / nwarps + 31) & ~31;
-  const int lo = warp * seg;
-  const int hi = min(n, lo + seg);
-  const unsigned lt = (1u << lane) - 1u;
-  int n_gt = 0, n_eq = 0;
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const uint32_t key = i < hi ? src_key[i] : 0u;
-    n_gt += __popc(__ballot_sync(0xffffffffu, i < hi && key > T));
-    n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == T));
-  }
-  if (lane == 0) {
-    sh.warp_gt[warp] = n_gt;
-    sh.warp_eq[warp] = n_eq;
-  }
-  __syncthreads();
-  int gt_before = lane < warp ? sh.warp_gt[lane] : 0;
-  int eq_before = lane < warp ? sh.warp_eq[lane] : 0;
-  for (int o = 16; o > 0; o >>= 1) {
-    gt_before += __shfl_xor_sync(0xffffffffu, gt_before, o);
-    eq_before += __shfl_xor_sync(0xffffffffu, eq_before, o);
-  }
-  int sel_before = gt_before + min(eq_before, need);
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const uint32_t key = i < hi ? src_key[i] : 0u;
-    const bool gt = i < hi && key > T;
-    const bool eq = i < hi && key == T;
-    const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
-    const bool sel = gt || (eq && eq_before + __popc(eq_mask & lt) < need);
-    const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
-    if (sel) {
-      const int pos = sel_before + __popc(sel_mask & lt);
-      dst_key[pos] = key;
-      dst_idx[pos] = src_idx[i];
-    }
-    eq_before += __popc(eq_mask);
-    sel_before += __popc(sel_mask);
-  }
-  __syncthreads();
+  // Ordered move of the winners (ties in position order), carrying their state indices.
+  topk_detail::select_in_order_by(src_key, n, T, need, nwarps, sh.warp_gt, sh.warp_eq, dst_key, dst_idx,
+                     [&](int i) { return src_idx[i]; });
   if (threadIdx.x == 0) {
     sh.row[j].cnt = k;
     sh.row[j].half = st.half ^ 1;
