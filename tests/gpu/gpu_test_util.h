@@ -62,5 +62,21 @@ inline TensorView dev_tensor_strided(const DevBuf& b, DType t, std::initializer_
   return make_tensor_strided(b.get(), t, shape, strides, Device::kCuda, 0);
 }
 
+// Copies `bytes` host bytes into `d` (reallocated; at least 1 byte so empty inputs still get a
+// non-null pointer); every CUDA call is checked.
+inline void upload_bytes(DevBuf* d, const void* host, size_t bytes) {
+  d->alloc(bytes == 0 ? 1 : bytes);
+  ASSERT_NE(d->get(), nullptr) << "cudaMalloc of " << bytes << " bytes failed";
+  if (bytes) DSATTN_TEST_CUDA(cudaMemcpy(d->get(), host, bytes, cudaMemcpyHostToDevice));
+}
+
+// The same view (shape, strides, dtype) with its data at `dptr` on CUDA device 0.
+inline TensorView on_cuda(TensorView t, void* dptr) {
+  t.data = dptr;
+  t.device = Device::kCuda;
+  t.device_id = 0;
+  return t;
+}
+
 }  // namespace test
 }  // namespace dsattn

@@ -15,27 +15,11 @@
 
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
 
 using namespace dsattn;
 
 namespace {
-
-#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-};
-
-// Copies `bytes` host bytes to a fresh device buffer.
-void to_device(DeviceBuffer* d, const void* host, size_t bytes) {
-  CUDA_OK(cudaMalloc(&d->ptr, bytes == 0 ? 1 : bytes));
-  if (bytes) {
-    CUDA_OK(cudaMemcpy(d->ptr, host, bytes, cudaMemcpyHostToDevice));
-  }
-}
 
 // Random values with hard cases mixed in, in groups of `group` elements.
 std::vector<float> hard_inputs(int rows, int dim, int group, uint32_t seed) {
@@ -74,18 +58,11 @@ std::vector<T> cast_slots(const std::vector<int64_t>& s) {
   return std::vector<T>(s.begin(), s.end());
 }
 
-TensorView on_cuda(TensorView t, void* dptr) {
-  t.data = dptr;
-  t.device = Device::kCuda;
-  t.device_id = 0;
-  return t;
-}
-
 }  // namespace
 
 TEST(GpuCacheWriters, IndexerBytesMatchCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  CUDA_OK(cudaSetDevice(0));
+  DSATTN_TEST_CUDA(cudaSetDevice(0));
   int seed = 0;
   for (IndexerFormat f : {IndexerFormat::kFp8, IndexerFormat::kMxfp4}) {
     for (int D : {32, 64, 128}) {
@@ -137,19 +114,19 @@ TEST(GpuCacheWriters, IndexerBytesMatchCpu) {
           // CUDA
           std::vector<int64_t> g64 = slots_cuda;
           std::vector<int32_t> g32 = cast_slots<int32_t>(slots_cuda);
-          DeviceBuffer din, dslots, dpages;
-          to_device(&din, in_ptr, in_bytes);
-          to_device(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
-          to_device(&dpages, init.data(), init.size());
+          test::DevBuf din, dslots, dpages;
+          test::upload_bytes(&din, in_ptr, in_bytes);
+          test::upload_bytes(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
+          test::upload_bytes(&dpages, init.data(), init.size());
           WriteIndexerCacheParams g = p;
-          g.k = on_cuda(p.k, din.ptr);
-          g.slot_mapping = on_cuda(p.slot_mapping, dslots.ptr);
-          g.cache.pages = on_cuda(p.cache.pages, dpages.ptr);
+          g.k = test::on_cuda(p.k, din.get());
+          g.slot_mapping = test::on_cuda(p.slot_mapping, dslots.get());
+          g.cache.pages = test::on_cuda(p.cache.pages, dpages.get());
           st = write_indexer_cache(g, Exec{});
           ASSERT_TRUE(st.ok()) << st.to_string();
-          CUDA_OK(cudaDeviceSynchronize());
+          DSATTN_TEST_CUDA(cudaDeviceSynchronize());
           std::vector<uint8_t> pages_gpu(init.size());
-          CUDA_OK(cudaMemcpy(pages_gpu.data(), dpages.ptr, init.size(), cudaMemcpyDeviceToHost));
+          DSATTN_TEST_CUDA(cudaMemcpy(pages_gpu.data(), dpages.get(), init.size(), cudaMemcpyDeviceToHost));
           size_t first = pages_gpu.size();
           for (size_t i = 0; i < pages_gpu.size(); ++i) {
             if (pages_gpu[i] != pages_cpu[i]) {
@@ -167,7 +144,7 @@ TEST(GpuCacheWriters, IndexerBytesMatchCpu) {
 
 TEST(GpuCacheWriters, LatentBytesMatchCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  CUDA_OK(cudaSetDevice(0));
+  DSATTN_TEST_CUDA(cudaSetDevice(0));
   int seed = 100;
   for (LatentFormat f : {LatentFormat::kV4Fp8, LatentFormat::kV32Fp8}) {
     for (int P : {1, 2, 32, 64}) {
@@ -213,19 +190,19 @@ TEST(GpuCacheWriters, LatentBytesMatchCpu) {
 
         std::vector<int64_t> g64 = slots_cuda;
         std::vector<int32_t> g32 = cast_slots<int32_t>(slots_cuda);
-        DeviceBuffer din, dslots, dpages;
-        to_device(&din, in_ptr, in_bytes);
-        to_device(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
-        to_device(&dpages, init.data(), init.size());
+        test::DevBuf din, dslots, dpages;
+        test::upload_bytes(&din, in_ptr, in_bytes);
+        test::upload_bytes(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
+        test::upload_bytes(&dpages, init.data(), init.size());
         WriteLatentCacheParams g = p;
-        g.kv = on_cuda(p.kv, din.ptr);
-        g.slot_mapping = on_cuda(p.slot_mapping, dslots.ptr);
-        g.cache.pages = on_cuda(p.cache.pages, dpages.ptr);
+        g.kv = test::on_cuda(p.kv, din.get());
+        g.slot_mapping = test::on_cuda(p.slot_mapping, dslots.get());
+        g.cache.pages = test::on_cuda(p.cache.pages, dpages.get());
         st = write_latent_cache(g, Exec{});
         ASSERT_TRUE(st.ok()) << st.to_string();
-        CUDA_OK(cudaDeviceSynchronize());
+        DSATTN_TEST_CUDA(cudaDeviceSynchronize());
         std::vector<uint8_t> pages_gpu(init.size());
-        CUDA_OK(cudaMemcpy(pages_gpu.data(), dpages.ptr, init.size(), cudaMemcpyDeviceToHost));
+        DSATTN_TEST_CUDA(cudaMemcpy(pages_gpu.data(), dpages.get(), init.size(), cudaMemcpyDeviceToHost));
         size_t first = pages_gpu.size();
         for (size_t i = 0; i < pages_gpu.size(); ++i) {
           if (pages_gpu[i] != pages_cpu[i]) {

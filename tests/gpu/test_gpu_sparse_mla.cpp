@@ -19,33 +19,11 @@
 
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
 
 using namespace dsattn;
 
 namespace {
-
-#define CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-};
-
-void upload(DeviceBuffer* d, const void* host, size_t bytes) {
-  CUDA_OK(cudaMalloc(&d->ptr, bytes == 0 ? 1 : bytes));
-  if (bytes) {
-    CUDA_OK(cudaMemcpy(d->ptr, host, bytes, cudaMemcpyHostToDevice));
-  }
-}
-
-TensorView on_cuda(TensorView t, void* dptr) {
-  t.data = dptr;
-  t.device = Device::kCuda;
-  t.device_id = 0;
-  return t;
-}
 
 struct HostCache {
   std::vector<uint8_t> bytes;
@@ -163,43 +141,43 @@ void run_problem(const Problem& pr, uint32_t seed) {
   Status st = sparse_mla_decode(p, Exec{});
   ASSERT_TRUE(st.ok()) << st.to_string();
 
-  DeviceBuffer dq, dpages, didx, dlen, depages, deidx, delen, dsink, dout, dlse;
-  upload(&dq, q.data(), q.size() * 2);
-  upload(&dpages, main_c.bytes.data(), main_c.bytes.size());
-  upload(&didx, idx.data(), idx.size() * 4);
-  upload(&dlen, len.data(), len.size() * 4);
-  upload(&dsink, sink.data(), sink.size() * 4);
+  test::DevBuf dq, dpages, didx, dlen, depages, deidx, delen, dsink, dout, dlse;
+  test::upload_bytes(&dq, q.data(), q.size() * 2);
+  test::upload_bytes(&dpages, main_c.bytes.data(), main_c.bytes.size());
+  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
+  test::upload_bytes(&dlen, len.data(), len.size() * 4);
+  test::upload_bytes(&dsink, sink.data(), sink.size() * 4);
   if (pr.extra) {
-    upload(&depages, extra_c.bytes.data(), extra_c.bytes.size());
-    upload(&deidx, eidx.data(), eidx.size() * 4);
-    upload(&delen, elen.data(), elen.size() * 4);
+    test::upload_bytes(&depages, extra_c.bytes.data(), extra_c.bytes.size());
+    test::upload_bytes(&deidx, eidx.data(), eidx.size() * 4);
+    test::upload_bytes(&delen, elen.data(), elen.size() * 4);
   }
   std::vector<uint16_t> garbage(out_cpu.size(), 0x7FC1);  // NaN: every element must be written
   std::vector<float> lse_garbage(lse_cpu.size(), std::numeric_limits<float>::quiet_NaN());
-  upload(&dout, garbage.data(), garbage.size() * 2);
-  upload(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
+  test::upload_bytes(&dout, garbage.data(), garbage.size() * 2);
+  test::upload_bytes(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
   SparseMlaDecodeParams g = p;
-  g.q = on_cuda(p.q, dq.ptr);
-  g.cache.pages = on_cuda(p.cache.pages, dpages.ptr);
-  g.indices = on_cuda(p.indices, didx.ptr);
-  if (pr.lengths) g.topk_length = on_cuda(p.topk_length, dlen.ptr);
+  g.q = test::on_cuda(p.q, dq.get());
+  g.cache.pages = test::on_cuda(p.cache.pages, dpages.get());
+  g.indices = test::on_cuda(p.indices, didx.get());
+  if (pr.lengths) g.topk_length = test::on_cuda(p.topk_length, dlen.get());
   if (pr.extra) {
-    g.extra_cache.pages = on_cuda(p.extra_cache.pages, depages.ptr);
-    g.extra_indices = on_cuda(p.extra_indices, deidx.ptr);
-    if (pr.lengths) g.extra_topk_length = on_cuda(p.extra_topk_length, delen.ptr);
+    g.extra_cache.pages = test::on_cuda(p.extra_cache.pages, depages.get());
+    g.extra_indices = test::on_cuda(p.extra_indices, deidx.get());
+    if (pr.lengths) g.extra_topk_length = test::on_cuda(p.extra_topk_length, delen.get());
   }
-  if (pr.sink) g.attn_sink = on_cuda(p.attn_sink, dsink.ptr);
-  g.out = on_cuda(p.out, dout.ptr);
-  g.lse = on_cuda(p.lse, dlse.ptr);
+  if (pr.sink) g.attn_sink = test::on_cuda(p.attn_sink, dsink.get());
+  g.out = test::on_cuda(p.out, dout.get());
+  g.lse = test::on_cuda(p.lse, dlse.get());
 
   std::vector<uint16_t> out_gpu(out_cpu.size()), first_out;
   std::vector<float> lse_gpu(lse_cpu.size()), first_lse;
   for (int rep = 0; rep < 5; ++rep) {
     st = sparse_mla_decode(g, Exec{});
     ASSERT_TRUE(st.ok()) << st.to_string();
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(out_gpu.data(), dout.ptr, out_gpu.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(lse_gpu.data(), dlse.ptr, lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
+    DSATTN_TEST_CUDA(cudaDeviceSynchronize());
+    DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
+    DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
     if (rep == 0) {
       first_out = out_gpu;
       first_lse = lse_gpu;
@@ -303,31 +281,31 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
       Status st = sparse_mla_prefill(p, Exec{});
       ASSERT_TRUE(st.ok()) << st.to_string();
 
-      DeviceBuffer dq, dkv, didx, dlen, dsink, dout, dlse;
-      upload(&dq, q.data(), q.size() * 2);
-      upload(&dkv, kv.data(), kv.size() * 2);
-      upload(&didx, idx.data(), idx.size() * 4);
-      upload(&dlen, len.data(), len.size() * 4);
-      upload(&dsink, sink.data(), sink.size() * 4);
+      test::DevBuf dq, dkv, didx, dlen, dsink, dout, dlse;
+      test::upload_bytes(&dq, q.data(), q.size() * 2);
+      test::upload_bytes(&dkv, kv.data(), kv.size() * 2);
+      test::upload_bytes(&didx, idx.data(), idx.size() * 4);
+      test::upload_bytes(&dlen, len.data(), len.size() * 4);
+      test::upload_bytes(&dsink, sink.data(), sink.size() * 4);
       std::vector<uint16_t> garbage(out_cpu.size(), 0x7FC1);
       std::vector<float> lse_garbage(lse_cpu.size(), std::numeric_limits<float>::quiet_NaN());
-      upload(&dout, garbage.data(), garbage.size() * 2);
-      upload(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
+      test::upload_bytes(&dout, garbage.data(), garbage.size() * 2);
+      test::upload_bytes(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
       SparseMlaPrefillParams g = p;
-      g.q = on_cuda(p.q, dq.ptr);
-      g.kv = on_cuda(p.kv, dkv.ptr);
-      g.indices = on_cuda(p.indices, didx.ptr);
-      g.topk_length = on_cuda(p.topk_length, dlen.ptr);
-      g.attn_sink = on_cuda(p.attn_sink, dsink.ptr);
-      g.out = on_cuda(p.out, dout.ptr);
-      g.lse = on_cuda(p.lse, dlse.ptr);
+      g.q = test::on_cuda(p.q, dq.get());
+      g.kv = test::on_cuda(p.kv, dkv.get());
+      g.indices = test::on_cuda(p.indices, didx.get());
+      g.topk_length = test::on_cuda(p.topk_length, dlen.get());
+      g.attn_sink = test::on_cuda(p.attn_sink, dsink.get());
+      g.out = test::on_cuda(p.out, dout.get());
+      g.lse = test::on_cuda(p.lse, dlse.get());
       st = sparse_mla_prefill(g, Exec{});
       ASSERT_TRUE(st.ok()) << st.to_string();
-      CUDA_OK(cudaDeviceSynchronize());
+      DSATTN_TEST_CUDA(cudaDeviceSynchronize());
       std::vector<uint16_t> out_gpu(out_cpu.size());
       std::vector<float> lse_gpu(lse_cpu.size());
-      CUDA_OK(cudaMemcpy(out_gpu.data(), dout.ptr, out_gpu.size() * 2, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(lse_gpu.data(), dlse.ptr, lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
+      DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
+      DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
       int bad = 0;
       for (int r = 0; r < M * Hq; ++r) {
         if (std::isinf(lse_cpu[r])) {
