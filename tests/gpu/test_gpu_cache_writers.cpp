@@ -58,6 +58,61 @@ std::vector<T> cast_slots(const std::vector<int64_t>& s) {
   return std::vector<T>(s.begin(), s.end());
 }
 
+// One writer comparison: `x` [T, dim] (written as f32 or bf16), slots for the CUDA writer (which
+// skips -1 and out-of-range slots) and for the CPU writer (-1 where the CUDA slot is invalid, since
+// the CPU writer rejects such slots), pages [num_pages, stride] starting from `init`.
+struct WriterCase {
+  std::vector<float> x;
+  int T = 0, dim = 0;
+  std::vector<int64_t> slots_cuda, slots_cpu;
+  std::vector<uint8_t> init;
+  int64_t num_pages = 0, stride = 0;
+  bool bf16 = false, i64 = false;
+};
+
+// Runs `write` (write_indexer_cache / write_latent_cache) on a host copy and on a device copy of
+// wc.init, with the same input and params `p` (its cache format fields set; `input` names its input
+// tensor), and stores in *first the first byte where the two page buffers differ (init.size() when
+// none).
+template <typename Params, typename Write>
+void first_difference(const WriterCase& wc, Params p, TensorView Params::*input, Write write, size_t* first) {
+  *first = 0;
+  std::vector<uint16_t> xb(wc.x.size());
+  for (size_t i = 0; i < wc.x.size(); ++i) xb[i] = codec::f32_to_bf16(wc.x[i]);
+  void* in_ptr = wc.bf16 ? static_cast<void*>(xb.data()) : const_cast<float*>(wc.x.data());
+  const size_t in_bytes = wc.bf16 ? xb.size() * 2 : wc.x.size() * 4;
+  const int64_t T = wc.T;
+
+  // CPU
+  std::vector<uint8_t> pages_cpu = wc.init;
+  std::vector<int64_t> s64 = wc.slots_cpu;
+  std::vector<int32_t> s32 = cast_slots<int32_t>(wc.slots_cpu);
+  p.*input = make_tensor(in_ptr, wc.bf16 ? DType::kBF16 : DType::kF32, {T, wc.dim});
+  p.slot_mapping = wc.i64 ? make_tensor(s64.data(), DType::kI64, {T}) : make_tensor(s32.data(), DType::kI32, {T});
+  p.cache.pages = make_tensor(pages_cpu.data(), DType::kU8, {wc.num_pages, wc.stride});
+  Status st = write(p, Exec{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+
+  // CUDA
+  std::vector<int64_t> g64 = wc.slots_cuda;
+  std::vector<int32_t> g32 = cast_slots<int32_t>(wc.slots_cuda);
+  test::DevBuf din, dslots, dpages;
+  test::upload_bytes(&din, in_ptr, in_bytes);
+  test::upload_bytes(&dslots, wc.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()),
+                     T * (wc.i64 ? 8 : 4));
+  test::upload_bytes(&dpages, wc.init.data(), wc.init.size());
+  Params g = p;
+  g.*input = test::on_cuda(p.*input, din.get());
+  g.slot_mapping = test::on_cuda(p.slot_mapping, dslots.get());
+  g.cache.pages = test::on_cuda(p.cache.pages, dpages.get());
+  st = write(g, Exec{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  DSATTN_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> pages_gpu(wc.init.size());
+  DSATTN_TEST_CUDA(cudaMemcpy(pages_gpu.data(), dpages.get(), wc.init.size(), cudaMemcpyDeviceToHost));
+  *first = std::mismatch(pages_gpu.begin(), pages_gpu.end(), pages_cpu.begin()).first - pages_gpu.begin();
+}
+
 }  // namespace
 
 TEST(GpuCacheWriters, IndexerBytesMatchCpu) {
@@ -72,69 +127,39 @@ TEST(GpuCacheWriters, IndexerBytesMatchCpu) {
           const int T = 150, kPages = 7;
           const int64_t stride = ((S * indexer_state_bytes(f, D) + 4 + 3) / 4) * 4;  // padded a little
           const int64_t num_slots = int64_t(kPages) * S;
-          std::vector<float> x = hard_inputs(T, D, 32, seed);
-          std::vector<uint16_t> xb(x.size());
-          for (size_t i = 0; i < x.size(); ++i) xb[i] = codec::f32_to_bf16(x[i]);
+          WriterCase wc;
+          wc.x = hard_inputs(T, D, 32, seed);
+          wc.T = T;
+          wc.dim = D;
+          wc.bf16 = c.bf16;
+          wc.i64 = c.i64;
+          wc.num_pages = kPages;
+          wc.stride = stride;
           // distinct slots; some -1, some out of range (CUDA skips them, CPU gets -1)
           std::mt19937 rng(seed);
           std::vector<int64_t> perm(num_slots);
           for (int64_t i = 0; i < num_slots; ++i) perm[i] = i;
           std::shuffle(perm.begin(), perm.end(), rng);
-          std::vector<int64_t> slots_cuda(T), slots_cpu(T);
           for (int t = 0; t < T; ++t) {
             int64_t s = t < num_slots ? perm[t] : -1;
             if (t % 11 == 3) s = -1;
             if (t % 13 == 5) s = num_slots + t;  // out of range
             if (t % 17 == 6) s = -7;             // other negative: skipped too
-            slots_cuda[t] = s;
-            slots_cpu[t] = (s >= 0 && s < num_slots) ? s : -1;
+            wc.slots_cuda.push_back(s);
+            wc.slots_cpu.push_back((s >= 0 && s < num_slots) ? s : -1);
           }
-          std::vector<uint8_t> init(kPages * stride);
-          for (auto& b : init) b = static_cast<uint8_t>(rng());
+          wc.init.resize(kPages * stride);
+          for (auto& b : wc.init) b = static_cast<uint8_t>(rng());
 
           WriteIndexerCacheParams p;
           p.cache.format = f;
           p.cache.states_per_page = S;
           p.cache.head_dim = D;
           p.cache.page_stride_bytes = stride;
-          const DType in_dt = c.bf16 ? DType::kBF16 : DType::kF32;
-          void* in_ptr = c.bf16 ? static_cast<void*>(xb.data()) : static_cast<void*>(x.data());
-          const size_t in_bytes = c.bf16 ? xb.size() * 2 : x.size() * 4;
-
-          // CPU
-          std::vector<uint8_t> pages_cpu = init;
-          std::vector<int64_t> s64 = slots_cpu;
-          std::vector<int32_t> s32 = cast_slots<int32_t>(slots_cpu);
-          p.k = make_tensor(in_ptr, in_dt, {T, D});
-          p.slot_mapping = c.i64 ? make_tensor(s64.data(), DType::kI64, {T}) : make_tensor(s32.data(), DType::kI32, {T});
-          p.cache.pages = make_tensor(pages_cpu.data(), DType::kU8, {kPages, stride});
-          Status st = write_indexer_cache(p, Exec{});
-          ASSERT_TRUE(st.ok()) << st.to_string();
-
-          // CUDA
-          std::vector<int64_t> g64 = slots_cuda;
-          std::vector<int32_t> g32 = cast_slots<int32_t>(slots_cuda);
-          test::DevBuf din, dslots, dpages;
-          test::upload_bytes(&din, in_ptr, in_bytes);
-          test::upload_bytes(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
-          test::upload_bytes(&dpages, init.data(), init.size());
-          WriteIndexerCacheParams g = p;
-          g.k = test::on_cuda(p.k, din.get());
-          g.slot_mapping = test::on_cuda(p.slot_mapping, dslots.get());
-          g.cache.pages = test::on_cuda(p.cache.pages, dpages.get());
-          st = write_indexer_cache(g, Exec{});
-          ASSERT_TRUE(st.ok()) << st.to_string();
-          DSATTN_TEST_CUDA(cudaDeviceSynchronize());
-          std::vector<uint8_t> pages_gpu(init.size());
-          DSATTN_TEST_CUDA(cudaMemcpy(pages_gpu.data(), dpages.get(), init.size(), cudaMemcpyDeviceToHost));
-          size_t first = pages_gpu.size();
-          for (size_t i = 0; i < pages_gpu.size(); ++i) {
-            if (pages_gpu[i] != pages_cpu[i]) {
-              first = i;
-              break;
-            }
-          }
-          ASSERT_EQ(first, pages_gpu.size()) << indexer_format_name(f) << " D=" << D << " S=" << S
+          size_t first = 0;
+          first_difference(wc, p, &WriteIndexerCacheParams::k, write_indexer_cache, &first);
+          if (HasFatalFailure()) return;
+          ASSERT_EQ(first, wc.init.size()) << indexer_format_name(f) << " D=" << D << " S=" << S
                                              << " bf16=" << c.bf16 << " i64=" << c.i64 << ": first differing byte";
         }
       }
@@ -153,64 +178,36 @@ TEST(GpuCacheWriters, LatentBytesMatchCpu) {
         const int T = 120, kPages = 5, dqk = latent_dqk(f);
         const int64_t stride = latent_min_page_bytes(f, P) + (P % 2 ? 0 : 656);  // some padded strides
         const int64_t num_slots = int64_t(kPages) * P;
-        std::vector<float> x = hard_inputs(T, dqk, 64, seed);
-        std::vector<uint16_t> xb(x.size());
-        for (size_t i = 0; i < x.size(); ++i) xb[i] = codec::f32_to_bf16(x[i]);
+        WriterCase wc;
+        wc.x = hard_inputs(T, dqk, 64, seed);
+        wc.T = T;
+        wc.dim = dqk;
+        wc.bf16 = c.bf16;
+        wc.i64 = c.i64;
+        wc.num_pages = kPages;
+        wc.stride = stride;
         std::mt19937 rng(seed);
         std::vector<int64_t> perm(num_slots);
         for (int64_t i = 0; i < num_slots; ++i) perm[i] = i;
         std::shuffle(perm.begin(), perm.end(), rng);
-        std::vector<int64_t> slots_cuda(T), slots_cpu(T);
         for (int t = 0; t < T; ++t) {
           int64_t s = t < num_slots ? perm[t] : -1;
           if (t % 9 == 2) s = -1;
           if (t % 10 == 7) s = num_slots;  // first out-of-range slot
-          slots_cuda[t] = s;
-          slots_cpu[t] = (s >= 0 && s < num_slots) ? s : -1;
+          wc.slots_cuda.push_back(s);
+          wc.slots_cpu.push_back((s >= 0 && s < num_slots) ? s : -1);
         }
-        std::vector<uint8_t> init(kPages * stride);
-        for (auto& b : init) b = static_cast<uint8_t>(rng());
+        wc.init.resize(kPages * stride);
+        for (auto& b : wc.init) b = static_cast<uint8_t>(rng());
 
         WriteLatentCacheParams p;
         p.cache.format = f;
         p.cache.tokens_per_page = P;
         p.cache.page_stride_bytes = stride;
-        const DType in_dt = c.bf16 ? DType::kBF16 : DType::kF32;
-        void* in_ptr = c.bf16 ? static_cast<void*>(xb.data()) : static_cast<void*>(x.data());
-        const size_t in_bytes = c.bf16 ? xb.size() * 2 : x.size() * 4;
-
-        std::vector<uint8_t> pages_cpu = init;
-        std::vector<int64_t> s64 = slots_cpu;
-        std::vector<int32_t> s32 = cast_slots<int32_t>(slots_cpu);
-        p.kv = make_tensor(in_ptr, in_dt, {T, dqk});
-        p.slot_mapping = c.i64 ? make_tensor(s64.data(), DType::kI64, {T}) : make_tensor(s32.data(), DType::kI32, {T});
-        p.cache.pages = make_tensor(pages_cpu.data(), DType::kU8, {kPages, stride});
-        Status st = write_latent_cache(p, Exec{});
-        ASSERT_TRUE(st.ok()) << st.to_string();
-
-        std::vector<int64_t> g64 = slots_cuda;
-        std::vector<int32_t> g32 = cast_slots<int32_t>(slots_cuda);
-        test::DevBuf din, dslots, dpages;
-        test::upload_bytes(&din, in_ptr, in_bytes);
-        test::upload_bytes(&dslots, c.i64 ? static_cast<void*>(g64.data()) : static_cast<void*>(g32.data()), T * (c.i64 ? 8 : 4));
-        test::upload_bytes(&dpages, init.data(), init.size());
-        WriteLatentCacheParams g = p;
-        g.kv = test::on_cuda(p.kv, din.get());
-        g.slot_mapping = test::on_cuda(p.slot_mapping, dslots.get());
-        g.cache.pages = test::on_cuda(p.cache.pages, dpages.get());
-        st = write_latent_cache(g, Exec{});
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        DSATTN_TEST_CUDA(cudaDeviceSynchronize());
-        std::vector<uint8_t> pages_gpu(init.size());
-        DSATTN_TEST_CUDA(cudaMemcpy(pages_gpu.data(), dpages.get(), init.size(), cudaMemcpyDeviceToHost));
-        size_t first = pages_gpu.size();
-        for (size_t i = 0; i < pages_gpu.size(); ++i) {
-          if (pages_gpu[i] != pages_cpu[i]) {
-            first = i;
-            break;
-          }
-        }
-        ASSERT_EQ(first, pages_gpu.size()) << latent_format_name(f) << " P=" << P << " bf16=" << c.bf16
+        size_t first = 0;
+        first_difference(wc, p, &WriteLatentCacheParams::kv, write_latent_cache, &first);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(first, wc.init.size()) << latent_format_name(f) << " P=" << P << " bf16=" << c.bf16
                                            << " i64=" << c.i64 << ": first differing byte";
       }
     }
