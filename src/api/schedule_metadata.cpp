@@ -30,23 +30,8 @@ Status validate(const ScheduleMetadataParams& p, int num_sms, detail::PagedIndex
 }
 
 detail::IndexerWork host_work(const ScheduleMetadataParams& p, const detail::PagedIndexerProblem& pb) {
-  detail::IndexerWork w;
-  w.mode = detail::IndexerMode::kPaged;
-  w.varlen = pb.varlen ? 1 : 0;
-  w.next_n = pb.next_n;
-  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
-  w.lens_per_row = pb.lens_per_row ? 1 : 0;
-  w.rows = pb.rows;
-  w.groups = pb.varlen ? pb.rows : pb.batch;
-  w.batch = INT64_MAX;
-  w.lens = p.context_lens.ptr<const int32_t>();
-  w.lens_s0 = p.context_lens.strides[0];
-  w.lens_s1 = p.context_lens.ndim > 1 ? p.context_lens.strides[1] : 0;
-  if (pb.varlen) {
-    w.row_request = p.row_request.ptr<const int32_t>();
-    w.rr_s0 = p.row_request.strides[0];
-  }
-  return w;
+  // The block table is not an argument here; the schedule only needs lengths.
+  return detail::paged_indexer_work(pb, p.context_lens, p.row_request, INT64_MAX);
 }
 
 // The host computation mirrors indexer_schedule_kernel (src/cuda/common/indexer_schedule.cu).

@@ -13,7 +13,9 @@
 #pragma once
 #include <cstdint>
 
+#include "api/problems.h"
 #include "dsattn/codecs.h"  // DSATTN_HD
+#include "dsattn/tensor.h"
 
 namespace dsattn {
 namespace detail {
@@ -44,6 +46,30 @@ struct IndexerWork {
   const int32_t* ke = nullptr;           // prefill: [M]
   int64_t ks_s0 = 0, ke_s0 = 0;
 };
+
+// The paged-mode work of a validated decode problem (host code: the CPU schedule, the schedule
+// kernel's and the indexer kernels' launchers). `batch` bounds varlen row_request entries (the
+// block-table rows); pass INT64_MAX where the block table is not known (schedule metadata).
+inline IndexerWork paged_indexer_work(const PagedIndexerProblem& pb, const TensorView& context_lens,
+                                      const TensorView& row_request, int64_t batch) {
+  IndexerWork w;
+  w.mode = IndexerMode::kPaged;
+  w.varlen = pb.varlen ? 1 : 0;
+  w.next_n = pb.next_n;
+  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
+  w.lens_per_row = (pb.varlen || pb.lens_per_row) ? 1 : 0;  // varlen lens are [R]
+  w.rows = pb.rows;
+  w.groups = pb.varlen ? pb.rows : pb.batch;
+  w.batch = batch;
+  w.lens = static_cast<const int32_t*>(context_lens.data);
+  w.lens_s0 = context_lens.ndim > 0 ? context_lens.strides[0] : 0;
+  w.lens_s1 = context_lens.ndim > 1 ? context_lens.strides[1] : 0;
+  if (pb.varlen) {
+    w.row_request = static_cast<const int32_t*>(row_request.data);
+    w.rr_s0 = row_request.strides[0];
+  }
+  return w;
+}
 
 struct RowWindow {
   int32_t lo, hi;      // states [lo, hi) are scored (hi <= lo: empty)

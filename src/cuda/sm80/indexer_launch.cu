@@ -195,22 +195,8 @@ Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, cons
                                  IndexerParams* p) {
   const IndexerCache& c = a.cache;
   const bool fp4 = c.format == IndexerFormat::kMxfp4;
-  detail::IndexerWork& w = p->work;
-  w.mode = detail::IndexerMode::kPaged;
-  w.varlen = pb.varlen ? 1 : 0;
-  w.next_n = pb.next_n;
-  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
-  w.lens_per_row = (pb.varlen || pb.lens_per_row) ? 1 : 0;
-  w.rows = pb.rows;
-  w.groups = pb.varlen ? pb.rows : pb.batch;
-  w.batch = pb.batch;
-  w.lens = a.context_lens.ptr<const int32_t>();
-  w.lens_s0 = a.context_lens.strides[0];
-  w.lens_s1 = a.context_lens.ndim > 1 ? a.context_lens.strides[1] : 0;
-  if (pb.varlen) {
-    w.row_request = a.row_request.ptr<const int32_t>();
-    w.rr_s0 = a.row_request.strides[0];
-  }
+  p->work = detail::paged_indexer_work(pb, a.context_lens, a.row_request, pb.batch);
+  const detail::IndexerWork& w = p->work;
   p->heads = pb.heads;
   p->heads_padded = (pb.heads + 15) / 16 * 16;
   p->head_dim = pb.head_dim;
@@ -298,22 +284,8 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
 }
 
 Status schedule_metadata(const ScheduleMetadataParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
-  detail::IndexerWork w;
-  w.mode = detail::IndexerMode::kPaged;
-  w.varlen = pb.varlen ? 1 : 0;
-  w.next_n = pb.next_n;
-  w.rows_per_group = pb.varlen ? 1 : pb.next_n;
-  w.lens_per_row = (pb.varlen || pb.lens_per_row) ? 1 : 0;
-  w.rows = pb.rows;
-  w.groups = pb.varlen ? pb.rows : pb.batch;
-  w.batch = INT64_MAX;  // the block table is not known here; the kernel checks row_request itself
-  w.lens = a.context_lens.ptr<const int32_t>();
-  w.lens_s0 = a.context_lens.ndim > 0 ? a.context_lens.strides[0] : 0;
-  w.lens_s1 = a.context_lens.ndim > 1 ? a.context_lens.strides[1] : 0;
-  if (pb.varlen) {
-    w.row_request = a.row_request.ptr<const int32_t>();
-    w.rr_s0 = a.row_request.strides[0];
-  }
+  // The block table is not known here; the kernel checks row_request itself.
+  const detail::IndexerWork w = detail::paged_indexer_work(pb, a.context_lens, a.row_request, INT64_MAX);
   const int partitions = static_cast<int>((a.metadata.numel() - detail::kIndexerMetaHeader) / 2 - 1);
   return cuda_status(launch_indexer_schedule(w, partitions, a.metadata.ptr<int32_t>(), static_cast<cudaStream_t>(ex.stream)),
                      "schedule_metadata", "indexer_schedule_kernel launch");
