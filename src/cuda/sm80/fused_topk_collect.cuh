@@ -91,33 +91,40 @@ __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
 // survivors writes them at the row's count plus the counts of the warps before it; thread j < rows
 // advances row j's count. The caller guarantees room (collector_reserve) and a barrier between this
 // call and the next use of the counts or of warp_app (the indexer's B1 / B2 are).
-__device__ __forceinline__ void collector_append_block(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                       int rows, int t0, int n, const float* scores, int ld,
-                                                       const detail::RowWindow* win) {
+// kRows: compile-time upper bound on rows (1 for the common N = 1 decode: no per-row guards).
+template <int kRows>
+__device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                      int rows, int t0, int n, const float* scores, int ld,
+                                                      const detail::RowWindow* win) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   const unsigned lt = (1u << lane) - 1u;
   for (int q0 = 0; q0 < n; q0 += blockDim.x) {
     if (q0 > 0) __syncthreads();  // previous step's counts and warp_app consumed
     const int q = q0 + threadIdx.x;
-    unsigned mask[kMaxPieceRows];
-    int cnt[kMaxPieceRows];
+    unsigned mask[kRows];
+    uint32_t key[kRows];
+    int cnt[kRows];
 #pragma unroll
-    for (int j = 0; j < kMaxPieceRows; ++j) {
+    for (int j = 0; j < kRows; ++j) {
       mask[j] = 0u;
+      key[j] = 0u;
       cnt[j] = 0;
       if (j < rows) {
         const CollectorRow st = sh.row[j];
         cnt[j] = st.cnt;
         bool app = false;
-        if (q < n && t0 + q >= win[j].lo && t0 + q < win[j].hi) app = topk_key(scores[j * ld + q]) > st.thr;
+        if (q < n && t0 + q >= win[j].lo && t0 + q < win[j].hi) {
+          key[j] = topk_key(scores[j * ld + q]);
+          app = key[j] > st.thr;
+        }
         mask[j] = __ballot_sync(0xffffffffu, app);
         if (lane == 0) sh.warp_app[j][warp] = __popc(mask[j]);
       }
     }
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < kMaxPieceRows; ++j) {
+    for (int j = 0; j < kRows; ++j) {
       if (j >= rows) break;
       const int c = lane < nwarps ? sh.warp_app[j][lane] : 0;
       if (mask[j] != 0u) {  // warp-uniform
@@ -125,7 +132,7 @@ __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b
         if (mask[j] & (1u << lane)) {
           const int pos = cnt[j] + before + __popc(mask[j] & lt);
           const int64_t base = b.half_offset(slot, j, sh.row[j].half);
-          b.key[base + pos] = topk_key(scores[j * ld + q]);
+          b.key[base + pos] = key[j];
           b.idx[base + pos] = t0 + q;
         }
       }
@@ -134,6 +141,16 @@ __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b
         if (lane == 0) sh.row[j].cnt = cnt[j] + total;  // every thread read cnt before the barrier
       }
     }
+  }
+}
+
+__device__ __forceinline__ void collector_append_block(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                       int rows, int t0, int n, const float* scores, int ld,
+                                                       const detail::RowWindow* win) {
+  if (rows == 1) {
+    collector_append_rows<1>(b, sh, slot, 1, t0, n, scores, ld, win);
+  } else {
+    collector_append_rows<kMaxPieceRows>(b, sh, slot, rows, t0, n, scores, ld, win);
   }
 }
 

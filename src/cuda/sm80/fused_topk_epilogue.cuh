@@ -59,34 +59,49 @@ struct MetaSlots {
   const int32_t* meta = nullptr;  // [indexer_meta_size(partitions)]
   int partitions = 0;
 
-  // Largest partition p in [0, partitions) whose first position is <= (g, u).
-  __device__ __forceinline__ int64_t partition_of(int64_t g, int64_t u) const {
+  // Largest partitions p in [0, partitions) whose first position is <= (g, u0) and <= (g, u1):
+  // the positions are monotone, so that is the count of such partitions - 1, counted by the whole
+  // block in parallel (one load per thread and chunk instead of a chain of dependent loads).
+  // Block-wide: every thread calls it with the same arguments.
+  __device__ __forceinline__ void partitions_of(int64_t g, int64_t u0, int64_t u1, int64_t* p0, int64_t* p1) const {
     const int32_t* pairs = meta + detail::kIndexerMetaHeader;
-    int64_t lo = 0, hi = partitions - 1;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      const int64_t pg = pairs[2 * mid], pu = pairs[2 * mid + 1];
-      if (pg < g || (pg == g && pu <= u)) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
+    int c0 = 0, c1 = 0;
+    for (int base = 0; base < partitions; base += blockDim.x) {
+      const int p = base + threadIdx.x;
+      bool le0 = false, le1 = false;
+      if (p < partitions) {
+        const int64_t pg = pairs[2 * p], pu = pairs[2 * p + 1];
+        le0 = pg < g || (pg == g && pu <= u0);
+        le1 = pg < g || (pg == g && pu <= u1);
       }
+      c0 += __syncthreads_count(le0);
+      c1 += __syncthreads_count(le1);
     }
-    return lo;
+    *p0 = c0 > 0 ? c0 - 1 : 0;
+    *p1 = c1 > 0 ? c1 - 1 : 0;
   }
 
+  // Row r's window length (no slot lookup).
+  __device__ __forceinline__ int length(int64_t r) const {
+    const int64_t g = r / work.rows_per_group;
+    const detail::RowWindow rw = detail::indexer_row_window(work, g, static_cast<int>(r % work.rows_per_group));
+    return rw.hi > rw.lo ? rw.hi - rw.lo : 0;
+  }
+
+  // Block-wide (see partitions_of).
   __device__ __forceinline__ void get(int64_t r, int64_t* s0, int64_t* s1, int* j, int* len) const {
     const int64_t g = r / work.rows_per_group;
     *j = static_cast<int>(r % work.rows_per_group);
-    const detail::RowWindow rw = detail::indexer_row_window(work, g, *j);
-    *len = rw.hi > rw.lo ? rw.hi - rw.lo : 0;
+    *len = length(r);
     const int64_t units = detail::indexer_group_units(work, g);
-    if (units <= 0 || *len == 0) {
+    if (units <= 0 || *len == 0) {  // block-uniform
       *s0 = *s1 = 0;
       return;
     }
-    *s0 = partition_of(g, 0) + g;
-    *s1 = partition_of(g, units - 1) + g + 1;
+    int64_t p0, p1;
+    partitions_of(g, 0, units - 1, &p0, &p1);
+    *s0 = p0 + g;
+    *s1 = p1 + g + 1;
   }
 };
 
