@@ -28,7 +28,9 @@ struct TopkShape {
 int topk_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--shape ROWSxWIDTH ...]\n"
-      "                         [--max-direct N] [--min-chunk N]   (split-policy tuning)\n"
+      "                         [--max-direct N] [--min-chunk N] [--filter-min N]   (plan tuning;\n"
+      "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
+      "                         0: never)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n");
   return rc;
@@ -57,6 +59,9 @@ int run_topk(const std::vector<std::string>& args) {
       cuda::topk_tuning().max_direct = std::atoi(args[++i].c_str());
     } else if (a == "--min-chunk" && has_next) {
       cuda::topk_tuning().min_chunk = std::atoi(args[++i].c_str());
+    } else if (a == "--filter-min" && has_next) {
+      cuda::topk_tuning().filter_min_width = std::atoi(args[++i].c_str());
+      cuda::topk_tuning().filter_max_rows = 0;  // any number of rows
     } else if (a == "--bf16") {
       bf16 = true;
     } else if (a == "--shape" && has_next) {
@@ -120,7 +125,10 @@ int run_topk(const std::vector<std::string>& args) {
     cuda::TopkPlan plan;
     char plan_str[64] = "?";
     if (cuda::topk_device_limits(ex, &lim).ok() && cuda::plan_topk(s.rows, s.width, k, lim, &plan).ok()) {
-      if (plan.direct) {
+      if (plan.filter) {
+        std::snprintf(plan_str, sizeof(plan_str), "filter: %d tiles of %d%s", plan.f_tiles, 512 * plan.f_per,
+                      plan.f_digit2 ? ", 2 digits" : "");
+      } else if (plan.direct) {
         std::snprintf(plan_str, sizeof(plan_str), "direct");
       } else {
         std::snprintf(plan_str, sizeof(plan_str), "%d chunks of %d, %d merge levels", plan.chunks, plan.chunk_len,

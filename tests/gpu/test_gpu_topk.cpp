@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/indexer_test_util.h"
+#include "cuda/common/topk_plan.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 #include "gpu/topk_test_util.h"
@@ -490,6 +491,119 @@ TEST(GpuTopk, CudaGraphReplay) {
     cudaGraphDestroy(graph);
     cudaStreamDestroy(st);
   }
+}
+
+// Sets the width from which rows take the threshold-filter plan (any number of rows), for one scope.
+struct FilterMinWidth {
+  cuda::TopkTuning saved;
+  explicit FilterMinWidth(int v) : saved(cuda::topk_tuning()) {
+    cuda::topk_tuning().filter_min_width = v;
+    cuda::topk_tuning().filter_max_rows = 0;
+  }
+  ~FilterMinWidth() { cuda::topk_tuning() = saved; }
+};
+
+// The plan topk takes for rows x width (k) on this device.
+cuda::TopkPlan device_plan(int64_t rows, int64_t width, int k) {
+  cuda::TopkDeviceLimits lim;
+  cuda::TopkPlan plan;
+  EXPECT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
+  EXPECT_TRUE(cuda::plan_topk(rows, width, k, lim, &plan).ok());
+  return plan;
+}
+
+// Most cases above are wide enough for the threshold-filter plan; these keep the direct and split
+// plans (the filter off) covered.
+TEST(GpuTopk, DirectAndSplitPlansWithoutFilter) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FilterMinWidth off(0);
+  Rng rng(30);
+  ASSERT_TRUE(device_plan(37, 6000, 512).direct);
+  Case c;
+  c.rows = 37;
+  c.width = 6000;
+  c.k = 512;
+  c.values = true;
+  run_case(c, normals(rng, c.rows * c.width), {}, 3000);
+  // Split, ties across chunk boundaries, sorted.
+  Case l;
+  l.rows = 1;
+  l.width = 200000;
+  l.k = 2048;
+  l.sorted = true;
+  ASSERT_FALSE(device_plan(l.rows, l.width, l.k).direct);
+  ASSERT_FALSE(device_plan(l.rows, l.width, l.k).filter);
+  run_case(l, coarse(rng, l.width, 3), {}, 3001);
+  // Split with a merge level, bounds, values, slot ids.
+  Case m;
+  m.rows = 2;
+  m.width = 1 << 20;
+  m.k = 1024;
+  m.values = true;
+  m.bounds = true;
+  m.slots = true;
+  ASSERT_GT(device_plan(m.rows, m.width, m.k).levels, 0);
+  run_case(m, normals(rng, m.rows * m.width), {1 << 20, 500000}, 3002);
+  // Split rows of NaN / infinities.
+  Case n;
+  n.rows = 3;
+  n.width = 70000;
+  n.k = 512;
+  n.values = true;
+  std::vector<float> v = normals(rng, n.rows * n.width);
+  for (int64_t i = 0; i < n.width; ++i) {
+    v[i] = kNaN;
+    v[n.width + i] = (i % 3 == 0) ? -kInf : kNaN;
+  }
+  run_case(n, v, {}, 3003);
+}
+
+// The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows
+// emit 0..len-1, the others filter), sorted, values, bf16.
+TEST(GpuTopk, FilterPlanAroundK) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FilterMinWidth on(1);
+  Rng rng(31);
+  for (int k : {1, 100, 512, 2048}) {
+    Case c;
+    c.rows = 10;
+    c.width = 3 * k + 16;  // wider than 2 * round_up(k, 4) for every k
+    c.k = k;
+    c.bounds = true;
+    c.values = true;
+    c.sorted = k != 100;
+    ASSERT_TRUE(device_plan(c.rows, c.width, c.k).filter) << k;
+    run_case(c, normals(rng, c.rows * c.width), {0, 1, k - 1, k, k + 1, 2 * k, 3 * k + 16, 2}, 3100 + k);
+    c.bf16 = true;
+    run_case(c, normals(rng, c.rows * c.width), {}, 3200 + k);
+  }
+}
+
+// Filter plan rows of every kind in one launch: candidates that fit (normal), heavy ties at the
+// threshold (the final kernel streams the row), constant, all NaN, and a row wide enough for the
+// second histogram digit whose ties still overflow.
+TEST(GpuTopk, FilterPlanMixedRows) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Rng rng(32);
+  Case c;
+  c.rows = 5;
+  c.width = 300000;
+  c.k = 2048;
+  c.values = true;
+  c.sorted = true;
+  c.repeats = 2;
+  const cuda::TopkPlan plan = device_plan(c.rows, c.width, c.k);
+  ASSERT_TRUE(plan.filter);
+  ASSERT_TRUE(plan.f_digit2);
+  std::vector<float> v = normals(rng, c.rows * c.width);
+  const std::vector<float> ties = coarse(rng, c.width, 20);
+  for (int64_t i = 0; i < c.width; ++i) {
+    v[1 * c.width + i] = ties[i];    // ~15000 copies of each value: overflow after both digits
+    v[2 * c.width + i] = 0.75f;      // constant: the first k
+    v[3 * c.width + i] = kNaN;       // all NaN: the first k
+    if (i % 1000 == 7) v[4 * c.width + i] = kInf;  // 300 infinities, then normals
+  }
+  run_case(c, v, {}, 3300);
 }
 
 TEST(GpuTopk, ZeroRowsAndZeroWidth) {

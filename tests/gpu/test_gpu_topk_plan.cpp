@@ -19,7 +19,18 @@ constexpr TopkDeviceLimits kH200{132, 232448 - 1024};
 // sm_120 configuration: 99 KiB.
 constexpr TopkDeviceLimits kSm120{188, 101376 - 1024};
 
+// Sets the width from which rows take the threshold-filter plan (any number of rows), for one scope.
+struct FilterMinWidth {
+  cuda::TopkTuning saved;
+  explicit FilterMinWidth(int v) : saved(cuda::topk_tuning()) {
+    cuda::topk_tuning().filter_min_width = v;
+    cuda::topk_tuning().filter_max_rows = 0;
+  }
+  ~FilterMinWidth() { cuda::topk_tuning() = saved; }
+};
+
 TEST(GpuTopkPlan, H200HandComputed) {
+  FilterMinWidth off(0);  // the direct / split plans
   TopkPlan p;
   // k = 2048: kc = k_pad = 2048, mlist 4096 entries; region = 4096 + 2 * 4096 words;
   // cap = (231424 / 4 - 12288 - 8) / 256 * 256 = 45312 keys.
@@ -50,6 +61,59 @@ TEST(GpuTopkPlan, H200HandComputed) {
   EXPECT_EQ(p.final_n, 10240);
 }
 
+TEST(GpuTopkPlan, H200FilterHandComputed) {
+  FilterMinWidth on(4096);  // independent of the default
+  TopkPlan p;
+  // One 64K row, k = 2048: 65536 / (512 * 4 * 132) < 1 -> 1 state per thread, 128 tiles of 512.
+  // mcap = min(fit, max(4 * 2048, 8192)) = 8192, fit = (57856 - 12288 - 2048 - 32) / 2 / 256 * 256
+  // = 21504. Workspace: ghist 16384 B, counters 16 -> 256 (zeroed: 16640), record 256, tile
+  // offsets / counts 512 each, candidates 2 x 32768 -> 83456 B.
+  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.filter);
+  EXPECT_FALSE(p.direct);
+  EXPECT_EQ(p.f_per, 1);
+  EXPECT_EQ(p.f_tiles, 128);
+  EXPECT_EQ(p.f_mcap, 8192);
+  EXPECT_FALSE(p.f_digit2);
+  EXPECT_EQ(p.f_zero_bytes, 16640u);
+  EXPECT_EQ(p.f_off_cand_idx, 50688u);
+  EXPECT_EQ(p.workspace_bytes, 83456u);
+  EXPECT_EQ(p.smem_filter_final, size_t(2 * 8192 + 2048 + 32 + 12288) * 4);
+  // 128 x 32K: 4194304 / 270336 -> 16, capped at 8 per thread: 8 tiles of 4096 per row.
+  ASSERT_TRUE(plan_topk(128, 32768, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.filter);
+  EXPECT_EQ(p.f_per, 8);
+  EXPECT_EQ(p.f_tiles, 8);
+  // 4M states: 1024 tiles of 4096, the second digit on (>= 262144 states).
+  ASSERT_TRUE(plan_topk(1, 4194304, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.filter);
+  EXPECT_EQ(p.f_tiles, 1024);
+  EXPECT_TRUE(p.f_digit2);
+  // Rows no wider than 2k stay direct.
+  ASSERT_TRUE(plan_topk(128, 4096, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.filter);
+  EXPECT_TRUE(p.direct);
+  // k = 4096 at 99 KiB: no room for 2k candidates next to the select region -> split plan.
+  ASSERT_TRUE(plan_topk(3, 150001, 4096, kSm120, &p).ok());
+  EXPECT_FALSE(p.filter);
+}
+
+TEST(GpuTopkPlan, DefaultFilterPolicy) {
+  // Default: the filter plan for at most 4 rows of at least 262144 states (H200 measurements).
+  TopkPlan p;
+  ASSERT_TRUE(plan_topk(1, 1048576, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.filter);
+  ASSERT_TRUE(plan_topk(4, 262144, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.filter);
+  ASSERT_TRUE(plan_topk(1, 262143, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.filter);
+  ASSERT_TRUE(plan_topk(5, 1048576, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.filter);
+  ASSERT_TRUE(plan_topk(128, 32768, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.filter);
+  EXPECT_TRUE(p.direct);
+}
+
 TEST(GpuTopkPlan, RejectsOutOfRangeK) {
   TopkPlan p;
   EXPECT_FALSE(plan_topk(1, 100, 0, kH200, &p).ok());
@@ -76,7 +140,9 @@ TEST(GpuTopkPlan, SmallBudgetDropsTheMlist) {
 }
 
 TEST(GpuTopkPlan, InvariantsOverShapes) {
+  for (int filter_min : {0, 4096, 1})
   for (const TopkDeviceLimits& lim : {kH200, kSm120}) {
+    FilterMinWidth fm(filter_min);
     for (int k : {1, 7, 512, 1000, 2048, 4096}) {
       for (int64_t rows : {1, 2, 37, 128, 1000}) {
         for (int64_t width : {0, 1, 100, 8192, 65536, 100000, 1 << 20, 3000001}) {
@@ -87,6 +153,20 @@ TEST(GpuTopkPlan, InvariantsOverShapes) {
           EXPECT_GE(p.kc, k);
           EXPECT_GE(p.k_pad, k);
           EXPECT_LE(p.smem_final, smem_max);
+          if (p.filter) {
+            EXPECT_GT(filter_min, 0);
+            EXPECT_GT(width, 2 * p.kc);
+            EXPECT_GE(p.f_per, 1);
+            EXPECT_LE(p.f_per, 8);
+            EXPECT_GE(int64_t(p.f_tiles) * 512 * p.f_per, width);
+            EXPECT_LT(int64_t(p.f_tiles - 1) * 512 * p.f_per, width);
+            EXPECT_GE(p.f_mcap, 2 * p.kc);
+            EXPECT_LE(p.smem_filter_final, smem_max);
+            EXPECT_GE(p.f_zero_bytes, size_t(rows) * (4096 + 4) * 4);
+            EXPECT_GE(p.f_off_cand_key, p.f_off_tile_cnt + size_t(rows) * p.f_tiles * 4);
+            EXPECT_GE(p.workspace_bytes, p.f_off_cand_idx + size_t(rows) * p.f_mcap * 4);
+            continue;
+          }
           if (p.direct) {
             EXPECT_LE(width, p.cap);
             EXPECT_EQ(p.workspace_bytes, 0u);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "api/validate.h"
+#include "cuda/common/topk_filter.cuh"
 #include "cuda/common/topk_launch.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -86,6 +87,48 @@ Status plan_common(int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
   }
   return Status::Ok();
 }
+// Threshold-filter plan (topk_filter.cuh). False (plan unchanged) when it does not apply.
+bool plan_filter(int64_t rows, int64_t W, const TopkDeviceLimits& lim, TopkPlan* plan) {
+  // Tiles of 512 x per states: about 4 CTAs of 512 threads per SM over the whole problem, at most
+  // 8 states per thread.
+  const int64_t per = std::min<int64_t>(kFilterMaxPer, std::max<int64_t>(1, ceil_div(rows * W, int64_t(kFilterThreads) * 4 * lim.num_sms)));
+  const int64_t tiles = ceil_div(W, kFilterThreads * per);
+  if (tiles > 65535) return false;
+  // Candidates the final kernel holds: up to 8192 (4k for k > 2048), as the shared memory allows.
+  const int64_t fit = ((lim.smem_max / 4 - region_words(plan->k_pad, plan->m_cap) - 2 * kFilterBatch - 32) / 2) / 256 * 256;
+  const int64_t mcap = std::min<int64_t>(fit, std::max<int64_t>(4 * plan->kc, 8192));
+  if (mcap < 2 * plan->kc) return false;
+  auto al = [](size_t v) { return align_up(v, 256); };
+  const size_t R = static_cast<size_t>(rows);
+  const bool digit2 = W >= 262144;
+  size_t off = al(R * kBins1 * 4);
+  plan->f_off_ghist2 = off;
+  if (digit2) off += al(R * kBins2 * 4);
+  plan->f_off_counters = off;
+  off += al(R * 4 * 4);
+  plan->f_zero_bytes = off;
+  plan->f_off_rec = off;
+  off += al(R * kRecWords * 4);
+  plan->f_off_tile_off = off;
+  off += al(R * static_cast<size_t>(tiles) * 4);
+  plan->f_off_tile_cnt = off;
+  off += al(R * static_cast<size_t>(tiles) * 4);
+  plan->f_off_cand_key = off;
+  off += al(R * static_cast<size_t>(mcap) * 4);
+  plan->f_off_cand_idx = off;
+  off += al(R * static_cast<size_t>(mcap) * 4);
+  if (off > (size_t(256) << 20)) return false;  // many rows: the direct / split plans need no such buffers
+  plan->filter = true;
+  plan->direct = false;
+  plan->f_per = static_cast<int>(per);
+  plan->f_tiles = static_cast<int>(tiles);
+  plan->f_mcap = static_cast<int>(mcap);
+  plan->f_digit2 = digit2;
+  plan->smem_filter_final = filter_final_smem_bytes(plan->f_mcap, plan->k_pad, plan->m_cap);
+  plan->workspace_bytes = off;
+  return true;
+}
+
 }  // namespace
 
 Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
@@ -98,6 +141,10 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   DSATTN_RETURN_IF_ERROR(plan_common(k, lim, plan));
   const int64_t W = std::max<int64_t>(width, 0);
   const TopkTuning& tune = topk_tuning();
+  if (tune.filter_min_width > 0 && rows > 0 && W >= tune.filter_min_width && W > 2 * int64_t(plan->kc) &&
+      (tune.filter_max_rows <= 0 || rows <= tune.filter_max_rows) && plan_filter(rows, W, lim, plan)) {
+    return Status::Ok();
+  }
   const int64_t direct_max = tune.max_direct > 0 ? std::min(tune.max_direct, plan->cap) : plan->cap;
   int64_t C = std::max<int64_t>(1, ceil_div(W, direct_max));
   // Few rows: split each over several CTAs (chunks of at least min_chunk positions) to fill the SMs.
@@ -122,6 +169,41 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
 }
 
 namespace {
+
+template <typename T>
+Status run_topk_filter(const TopkPlan& plan, int64_t rows, const T* logits, int64_t ld, const TopkRowBounds& rb,
+                       bool sorted, const TopkOutputs& out, const Exec& ex) {
+  const char* op = "topk";
+  cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
+  char* ws = static_cast<char*>(ex.workspace);
+  FilterWork w;
+  w.ghist = reinterpret_cast<uint32_t*>(ws);
+  w.ghist2 = reinterpret_cast<uint32_t*>(ws + plan.f_off_ghist2);
+  w.counters = reinterpret_cast<int32_t*>(ws + plan.f_off_counters);
+  w.rec = reinterpret_cast<int32_t*>(ws + plan.f_off_rec);
+  w.tile_off = reinterpret_cast<int32_t*>(ws + plan.f_off_tile_off);
+  w.tile_cnt = reinterpret_cast<int32_t*>(ws + plan.f_off_tile_cnt);
+  w.cand_key = reinterpret_cast<uint32_t*>(ws + plan.f_off_cand_key);
+  w.cand_idx = reinterpret_cast<int32_t*>(ws + plan.f_off_cand_idx);
+  w.per = plan.f_per;
+  w.tiles = plan.f_tiles;
+  w.mcap = plan.f_mcap;
+  DSATTN_CUDA_RETURN(op, cudaMemsetAsync(ws, 0, plan.f_zero_bytes, st));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.f_tiles));
+  topk_filter_hist_kernel<T><<<grid, kFilterThreads, 0, st>>>(logits, ld, rb, plan.k, w);
+  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_filter_hist_kernel"));
+  if (plan.f_digit2) {
+    topk_filter_hist2_kernel<T><<<grid, kFilterThreads, 0, st>>>(logits, ld, rb, plan.k, w);
+    DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_filter_hist2_kernel"));
+  }
+  topk_filter_kernel<T><<<grid, kFilterThreads, 0, st>>>(logits, ld, rb, plan.k, w);
+  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_filter_kernel"));
+  auto fin = topk_filter_final_kernel<T>;
+  DSATTN_RETURN_IF_ERROR(set_smem(fin, plan.smem_filter_final, op));
+  fin<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_filter_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
+                                                                               plan.m_cap, sorted, w, out);
+  return last_launch_status(op, "topk_filter_final_kernel");
+}
 
 template <typename T>
 Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPlan& plan, const Exec& ex) {
@@ -160,6 +242,7 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
     out.next_n = p.next_n;
     out.states_per_page = p.states_per_page;
   }
+  if (plan.filter) return run_topk_filter<T>(plan, pb.rows, logits, ld, rb, p.sorted, out, ex);
   if (plan.direct) {
     auto kern = topk_final_kernel<T, false>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));

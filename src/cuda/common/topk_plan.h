@@ -35,6 +35,16 @@ struct TopkPlan {
   size_t workspace_bytes = 0;
   size_t smem_chunk = 0, smem_final = 0;
   size_t smem_merge[kMaxLevels] = {};
+  // Threshold-filter plan (topk_filter.cuh), used instead of direct / split when `filter`.
+  bool filter = false;
+  int f_per = 0;       // states per thread and tile (tile = kFilterThreads * f_per)
+  int f_tiles = 0;     // tiles per row
+  int f_mcap = 0;      // candidates per row the final kernel holds
+  bool f_digit2 = false;  // second histogram kernel (bits 19..10) for very long rows
+  size_t f_zero_bytes = 0;  // leading workspace bytes zeroed before the histogram kernel
+  size_t f_off_ghist2 = 0, f_off_counters = 0, f_off_rec = 0, f_off_tile_off = 0, f_off_tile_cnt = 0;
+  size_t f_off_cand_key = 0, f_off_cand_idx = 0;
+  size_t smem_filter_final = 0;
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
@@ -47,6 +57,12 @@ struct TopkTuning {
   int min_chunk = 8192;
   int fill_div = 2;
   int max_direct = 0;  // 0: the shared-memory capacity
+  // Rows at least this wide (and wider than 2k) take the threshold-filter plan when there are at
+  // most filter_max_rows of them (0: any number); filter_min_width = 0 disables it. Default from
+  // the H200 (BENCHMARKS.md): the filter wins on single rows of 256K states and more, but costs
+  // ~30 us even on one 8K row and loses to the direct / split plans on many rows.
+  int filter_min_width = 262144;
+  int filter_max_rows = 4;
 };
 TopkTuning& topk_tuning();
 
