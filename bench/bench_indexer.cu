@@ -49,7 +49,8 @@ void check(const Status& s, const char* what) {
 }
 
 // Returns {time_us, bytes}.
-std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, cudaStream_t stream) {
+std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, cudaStream_t stream,
+                                     bool linear_pages = false) {
   const int rb = fp4 ? sh.D / 2 : sh.D;
   const int64_t stride = int64_t(sh.S) * (rb + 4);
   const int64_t ppr = (sh.ctx + sh.S - 1) / sh.S;
@@ -67,7 +68,7 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   for (int k = 0; k < sets; ++k) {
     auto* b = bt.data() + size_t(k) * set_pages;
     std::iota(b, b + set_pages, int32_t(k * set_pages));
-    std::shuffle(b, b + set_pages, rng);
+    if (!linear_pages) std::shuffle(b, b + set_pages, rng);
   }
   DeviceBuffer dbt(bt.size() * 4);
   DSATTN_BENCH_CHECK(cudaMemcpy(dbt.ptr, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
@@ -170,9 +171,10 @@ std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t 
 int run_indexer(const std::vector<std::string>& args) {
   if (has_flag(args, "--help") || has_flag(args, "-h")) {
     std::puts("usage: dsattn bench indexer [--quick] [--b LIST] [--ctx LIST] [--n LIST] [--s LIST] [--h LIST] [--d D]\n"
-              "                            [--fp4] [--smem BYTES] [--no-prefill]\n"
+              "                            [--fp4] [--smem BYTES] [--no-prefill] [--linear-pages]\n"
               "  LIST: comma-separated, K/M suffixes (e.g. --ctx 8K,32K). Default: B 1,32,128 x ctx 8K,32K,128K x\n"
-              "  N 1,2 x S 32,64 x H 32,64, D 128, plus the DeepGEMM reference rows and a 4K x 64K prefill row.");
+              "  N 1,2 x S 32,64 x H 32,64, D 128, plus the DeepGEMM reference rows and a 4K x 64K prefill row.\n"
+              "  Block tables are shuffled pages; --linear-pages gives each request consecutive pages.");
     return 0;
   }
   if (!cuda_available()) {
@@ -188,6 +190,7 @@ int run_indexer(const std::vector<std::string>& args) {
   std::vector<long> Ss = int_list(args, "--s", quick ? std::vector<long>{32, 64} : std::vector<long>{32, 64});
   std::vector<long> Hs = int_list(args, "--h", quick ? std::vector<long>{64} : std::vector<long>{32, 64});
   const long D = int_list(args, "--d", {128})[0];
+  const bool linear_pages = has_flag(args, "--linear-pages");
   cudaStream_t stream;
   DSATTN_BENCH_CHECK(cudaStreamCreate(&stream));
   cudaDeviceProp prop;
@@ -212,7 +215,7 @@ int run_indexer(const std::vector<std::string>& args) {
   }
   Table t({"B", "ctx", "N", "S", "H", "time us", "GB/s", "% copy"});
   for (const auto& sh : shapes) {
-    const auto r = run_decode(sh, fp4, smem, stream);
+    const auto r = run_decode(sh, fp4, smem, stream, linear_pages);
     const double gbs = r.second / (r.first * 1e-6) / 1e9;
     t.add({std::to_string(sh.B), std::to_string(sh.ctx), std::to_string(sh.N), std::to_string(sh.S),
            std::to_string(sh.H), fmt("%.1f", r.first), fmt("%.0f", gbs), fmt("%.1f", 100.0 * gbs / copy)});
