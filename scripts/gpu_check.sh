@@ -76,6 +76,10 @@ fi
 if [ $BENCH -eq 1 ]; then
   Q=""; [ $QUICK -eq 1 ] && Q="--quick"
   step bench_indexer bench_indexer.log "$BIN/dsattn" bench indexer $Q
+  # The same table on the portable (mma.sync) kernel, for comparison on Hopper (the default there
+  # is the wgmma kernel wherever it applies).
+  step bench_indexer_portable bench_indexer_portable.log env DSATTN_INDEXER_KERNEL=portable \
+    "$BIN/dsattn" bench indexer $Q
   # Benchmarks other contributors add; skipped when this build does not have them.
   for b in "topk" "indexer --fused"; do
     log="bench_$(echo "$b" | tr -d ' -' ).log"

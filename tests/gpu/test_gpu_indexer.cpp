@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include "dsattn/formats.h"
 #include "dsattn/ops.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/topk_test_util.h"
 
 namespace dsattn {
 namespace {
@@ -25,6 +27,47 @@ namespace codec = dsattn::codec;
 
 #define SKIP_WITHOUT_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+#ifndef DSATTN_HAS_SM90A
+#define DSATTN_HAS_SM90A 0
+#endif
+
+// The indexer kernel a call runs on (DSATTN_INDEXER_KERNEL, read per call): nullptr = default.
+struct KernelEnv {
+  explicit KernelEnv(const char* k) {
+    if (k) setenv("DSATTN_INDEXER_KERNEL", k, 1);
+    else unsetenv("DSATTN_INDEXER_KERNEL");
+  }
+  ~KernelEnv() { unsetenv("DSATTN_INDEXER_KERNEL"); }
+};
+
+// An sm_90 device and a build with sm_90a code: the Hopper (wgmma) kernel exists here.
+bool hopper() {
+  if (!DSATTN_HAS_SM90A || !cuda_available()) return false;
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
+// Kernels a case runs on: where the Hopper kernel exists, the cases it takes run forced onto it
+// ("wgmma" fails loudly if it declines) and again on the portable kernel; elsewhere the default.
+std::vector<const char*> kernels_for(bool hopper_eligible) {
+  if (!hopper()) return {nullptr};
+  if (hopper_eligible) return {"wgmma", "portable"};
+  return {"portable"};
+}
+
+// run(c) once per kernel of kernels_for(c0.hopper_eligible()), with c.kernel set.
+template <class Case, class Fn>
+void on_each_kernel(const Case& c0, Fn&& run) {
+  for (const char* k : kernels_for(c0.hopper_eligible())) {
+    Case c = c0;
+    c.kernel = k;
+    run(c);
+  }
+}
 
 enum class LensMode { k2D, k1D, kVarlen };
 
@@ -42,11 +85,19 @@ struct IdxCase {
   int bad_pages = 0;       // block-table entries (within lengths) pointing outside the cache
   int reps = 1;            // extra runs checked for bitwise identity
   uint64_t seed = 1;
+  const char* kernel = nullptr;  // DSATTN_INDEXER_KERNEL for this run (set by run_case)
+  // The Hopper kernel takes it: FP8, D = 128, H <= 64, S % 8 == 0, 16-byte aligned pages. A forced
+  // shared-memory budget stands for the sm_120 configuration: the portable kernel.
+  bool hopper_eligible() const {
+    const int64_t stride = int64_t(S) * (D + 4) + pad_stride;
+    return fmt == IndexerFormat::kFp8 && D == 128 && H <= 64 && S % 8 == 0 && stride % 16 == 0 && smem_budget == 0;
+  }
   std::string name() const {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), "%s B%d N%d H%d D%d S%d lens%d ctx%d pad%d bf16%d clean%d smem%d empty%d bad%d",
+    char buf[300];
+    std::snprintf(buf, sizeof(buf),
+                  "%s B%d N%d H%d D%d S%d lens%d ctx%d pad%d bf16%d clean%d smem%d empty%d bad%d kernel %s",
                   fmt == IndexerFormat::kFp8 ? "fp8" : "mxfp4", B, N, H, D, S, int(lens), max_ctx, pad_stride,
-                  bf16, clean, smem_budget, empty_row, bad_pages);
+                  bf16, clean, smem_budget, empty_row, bad_pages, kernel ? kernel : "default");
     return buf;
   }
 };
@@ -290,6 +341,7 @@ std::vector<float> download_logits(const IdxCase& c, const HostIdx& h, const Dev
 
 Status run_paged(const IdxCase& c, const HostIdx& h, DevIdx& d, const PagedMqaLogitsParams& p, cudaStream_t st = nullptr) {
   (void)h;
+  const KernelEnv env(c.kernel);
   Exec ex;
   ex.backend = Backend::kCuda;
   ex.stream = st;
@@ -330,7 +382,11 @@ void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& 
   EXPECT_LE(rel, tol) << c.name();
 }
 
-void run_case(const IdxCase& c) {
+void run_case_on(const IdxCase& c);
+
+void run_case(const IdxCase& c0) { on_each_kernel(c0, run_case_on); }
+
+void run_case_on(const IdxCase& c) {
   HostIdx h;
   build_case(c, &h);
   DevIdx d;
@@ -387,7 +443,8 @@ TEST(GpuIndexer, Fp8HeadDims) {
 
 TEST(GpuIndexer, Fp8OddPageSizes) {
   SKIP_WITHOUT_GPU();
-  for (int S : {1, 2, 48, 96, 128, 256}) {
+  // 8, 24, 40: the Hopper kernel's smallest copy box (8 states); 48, 96: boxes of 16 / 32.
+  for (int S : {1, 2, 8, 24, 40, 48, 96, 128, 256}) {
     IdxCase c;
     c.S = S; c.N = 2; c.H = 32; c.max_ctx = S == 1 ? 150 : 900; c.seed = 500 + S;
     run_case(c);
@@ -431,6 +488,120 @@ TEST(GpuIndexer, SmemBudget99K) {
   IdxCase c;
   c.smem_budget = 101376; c.fmt = IndexerFormat::kMxfp4; c.N = 8; c.B = 2; c.max_ctx = 300; c.seed = 1010;
   run_case(c);
+}
+
+// next_n up to 8 at the device maximum (the Hopper kernel scores 2 rows per MMA: up to 4 passes).
+TEST(GpuIndexer, Fp8ManyRows) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {4, 5, 8}) {
+    IdxCase c;
+    c.N = N; c.H = 64; c.B = 3; c.max_ctx = 500; c.seed = 1300 + N;
+    run_case(c);
+  }
+  IdxCase c;
+  c.N = 7; c.H = 24; c.B = 2; c.max_ctx = 500; c.seed = 1310;  // 24 heads pad to 32: 4 rows per MMA
+  run_case(c);
+}
+
+// Few partitions and no CTA split (DSATTN_INDEXER_SPLIT=1): each CTA streams hundreds of tiles, so
+// every pipeline stage is reused many times (mbarrier phases wrap) and groups change mid-stream.
+TEST(GpuIndexer, LongRunsPerCta) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c0;
+  c0.B = 3; c0.N = 2; c0.S = 32; c0.max_ctx = 30000; c0.seed = 1600;
+  for (const char* k : kernels_for(c0.hopper_eligible())) {
+    IdxCase c = c0;
+    c.kernel = k;
+    HostIdx h;
+    build_case(c, &h);
+    DevIdx d;
+    upload(h, d, false);
+    PagedMqaLogitsParams p = make_params(c, h, d);
+    const int parts = 2;
+    d.sched.alloc(size_t(schedule_metadata_size(parts)) * 4);
+    p.schedule = test::dev_tensor(d.sched, DType::kI32, {schedule_metadata_size(parts)});
+    ScheduleMetadataParams sp;
+    sp.context_lens = p.context_lens;
+    sp.next_n = c.N;
+    sp.states_per_page = c.S;
+    sp.num_sms = parts;
+    sp.metadata = p.schedule;
+    Exec ex;
+    ex.backend = Backend::kCuda;
+    ASSERT_TRUE(schedule_metadata(sp, ex).ok());
+    setenv("DSATTN_INDEXER_SPLIT", "1", 1);
+    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+    const Status st = run_paged(c, h, d, p);
+    unsetenv("DSATTN_INDEXER_SPLIT");
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    check_logits(c, h, download_logits(c, h, d), reference(c, h));
+  }
+}
+
+// DSATTN_INDEXER_KERNEL=wgmma on a problem the Hopper kernel does not take is an error that says why.
+TEST(GpuIndexer, ForcedWgmmaDeclinesWithReason) {
+  SKIP_WITHOUT_GPU();
+  IdxCase c;
+  c.D = 64; c.B = 1; c.max_ctx = 100; c.seed = 1400;
+  HostIdx h;
+  build_case(c, &h);
+  DevIdx d;
+  upload(h, d, false);
+  c.kernel = "wgmma";
+  const Status s = run_paged(c, h, d, make_params(c, h, d));
+  ASSERT_EQ(s.code, Code::kNotImplemented) << s.to_string();
+  const std::string want = hopper() ? "head dim 128 expected, got 64" : "Hopper (wgmma) indexer kernel: ";
+  EXPECT_NE(s.message.find("paged_mqa_logits"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find(want), std::string::npos) << s.message;
+}
+
+// The fused top-k on each kernel: a correct top-k of the reference scores (tolerance: the logits'
+// error bound, 2e-4 of the row's largest magnitude).
+TEST(GpuIndexer, FusedTopkOnEachKernel) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {1, 2}) {
+    IdxCase c;
+    c.B = 3; c.N = N; c.S = N == 1 ? 64 : 32; c.max_ctx = 5000; c.seed = 1500 + N;
+    HostIdx h;
+    build_case(c, &h);
+    DevIdx d;
+    upload(h, d, false);
+    const std::vector<double> ref = reference(c, h);
+    const int k = 512;
+    for (const char* kern : kernels_for(c.hopper_eligible())) {
+      const KernelEnv env(kern);
+      PagedMqaTopkParams p;
+      static_cast<PagedIndexerArgs&>(p) = make_params(c, h, d);
+      DevBuf idx;
+      idx.alloc(size_t(h.R) * k * 4);
+      p.k = k;
+      p.indices = test::dev_tensor(idx, DType::kI32, {h.R, k});
+      Exec ex;
+      ex.backend = Backend::kCuda;
+      size_t wsb = 0;
+      ASSERT_TRUE(paged_mqa_topk_workspace(p, ex, &wsb).ok());
+      DevBuf ws;
+      ws.alloc(wsb + 16);
+      ex.workspace = ws.get();
+      ex.workspace_bytes = ws.bytes();
+      const Status st = paged_mqa_topk(p, ex);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<int32_t> got = idx.download<int32_t>(size_t(h.R) * k);
+      for (int r = 0; r < h.R; ++r) {
+        const int len = h.row_ctx[r];
+        std::vector<float> row(static_cast<size_t>(len));
+        float amax = 0.f;
+        for (int t = 0; t < len; ++t) {
+          row[t] = float(ref[size_t(r) * h.width + t]);
+          if (std::isfinite(row[t])) amax = std::max(amax, std::fabs(row[t]));
+        }
+        EXPECT_TRUE(testing_gpu::is_topk(row.data(), len, k, &got[size_t(r) * k], 2e-4f * amax))
+            << "row " << r << " kernel " << (kern ? kern : "default") << " N" << N;
+      }
+    }
+  }
 }
 
 TEST(GpuIndexer, Mxfp4) {
@@ -483,9 +654,16 @@ struct PrefillCase {
   bool compressed = false, clean = true;
   int smem_budget = 0;
   uint64_t seed = 1;
+  const char* kernel = nullptr;
+  bool hopper_eligible() const { return fmt == IndexerFormat::kFp8 && D == 128 && H <= 64 && smem_budget == 0; }
 };
 
-void run_prefill_case(const PrefillCase& c) {
+void run_prefill_case_on(const PrefillCase& c);
+
+void run_prefill_case(const PrefillCase& c0) { on_each_kernel(c0, run_prefill_case_on); }
+
+void run_prefill_case_on(const PrefillCase& c) {
+  const KernelEnv env(c.kernel);
   std::mt19937_64 rng(c.seed);
   const bool fp4 = c.fmt == IndexerFormat::kMxfp4;
   const int Dq = fp4 ? c.D / 2 : c.D;
@@ -580,8 +758,9 @@ void run_prefill_case(const PrefillCase& c) {
       den += acc * acc;
     }
   }
-  EXPECT_EQ(bad, 0) << "M" << c.M << " Nk" << c.Nk << " compressed " << c.compressed;
-  EXPECT_LE(std::sqrt(num / std::max(den, 1e-300)), 2e-4);
+  const char* kname = c.kernel ? c.kernel : "default";
+  EXPECT_EQ(bad, 0) << "M" << c.M << " Nk" << c.Nk << " compressed " << c.compressed << " kernel " << kname;
+  EXPECT_LE(std::sqrt(num / std::max(den, 1e-300)), 2e-4) << "kernel " << kname;
 }
 
 TEST(GpuIndexer, PrefillMqaLogits) {
@@ -708,10 +887,17 @@ TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
 }
 
 // Metadata + logits captured once in a CUDA graph, replayed with new lengths and block tables.
+void graph_replay(const IdxCase& c);
+
 TEST(GpuIndexer, GraphReplay) {
   SKIP_WITHOUT_GPU();
   IdxCase c;
   c.B = 4; c.N = 2; c.max_ctx = 600; c.seed = 71;
+  on_each_kernel(c, graph_replay);
+}
+
+void graph_replay(const IdxCase& c0) {
+  IdxCase c = c0;
   HostIdx h;
   build_case(c, &h);
   DevIdx d;

@@ -15,6 +15,7 @@
 #include "cuda/sm80/fused_topk_epilogue.cuh"
 #include "cuda/sm80/fused_topk_merge.cuh"
 #include "cuda/sm80/indexer_launch.h"
+#include "cuda/sm90/indexer_wgmma_launch.h"
 
 namespace dsattn {
 namespace cuda {
@@ -25,6 +26,7 @@ extern template struct IndexerKernelOps<IndexerFormat::kFp8, 128, TopkEpilogue>;
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 32, TopkEpilogue>;
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 64, TopkEpilogue>;
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 128, TopkEpilogue>;
+extern template struct WgmmaKernelOps<TopkEpilogue>;
 
 namespace {
 
@@ -51,6 +53,7 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 struct FusedPlan {
   IndexerParams p;
   IndexerConfig cfg;
+  WgmmaPlan wg;  // wg.use: the Hopper kernel scores (cfg unused)
   int partitions = 0;
   bool own_schedule = false;
   int64_t slots = 0;
@@ -67,7 +70,8 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   int sms = 0, optin = 0;
   DSATTN_RETURN_IF_ERROR(device_limits(kOp, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
-  DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
+  DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(kOp, &f->p, budget, topk_epi_smem, &f->wg));
+  if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
   size_t meta_bytes = 0;
   if (a.schedule.defined()) {
     DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "schedule", a.schedule));
@@ -81,9 +85,10 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
   } else {
     int occ = 0;
-    const cudaError_t e = with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-      return ops.occupancy(f->cfg.warps * 32, f->cfg.smem, &occ);
-    });
+    const cudaError_t e = f->wg.use ? WgmmaKernelOps<TopkEpilogue>::occupancy(f->wg, &occ)
+                                    : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
+                                        return ops.occupancy(f->cfg.warps * 32, f->cfg.smem, &occ);
+                                      });
     DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
     f->partitions = sms * std::max(1, std::min(occ, 4));
     f->own_schedule = true;
@@ -166,9 +171,10 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   epi.buf.k = a.k;
   // Pieces that never run (no tile survives the state limit) must read as empty.
   DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(epi.buf.header, 0, f.hdr_bytes, stream));
-  const cudaError_t e = with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-    return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream);
-  });
+  const cudaError_t e = f.wg.use ? WgmmaKernelOps<TopkEpilogue>::launch(f.wg, f.p, epi, f.partitions, stream)
+                                 : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
+                                     return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream);
+                                   });
   DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "indexer_kernel<TopkEpilogue> launch"));
 
   MetaSlots slots;

@@ -12,6 +12,7 @@
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/indexer_schedule.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/sm90/indexer_wgmma_launch.h"
 
 namespace dsattn {
 namespace cuda {
@@ -22,6 +23,7 @@ extern template struct IndexerKernelOps<IndexerFormat::kFp8, 128, LogitsEpilogue
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 32, LogitsEpilogue>;
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 64, LogitsEpilogue>;
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 128, LogitsEpilogue>;
+extern template struct WgmmaKernelOps<LogitsEpilogue>;
 
 namespace {
 
@@ -49,6 +51,7 @@ size_t logits_epi_smem(const IndexerParams& p) { return LogitsEpilogue::smem_byt
 struct LogitsPlan {
   IndexerParams p;
   IndexerConfig cfg;
+  WgmmaPlan wg;  // wg.use: the Hopper kernel runs it (cfg unused)
   int partitions = 0;
   int grid = 0;  // partitions * p.split CTAs
   bool own_schedule = false;
@@ -61,11 +64,18 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   int sms = 0, optin = 0;
   DSATTN_RETURN_IF_ERROR(device_limits(op, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
-  DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg));
+  DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
-  const int threads = plan->cfg.warps * 32;
-  const cudaError_t oe = with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
-  DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  if (plan->wg.use) {
+    const cudaError_t oe = WgmmaKernelOps<LogitsEpilogue>::occupancy(plan->wg, &occ);
+    DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  } else {
+    DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg));
+    const int threads = plan->cfg.warps * 32;
+    const cudaError_t oe =
+        with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
+    DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  }
   occ = std::max(1, std::min(occ, 4));
   if (schedule.defined()) {
     DSATTN_RETURN_IF_ERROR(detail::check_present(op, "schedule", schedule));
@@ -94,6 +104,18 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   }
   plan->grid = plan->partitions * p->split;
   return Status::Ok();
+}
+
+Status launch_logits(const char* op, const LogitsPlan& plan, const IndexerParams& p, IndexerFormat fmt, int D,
+                     cudaStream_t stream) {
+  if (plan.wg.use) {
+    return cuda_status(WgmmaKernelOps<LogitsEpilogue>::launch(plan.wg, p, LogitsEpilogue{}, plan.grid, stream), op,
+                       "indexer_wgmma_kernel launch");
+  }
+  const cudaError_t e = with_logits_ops(fmt, D, [&](auto ops) {
+    return ops.launch(p, LogitsEpilogue{}, plan.grid, plan.cfg.smem, stream);
+  });
+  return cuda_status(e, op, "indexer_kernel launch");
 }
 
 }  // namespace
@@ -277,10 +299,7 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
   } else {
     p.meta = a.schedule.ptr<const int32_t>();
   }
-  const cudaError_t e = with_logits_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-    return ops.launch(p, LogitsEpilogue{}, plan.grid, plan.cfg.smem, stream);
-  });
-  return cuda_status(e, op, "indexer_kernel launch");
+  return launch_logits(op, plan, p, a.cache.format, pb.head_dim, stream);
 }
 
 Status schedule_metadata(const ScheduleMetadataParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
@@ -378,10 +397,7 @@ Status mqa_logits(const MqaLogitsParams& a, const detail::MqaProblem& pb, const 
   DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
                                      "indexer_schedule_kernel launch"));
   p.meta = meta;
-  const cudaError_t e = with_logits_ops(a.format, pb.head_dim, [&](auto ops) {
-    return ops.launch(p, LogitsEpilogue{}, plan.grid, plan.cfg.smem, stream);
-  });
-  return cuda_status(e, op, "indexer_kernel launch");
+  return launch_logits(op, plan, p, a.format, pb.head_dim, stream);
 }
 
 }  // namespace cuda

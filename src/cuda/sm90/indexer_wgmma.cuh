@@ -1,0 +1,393 @@
+// Indexer scores on Hopper tensor cores (sm_90a): E4M3 keys and Q through `wgmma`, keys brought in
+// by the tensor-map copy engine. Same formula, work split, schedule metadata and epilogue interface
+// as the portable kernel (src/cuda/sm80/indexer_kernel.cuh, whose top comment defines them):
+//
+//   logit[r, t] = kscale[t] * sum_h w[r, h] * relu( sum_d q[r, h, d] * k[t, d] )      (FP8, D = 128)
+//
+// Why a second kernel: on sm_90 the e4m3 `mma.sync` of the portable path is emulated (conversions
+// plus f16 MMAs), which caps it at about a third of the copy bandwidth at 128 x 32K; Hopper's FP8
+// tensor cores are reached only through `wgmma`.
+//
+// ---------------------------------------------------------------- tiles and roles
+// 256 threads = 2 warpgroups, two CTAs per SM; a tile is T = wg_tile(NW) states (384 for NW = 64,
+// 256 for NW = 128), scored in 64-state blocks: warpgroup w takes blocks w, w + 2, ...
+// MMA: M = the 64 states (A = keys, shared memory, K-major, 128-byte swizzle), N = NW = C query rows
+// x HP heads (B = Q, shared memory, same layout), K = D = 128 in 4 steps of 32. HP is the head count
+// padded to 16, 32 or 64 (padding heads have zero Q and weight 0); a group's rows are scored C at a
+// time. Thread (warp q of the warpgroup, lane l) holds, for n-block i, the accumulators of states
+// 16 q + l / 4 (+ 8) and columns 8 i + 2 (l % 4) (+ 1): the weighted ReLU head sum of a row is a
+// sum over the thread's columns of that row plus a quad shuffle; the state's scale comes after.
+//
+// Loads: warp 0 of the CTA (all its lanes) runs the producer side. A tile's states are covered by
+// boxes of g = gcd(S, 64) states (paged; S % 8 == 0 so g >= 8; prefill: g = 64, one contiguous key
+// array): lane k copies box k, the keys with one 3-D tensor-map copy {D, g, 1} out of the cache
+// viewed as [pages][S][D] (128-byte swizzle applied by the copy engine), the g scales with one bulk
+// copy (paged; prefill tiles start at any state, so their scales are read from global memory by the
+// threads that apply them). Every box starts at a
+// multiple of g x 128 >= 1024 bytes of the stage, so the swizzle phase matches the descriptors.
+// Block-table entries are read one iteration before their copies are issued, bounds-checked as in
+// the portable kernel; a box on an invalid page is not copied and its states score -inf (per-stage
+// bit mask). Every stage has one mbarrier (1 arrival + the copies' bytes).
+//
+// Barrier protocol per tile i (stage s = i % stages, tracked incrementally), all 256 threads:
+//   wait stage s's mbarrier (phase (i / stages) & 1) ; __syncthreads [B1] (tile i - 1 consumed)
+//   warp 0: issue tile i + stages - 1 into stage (i - 1) % stages ; read the next tile's entries
+//   if the group changed: epi.group_end(previous) ; Q / weights / windows of the new group ; sync
+//   wgmma + weighted head sum -> score tile (shared) ; __syncthreads [B2] ; epi.consume(tile)
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/sm80/indexer_kernel.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace dsattn {
+namespace cuda {
+
+#ifndef DSATTN_WG_GROUPS
+#define DSATTN_WG_GROUPS 2
+#endif
+constexpr int kWgGroups = DSATTN_WG_GROUPS;  // warpgroups per CTA
+constexpr int kWgThreads = 128 * kWgGroups;
+// 64-state blocks per warpgroup and tile. A tile's fixed cost (barriers, the copy-issuing warp's
+// cursor and block-table work, which every MMA of its warpgroup waits for) is paid once per tile,
+// so tiles are as long as two CTAs per SM still fit (H200, 128 x 32K, N = 1: 128 states per tile
+// 345 us, 256: 254 us, 384: 223 us; 512 fits only one CTA per SM: 296 us). N >= 2 (NW = 128,
+// twice the Q) keeps 256.
+__host__ __device__ constexpr int wg_sub(int nw) { return nw == 64 ? 3 : 2; }
+__host__ __device__ constexpr int wg_tile(int nw) { return 64 * kWgGroups * wg_sub(nw); }
+constexpr int kWgMaxTile = 64 * kWgGroups * 3;
+constexpr int kWgHeadDim = 128;   // D: one 128-byte swizzle row per state
+constexpr int kWgMaxStages = 8;  // deepest pipeline the launcher tries
+
+// Tensor maps of one call (kernel parameter, __grid_constant__).
+struct WgmmaMaps {
+  CUtensorMap keys;  // u8 {D, S, pages} (paged) / {D, Nk, 1} (prefill); box {D, g, 1}; 128B swizzle
+};
+
+// Shape of the Hopper kernel for one call (host fills it; POD).
+struct WgmmaShape {
+  int hp = 64;          // padded heads per query row (template HP)
+  int q_rows = 1;       // query rows held in shared memory: rows_per_group rounded up to C
+  int log2_box = 6;     // g = 1 << log2_box states per key copy
+  int prefill = 0;
+  int stages = 4;
+  int tile = 256;       // states per tile: wg_tile(NW)
+};
+
+struct WgmmaSmemLayout {
+  size_t stage0, stage_bytes, keys_off, scale_off, mask_off, q, w, win, bars, scores, epi, total;
+};
+
+// Offsets from a 1024-byte aligned base (the kernel aligns its dynamic shared memory; the host adds
+// 1024 bytes of slack).
+__host__ __device__ inline WgmmaSmemLayout wgmma_smem_layout(const WgmmaShape& s, int rows_per_group,
+                                                            size_t epi_bytes) {
+  WgmmaSmemLayout L{};
+  size_t off = 0;
+  L.keys_off = 0;
+  L.scale_off = size_t(s.tile) * kWgHeadDim;
+  L.mask_off = L.scale_off + size_t(s.tile) * 4;
+  L.stage_bytes = (L.mask_off + 16 + 1023) / 1024 * 1024;
+  L.stage0 = off; off += L.stage_bytes * s.stages;
+  L.q = off; off += size_t(s.q_rows) * s.hp * kWgHeadDim;  // multiple of 2048
+  L.w = off; off += idx_align16(size_t(s.q_rows) * s.hp * 4);
+  L.win = off; off += idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
+  L.bars = off; off += idx_align16(size_t(8) * s.stages);
+  L.scores = off; off += idx_align16(size_t(rows_per_group) * s.tile * 4);
+  L.epi = off; off += idx_align16(epi_bytes);
+  L.total = off;
+  return L;
+}
+
+// A tile whose block-table entries are in flight (warp 0): lane k holds boxes k and k + 32.
+struct WgPending {
+  IdxTile t;
+  bool ok;
+  int32_t raw[2];  // block-table entries as loaded (checked at issue time), -1: not to be read
+  int32_t off[2];  // the box's first state's offset inside its page
+};
+
+// `last_g`: the group of the previous pending tile (its block-table span is already prefetched).
+__device__ __forceinline__ void wg_prefetch(const IndexerParams& p, const WgmmaShape& s, IdxCursor& lc,
+                                            WgPending& pd, int32_t& last_g, int lane) {
+  pd.ok = lc.next(p, &pd.t);
+  pd.raw[0] = pd.raw[1] = -1;
+  if (!pd.ok || s.prefill) return;
+  if (pd.t.g != last_g) {
+    last_g = pd.t.g;
+    idx_prefetch_group_entries(p, lc, pd.t, lane);
+  }
+  const int nb = (pd.t.count + (1 << s.log2_box) - 1) >> s.log2_box;
+  const int64_t b = p.block_table == nullptr ? -1 : detail::indexer_group_request(p.work, pd.t.g);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int box = lane + 32 * h;
+    if (box >= nb) break;
+    // 32-bit: states are < 2^31. A 64-bit division here (a ~100-instruction call on the one warp
+    // every MMA waits for) cost ~0.5 us per tile.
+    const int32_t st = pd.t.t0 + (box << s.log2_box);
+    const int32_t pi = st / p.states_per_page;
+    pd.off[h] = st - pi * p.states_per_page;
+    if (p.block_table == nullptr) {
+      pd.raw[h] = pi < p.num_pages ? static_cast<int32_t>(pi) : -1;
+    } else if (b >= 0 && pi < p.max_pages) {
+      pd.raw[h] = p.block_table[b * p.bt_s0 + pi * p.bt_s1];
+    }
+  }
+}
+
+// Warp 0: copies of the pending tile into a stage (lane k: boxes k and k + 32), the stage's
+// 64-bit box-validity mask, then one arrival on the stage's mbarrier.
+__device__ __forceinline__ void wg_issue(const IndexerParams& p, const WgmmaShape& s, const WgmmaMaps& maps,
+                                         const WgPending& pd, uint8_t* stage, const WgmmaSmemLayout& L,
+                                         uint32_t bar, int lane) {
+  const int g = 1 << s.log2_box;
+  const int nb = (pd.t.count + g - 1) >> s.log2_box;
+  if (lane == 0) fence_proxy_async_smem();  // the stage was last read through ld.shared
+  __syncwarp();
+  uint32_t mask[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int box = lane + 32 * h;
+    bool ok = false;
+    if (box < nb) {
+      int64_t page;
+      int32_t off;
+      if (s.prefill) {
+        page = 0;
+        off = pd.t.t0 + (box << s.log2_box);
+      } else {
+        page = (pd.raw[h] >= 0 && pd.raw[h] < p.num_pages) ? pd.raw[h] : -1;
+        off = pd.off[h];
+      }
+      ok = page >= 0;
+      if (ok) {
+        const uint32_t keys = smem_u32(stage + L.keys_off) + static_cast<uint32_t>(box * g * kWgHeadDim);
+        const uint32_t scales = smem_u32(stage + L.scale_off) + static_cast<uint32_t>(box * g * 4);
+        mbar_expect_tx(bar, static_cast<uint32_t>(g * (kWgHeadDim + (s.prefill ? 0 : 4))));
+        tma_load_3d(keys, &maps.keys, 0, static_cast<int>(off), static_cast<int>(page), bar);
+        if (!s.prefill) {
+          bulk_copy_g2s(scales, p.sbase + page * p.scale_page_stride + int64_t(off) * 4, static_cast<uint32_t>(g * 4),
+                        bar);
+        }
+      }
+    }
+    mask[h] = __ballot_sync(0xffffffffu, ok);
+  }
+  if (lane == 0) {
+    *reinterpret_cast<uint2*>(stage + L.mask_off) = make_uint2(mask[0], mask[1]);
+    mbar_arrive(bar);
+  }
+}
+
+// Q (128-byte swizzled rows: 16-byte chunk c of smem row r at chunk c ^ (r % 8)), weights and row
+// windows of group g. Smem row r = j * HP + h; rows j >= rows and heads h >= H are zero.
+template <int HP>
+__device__ void wg_load_group(const IndexerParams& p, const WgmmaShape& s, int64_t g, int rows, uint8_t* smem,
+                              const WgmmaSmemLayout& L) {
+  const int H = p.heads;
+  const int qrows = s.q_rows * HP;
+  const int tid = threadIdx.x;
+  uint8_t* qs = smem + L.q;
+  const uint8_t* qg = p.q + g * p.q_sg;
+  constexpr int CH = kWgHeadDim / 16;
+  for (int idx = tid; idx < qrows * CH; idx += kWgThreads) {
+    const int row = idx / CH, c = idx % CH;
+    const int j = row / HP, h = row % HP;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (j < rows && h < H) v = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
+    *reinterpret_cast<uint4*>(qs + row * kWgHeadDim + ((c ^ (row & 7)) * 16)) = v;
+  }
+  float* ws = reinterpret_cast<float*>(smem + L.w);
+  for (int idx = tid; idx < qrows; idx += kWgThreads) {
+    const int j = idx / HP, h = idx % HP;
+    ws[idx] = (j < rows && h < H) ? p.w[g * p.w_sg + j * p.w_sr + h * p.w_sh] : 0.0f;
+  }
+  detail::RowWindow* win = reinterpret_cast<detail::RowWindow*>(smem + L.win);
+  if (tid < kIdxMaxRows) {
+    detail::RowWindow rw{0, 0, 0};
+    if (tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+    win[tid] = rw;
+  }
+}
+
+// The calling warpgroup scores the 64 states [base, base + 64) of the tile for all rows of the group.
+template <int HP, int NW>
+__device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const WgmmaShape& s, const IdxTile& t,
+                                                int rows, const uint8_t* stage, const uint8_t* smem,
+                                                const WgmmaSmemLayout& L, int base, int wq, int lane) {
+  constexpr int C = NW / HP;
+  if (base >= t.count) return;  // uniform per warpgroup
+  const int tig = lane & 3;
+  const int r0 = base + 16 * wq + (lane >> 2), r1 = r0 + 8;
+  const uint2 mw = *reinterpret_cast<const uint2*>(stage + L.mask_off);
+  const uint64_t mask = uint64_t(mw.y) << 32 | mw.x;
+  const float* kscale = reinterpret_cast<const float*>(stage + L.scale_off);
+  const bool in0 = r0 < t.count, in1 = r1 < t.count;
+  const bool v0 = in0 && ((mask >> (r0 >> s.log2_box)) & 1u);
+  const bool v1 = in1 && ((mask >> (r1 >> s.log2_box)) & 1u);
+  // Prefill scales come straight from global memory (a tile starts at any state, so they are not
+  // 16-byte aligned for a bulk copy); loaded here, their latency hides behind the MMAs.
+  const float* gscale = reinterpret_cast<const float*>(p.sbase) + t.t0;
+  const float sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
+  const float sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;
+  const int32_t t_0 = t.t0 + r0, t_1 = t.t0 + r1;
+  const uint32_t a_base = smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * kWgHeadDim);
+  const uint32_t q_base = smem_u32(smem + L.q);
+  const float* ws = reinterpret_cast<const float*>(smem + L.w);
+  const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
+  float* scores = const_cast<float*>(reinterpret_cast<const float*>(smem + L.scores));
+
+  for (int c = 0; c * C < rows; ++c) {
+    float acc[NW / 2];
+#pragma unroll
+    for (int i = 0; i < NW / 2; ++i) acc[i] = 0.f;
+    wgmma_fence_operands(acc);
+    wgmma_fence();
+    const uint32_t b_base = q_base + static_cast<uint32_t>(c * NW * kWgHeadDim);
+#pragma unroll
+    for (int k = 0; k < kWgHeadDim / 32; ++k) {
+      wgmma_e4m3<NW>(acc, wgmma_desc_sw128(a_base + 32 * k), wgmma_desc_sw128(b_base + 32 * k), k > 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    wgmma_fence_operands(acc);
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      const int row = c * C + j;
+      if (row >= rows) break;  // uniform
+      float s0 = 0.f, s1 = 0.f;
+      const float* wr = ws + row * HP + 2 * tig;
+#pragma unroll
+      for (int i = 0; i < HP / 8; ++i) {
+        const float2 w = *reinterpret_cast<const float2*>(wr + 8 * i);
+        const int a = 4 * (j * (HP / 8) + i);
+        s0 = fmaf(fmaxf(acc[a], 0.f), w.x, s0);
+        s0 = fmaf(fmaxf(acc[a + 1], 0.f), w.y, s0);
+        s1 = fmaf(fmaxf(acc[a + 2], 0.f), w.x, s1);
+        s1 = fmaf(fmaxf(acc[a + 3], 0.f), w.y, s1);
+      }
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+      const detail::RowWindow rw = win[row];
+      if (tig == 0 && in0) {
+        scores[row * wg_tile(NW) + r0] = (v0 && t_0 >= rw.lo && t_0 < rw.hi) ? s0 * sc0 : -INFINITY;
+      } else if (tig == 1 && in1) {
+        scores[row * wg_tile(NW) + r1] = (v1 && t_1 >= rw.lo && t_1 < rw.hi) ? s1 * sc1 : -INFINITY;
+      }
+    }
+  }
+}
+
+template <int HP, int NW, class Epi>
+__device__ __forceinline__ void indexer_wgmma_body(const WgmmaMaps& maps, const IndexerParams& p,
+                                                   const WgmmaShape& s, Epi& epi) {
+  extern __shared__ __align__(1024) uint8_t wg_smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(wg_smem_raw) + 1023) & ~uintptr_t(1023));
+  const WgmmaSmemLayout L = wgmma_smem_layout(s, p.work.rows_per_group, Epi::smem_bytes(p));
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int S = s.stages;
+  epi.begin(p, smem + L.epi);
+  const uint32_t bars = smem_u32(smem + L.bars);
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(bars + 8 * i, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  IdxCursor lc, cc;
+  const int split = p.split > 1 ? p.split : 1;
+  lc.init(p, blockIdx.x / split, blockIdx.x % split);
+  cc = lc;
+  auto stage_at = [&](int k) { return smem + L.stage0 + size_t(k) * L.stage_bytes; };
+  WgPending pd;
+  pd.ok = false;
+  int issued = 0;
+  int iss_stage = 0;  // issued % S, kept incrementally (no division per tile)
+  int32_t pf_g = -1;
+  if (warp == 0) {
+    wg_prefetch(p, s, lc, pd, pf_g, lane);
+    for (; issued < S - 1 && pd.ok; ++issued) {
+      WgPending nx;
+      wg_prefetch(p, s, lc, nx, pf_g, lane);  // in flight while pd's copies are issued
+      wg_issue(p, s, maps, pd, stage_at(iss_stage), L, bars + 8 * iss_stage, lane);
+      iss_stage = iss_stage + 1 == S ? 0 : iss_stage + 1;
+      pd = nx;
+    }
+  }
+  int cstage = 0;
+  uint32_t cphase = 0;
+  int32_t cur_g = -1;
+  int cur_rows = 0;
+  int32_t cur_t_begin = 0, cur_t_end = 0;
+  const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
+  for (int i = 0;; ++i) {
+    IdxTile t;
+    if (!cc.next(p, &t)) break;
+    mbar_wait(bars + 8 * cstage, cphase);
+    __syncthreads();  // B1
+    if (warp == 0 && pd.ok) {
+      wg_issue(p, s, maps, pd, stage_at(iss_stage), L, bars + 8 * iss_stage, lane);
+      iss_stage = iss_stage + 1 == S ? 0 : iss_stage + 1;
+      ++issued;
+      wg_prefetch(p, s, lc, pd, pf_g, lane);
+    }
+    if (t.g != cur_g) {
+      if (cur_g >= 0) {
+        epi.group_end(p, GroupInfo{cur_g, int64_t(cur_g) * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
+        __syncthreads();
+      }
+      cur_g = t.g;
+      cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
+      cur_t_begin = t.t0;
+      wg_load_group<HP>(p, s, t.g, cur_rows, smem, L);
+      fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
+      __syncthreads();
+    }
+    cur_t_end = t.t0 + t.count;
+#pragma unroll 1
+    for (int j = 0; j < wg_sub(NW); ++j) {
+      wg_compute_tile<HP, NW>(p, s, t, cur_rows, stage_at(cstage), smem, L, (wg + kWgGroups * j) * 64, wq, lane);
+    }
+    __syncthreads();  // B2
+    epi.consume(p, ScoreTile{reinterpret_cast<const float*>(smem + L.scores), wg_tile(NW), cur_rows, t.g,
+                             int64_t(t.g) * p.work.rows_per_group, t.t0, t.count, win});
+    if (++cstage == S) {
+      cstage = 0;
+      cphase ^= 1u;
+    }
+  }
+  __syncthreads();
+  if (cur_g >= 0) {
+    epi.group_end(p, GroupInfo{cur_g, int64_t(cur_g) * p.work.rows_per_group, cur_rows, cur_t_begin, cur_t_end, win});
+    __syncthreads();
+  }
+  epi.finish(p);
+}
+
+// Two CTAs per SM (at most 128 registers) for the logits epilogue; the top-k collector needs more
+// registers than that (it spilled ~600 bytes under the cap), so its kernel runs one CTA per SM.
+template <class Epi>
+constexpr int wg_min_blocks() { return std::is_same<Epi, LogitsEpilogue>::value ? 2 : 1; }
+
+template <int HP, int NW, class Epi>
+__global__ void __launch_bounds__(kWgThreads, wg_min_blocks<Epi>())
+    indexer_wgmma_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
+#if DSATTN_SM90A_DEVICE
+  indexer_wgmma_body<HP, NW, Epi>(maps, p, s, epi);
+#else
+  (void)maps; (void)p; (void)s; (void)epi;
+  __trap();  // never launched: the host picks this kernel only where sm_90a code exists
+#endif
+}
+
+}  // namespace cuda
+}  // namespace dsattn

@@ -1,0 +1,84 @@
+// Host side of the Hopper indexer kernel (indexer_wgmma.cuh): eligibility, tensor maps, shape, and
+// launches for one epilogue. The portable kernel (src/cuda/sm80/indexer_launch.h) runs whatever this
+// path declines.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cuda/sm90/indexer_wgmma.cuh"
+#include "dsattn/status.h"
+
+namespace dsattn {
+namespace cuda {
+
+// Which indexer kernel runs (benchmark / test knob DSATTN_INDEXER_KERNEL): auto (default: the
+// Hopper kernel where it applies, else the portable one), portable, or wgmma (an error naming the
+// reason when the Hopper kernel cannot run the problem).
+enum class IndexerKernelChoice { kAuto, kPortable, kWgmma };
+IndexerKernelChoice indexer_kernel_choice();
+
+struct WgmmaPlan {
+  bool use = false;
+  int nw = 64;       // wgmma N (template NW)
+  size_t smem = 0;   // dynamic shared memory of the launch (layout + 1024 alignment slack)
+  WgmmaShape shape;
+  WgmmaMaps maps;
+};
+
+// Decides whether the Hopper kernel runs this problem and prepares it: an sm_90 device and sm_90a
+// code in this build, FP8 cache, D = 128, H <= 64, a 16-byte aligned cache, S % 8 == 0 (paged), and the pipeline fits `budget` bytes. `p` is filled by the
+// portable launcher's fill_*_params (its work, Q, cache fields); on success p->warps, tile_states,
+// stages are set to the Hopper kernel's. plan->use = false means "run the portable kernel", unless
+// DSATTN_INDEXER_KERNEL=wgmma, which turns the reason into an error.
+Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
+                          WgmmaPlan* plan);
+
+// Launch and occupancy of the Hopper kernel with epilogue Epi (explicitly instantiated in
+// indexer_wgmma_inst_*.cu; other translation units declare them extern).
+template <class Epi>
+struct WgmmaKernelOps {
+  static cudaError_t launch(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid,
+                            cudaStream_t stream);
+  static cudaError_t occupancy(const WgmmaPlan& plan, int* blocks_per_sm);
+};
+
+namespace wgmma_detail {
+template <class Epi, class Fn>
+cudaError_t with_kernel(const WgmmaPlan& plan, Fn&& fn) {
+  const int hp = plan.shape.hp;
+  if (plan.nw == 64) {
+    if (hp == 16) return fn(indexer_wgmma_kernel<16, 64, Epi>);
+    if (hp == 32) return fn(indexer_wgmma_kernel<32, 64, Epi>);
+    if (hp == 64) return fn(indexer_wgmma_kernel<64, 64, Epi>);
+  } else if (plan.nw == 128) {
+    if (hp == 16) return fn(indexer_wgmma_kernel<16, 128, Epi>);
+    if (hp == 32) return fn(indexer_wgmma_kernel<32, 128, Epi>);
+    if (hp == 64) return fn(indexer_wgmma_kernel<64, 128, Epi>);
+  }
+  return cudaErrorInvalidValue;
+}
+}  // namespace wgmma_detail
+
+template <class Epi>
+cudaError_t WgmmaKernelOps<Epi>::launch(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid,
+                                        cudaStream_t stream) {
+  return wgmma_detail::with_kernel<Epi>(plan, [&](auto kern) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+    if (e != cudaSuccess) return e;
+    kern<<<grid, kWgThreads, plan.smem, stream>>>(plan.maps, p, plan.shape, epi);
+    return cudaGetLastError();
+  });
+}
+
+template <class Epi>
+cudaError_t WgmmaKernelOps<Epi>::occupancy(const WgmmaPlan& plan, int* blocks_per_sm) {
+  return wgmma_detail::with_kernel<Epi>(plan, [&](auto kern) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+    if (e != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, kWgThreads, plan.smem);
+  });
+}
+
+}  // namespace cuda
+}  // namespace dsattn

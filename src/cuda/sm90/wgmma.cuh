@@ -1,0 +1,123 @@
+// Hopper (sm_90a) primitives: warpgroup MMA (wgmma) on E4M3 operands in shared memory, its
+// shared-memory matrix descriptors, and tensor-map copies (cp.async.bulk.tensor) completing on an
+// mbarrier. Everything compiles to nothing outside sm_90a device code (DSATTN_SM90A_DEVICE = 0), so
+// the headers can be included by every architecture's pass; callers never run those stubs (the
+// host only launches sm_90a kernels on a compute-capability-9.0 device of a build that has sm_90a
+// code, see indexer_wgmma_launch.cu).
+#pragma once
+#include <cuda.h>  // CUtensorMap
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSATTN_SM90A_DEVICE 1
+#else
+#define DSATTN_SM90A_DEVICE 0
+#endif
+
+namespace dsattn {
+namespace cuda {
+
+// Descriptor of a K-major operand tile in shared memory with the 128-byte swizzle: rows of 128
+// bytes, 8-row atoms of 1024 bytes (the stride-dimension offset), the atom's base 1024-byte aligned.
+// A k-step of 32 E4M3 elements inside the row is addressed by adding 32 bytes to `addr`.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t addr) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);  // start address, 16-byte units
+  d |= static_cast<uint64_t>(1) << 16;                 // leading-dimension offset (unused: K fits the atom)
+  d |= static_cast<uint64_t>(1024 >> 4) << 32;         // stride-dimension offset: 8 rows x 128 bytes
+  d |= static_cast<uint64_t>(1) << 62;                 // layout: 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if DSATTN_SM90A_DEVICE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if DSATTN_SM90A_DEVICE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+#if DSATTN_SM90A_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving accumulator reads / writes across the asynchronous MMA window.
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 64] (+)= A[64 x 32] * B[32 x 64]^T, E4M3 x E4M3 -> f32; A, B K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)da; (void)db; (void)accumulate;
+#endif
+}
+
+// D[64 x 128] (+)= A[64 x 32] * B[32 x 128]^T, E4M3 x E4M3 -> f32; A, B K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)da; (void)db; (void)accumulate;
+#endif
+}
+
+template <int NW>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NW / 2], uint64_t da, uint64_t db, int accumulate) {
+  static_assert(NW == 64 || NW == 128, "wgmma_e4m3: N is 64 or 128");
+  if constexpr (NW == 64) {
+    wgmma_m64n64k32_e4m3(d, da, db, accumulate);
+  } else {
+    wgmma_m64n128k32_e4m3(d, da, db, accumulate);
+  }
+}
+
+// Tensor-map copies global -> shared (coordinates in elements, innermost first), completing on the
+// mbarrier `bar` with complete_tx (the caller announces the bytes with mbar_expect_tx first).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+#else
+  (void)dst; (void)map; (void)c0; (void)c1; (void)c2; (void)bar;
+#endif
+}
+}  // namespace cuda
+}  // namespace dsattn
