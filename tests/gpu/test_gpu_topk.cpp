@@ -579,14 +579,14 @@ TEST(GpuTopk, FilterPlanAroundK) {
   }
 }
 
-// Filter plan rows of every kind in one launch: candidates that fit (normal), heavy ties at the
-// threshold (the final kernel streams the row), constant, all NaN, and a row wide enough for the
-// second histogram digit whose ties still overflow.
+// Filter plan rows of every kind in one launch (the plan takes at most 4 rows): candidates that fit
+// (normals with 300 infinities), heavy ties at the threshold (the final kernel streams the row;
+// wide enough for the second histogram digit, whose ties still overflow), constant, all NaN.
 TEST(GpuTopk, FilterPlanMixedRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   Rng rng(32);
   Case c;
-  c.rows = 5;
+  c.rows = 4;
   c.width = 300000;
   c.k = 2048;
   c.values = true;
@@ -601,7 +601,7 @@ TEST(GpuTopk, FilterPlanMixedRows) {
     v[1 * c.width + i] = ties[i];    // ~15000 copies of each value: overflow after both digits
     v[2 * c.width + i] = 0.75f;      // constant: the first k
     v[3 * c.width + i] = kNaN;       // all NaN: the first k
-    if (i % 1000 == 7) v[4 * c.width + i] = kInf;  // 300 infinities, then normals
+    if (i % 1000 == 7) v[0 * c.width + i] = kInf;  // 300 infinities among the normals
   }
   run_case(c, v, {}, 3300);
 }

@@ -158,6 +158,9 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   lp.clean = true;
   Exec ex;
   ex.backend = Backend::kCuda;
+  // The same budget as the fused call: on Hopper it decides between the wgmma and the portable
+  // indexer kernel, whose scores differ in the last bits (both within the logits' error bound).
+  ex.smem_budget_bytes = c.smem_budget;
   size_t ws = 0;
   Status s = paged_mqa_logits_workspace(lp, ex, &ws);
   ASSERT_TRUE(s.ok()) << s.to_string();
