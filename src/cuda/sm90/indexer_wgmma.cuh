@@ -18,20 +18,23 @@
 // 16 q + l / 4 (+ 8) and columns 8 i + 2 (l % 4) (+ 1): the weighted ReLU head sum of a row is a
 // sum over the thread's columns of that row plus a quad shuffle; the state's scale comes after.
 //
-// Loads: warp 0 of the CTA (all its lanes) runs the producer side. A tile's states are covered by
-// boxes of g = gcd(S, 64) states (paged; S % 8 == 0 so g >= 8; prefill: g = 64, one contiguous key
-// array): lane k copies box k, the keys with one 3-D tensor-map copy {D, g, 1} out of the cache
-// viewed as [pages][S][D] (128-byte swizzle applied by the copy engine), the g scales with one bulk
-// copy (paged; prefill tiles start at any state, so their scales are read from global memory by the
-// threads that apply them). Every box starts at a
-// multiple of g x 128 >= 1024 bytes of the stage, so the swizzle phase matches the descriptors.
-// Block-table entries are read one iteration before their copies are issued, bounds-checked as in
-// the portable kernel; a box on an invalid page is not copied and its states score -inf (per-stage
-// bit mask). Every stage has one mbarrier (1 arrival + the copies' bytes).
+// Loads: a tile's states are covered by boxes of g = gcd(S, 64) states (paged; S % 8 == 0 so
+// g >= 8; prefill: g = 64, one contiguous key array). Box k: the keys with one 3-D tensor-map copy
+// {D, g, 1} out of the cache viewed as [pages][S][D] (128-byte swizzle applied by the copy engine),
+// the g scales with one bulk copy (paged; prefill tiles start at any state, so their scales are
+// read from global memory by the threads that apply them). Every box starts at a multiple of
+// g x 128 >= 1024 bytes of the stage, so the swizzle phase matches the descriptors. With two
+// warpgroups, warp 4 walks the tile cursor and reads the block-table entries (lane k: boxes k and
+// k + 32), keeps them in registers while the loads fly and stores them into a shared-memory slot
+// one iteration later; warp 0 issues the copies from that slot the iteration after (one warp
+// doing both cost ~1.1 us per tile on the warpgroup's critical path). Entries are bounds-checked
+// as in the portable kernel; a box on an invalid page is not copied and its states score -inf
+// (per-stage 64-bit box mask). Every stage has one mbarrier (1 arrival + the copies' bytes).
 //
 // Barrier protocol per tile i (stage s = i % stages, tracked incrementally), all 256 threads:
 //   wait stage s's mbarrier (phase (i / stages) & 1) ; __syncthreads [B1] (tile i - 1 consumed)
-//   warp 0: issue tile i + stages - 1 into stage (i - 1) % stages ; read the next tile's entries
+//   warp 0: issue tile i + stages - 1 (slot i & 1) into stage (i - 1) % stages
+//   warp 4: store the entries read last iteration into slot (i + 1) & 1 ; read the next tile's
 //   if the group changed: epi.group_end(previous) ; Q / weights / windows of the new group ; sync
 //   wgmma + weighted head sum -> score tile (shared) ; __syncthreads [B2] ; epi.consume(tile)
 #pragma once
