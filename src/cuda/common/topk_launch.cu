@@ -221,27 +221,8 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
     rb.ends = p.ends.ptr<const int32_t>();
     rb.ends_stride = p.ends.strides[0];
   }
-  TopkOutputs out;
-  out.indices = p.indices.ptr<int32_t>();
-  out.indices_ld = p.indices.strides[0];
-  if (p.values.defined()) {
-    out.values = p.values.ptr<float>();
-    out.values_ld = p.values.strides[0];
-  }
-  if (pb.slot_transform && p.slot_ids.defined()) {
-    out.slots = p.slot_ids.ptr<int32_t>();
-    out.slots_ld = p.slot_ids.strides[0];
-    out.block_table = p.block_table.ptr<const int32_t>();
-    out.bt_ld = p.block_table.strides[0];
-    out.bt_rows = p.block_table.shape[0];
-    out.max_pages = p.block_table.shape[1];
-    if (p.row_request.defined()) {
-      out.row_request = p.row_request.ptr<const int32_t>();
-      out.rr_stride = p.row_request.strides[0];
-    }
-    out.next_n = p.next_n;
-    out.states_per_page = p.states_per_page;
-  }
+  const TopkOutputs out = topk_outputs(p.indices, p.values, pb.slot_transform ? p.slot_ids : TensorView{},
+                                       p.block_table, p.row_request, p.next_n, p.states_per_page);
   if (plan.filter) return run_topk_filter<T>(plan, pb.rows, logits, ld, rb, p.sorted, out, ex);
   if (plan.direct) {
     auto kern = topk_final_kernel<T, false>;

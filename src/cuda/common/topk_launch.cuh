@@ -6,6 +6,7 @@
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/topk_grid.cuh"
 #include "cuda/common/topk_plan.h"
+#include "dsattn/tensor.h"
 
 namespace dsattn {
 namespace cuda {
@@ -30,6 +31,36 @@ inline TopkBuffers topk_buffers(const TopkPlan& plan, void* ws) {
     p += align_up(plan.buf_words[i] * 4, 256);
   }
   return b;
+}
+
+// Output pointers of a top-k launch from validated tensors: indices [R, k], optional values
+// [R, k], and optional slot ids [R, k] (given only when slot ids are asked for), which map through
+// block_table [B, max_pages] by row_request [R] when defined, else by row / next_n.
+inline TopkOutputs topk_outputs(const TensorView& indices, const TensorView& values, const TensorView& slot_ids,
+                                const TensorView& block_table, const TensorView& row_request, int next_n,
+                                int states_per_page) {
+  TopkOutputs out;
+  out.indices = indices.ptr<int32_t>();
+  out.indices_ld = indices.strides[0];
+  if (values.defined()) {
+    out.values = values.ptr<float>();
+    out.values_ld = values.strides[0];
+  }
+  if (slot_ids.defined()) {
+    out.slots = slot_ids.ptr<int32_t>();
+    out.slots_ld = slot_ids.strides[0];
+    out.block_table = block_table.ptr<const int32_t>();
+    out.bt_ld = block_table.strides[0];
+    out.bt_rows = block_table.shape[0];
+    out.max_pages = block_table.shape[1];
+    if (row_request.defined()) {
+      out.row_request = row_request.ptr<const int32_t>();
+      out.rr_stride = row_request.strides[0];
+    }
+    out.next_n = next_n;
+    out.states_per_page = states_per_page;
+  }
+  return out;
 }
 
 template <typename K>

@@ -181,27 +181,9 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   slots.work = f.p.work;
   slots.meta = f.p.meta;
   slots.partitions = f.partitions;
-  topk_detail::TopkOutputs out;
-  out.indices = a.indices.ptr<int32_t>();
-  out.indices_ld = a.indices.strides[0];
-  if (a.values.defined()) {
-    out.values = a.values.ptr<float>();
-    out.values_ld = a.values.strides[0];
-  }
-  if (a.slot_ids.defined()) {
-    out.slots = a.slot_ids.ptr<int32_t>();
-    out.slots_ld = a.slot_ids.strides[0];
-    out.block_table = a.block_table.ptr<const int32_t>();
-    out.bt_ld = a.block_table.strides[0];
-    out.bt_rows = a.block_table.shape[0];
-    out.max_pages = a.block_table.shape[1];
-    if (pb.varlen) {
-      out.row_request = a.row_request.ptr<const int32_t>();
-      out.rr_stride = a.row_request.strides[0];
-    }
-    out.next_n = pb.varlen ? 1 : pb.next_n;
-    out.states_per_page = pb.states_per_page;
-  }
+  // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
+  const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
+      a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
   if (f.split > 1) {
     fused_topk::CollectorBuffers part;
     part.key = reinterpret_cast<uint32_t*>(ws + f.off_pkey);
