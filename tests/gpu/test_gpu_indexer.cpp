@@ -316,6 +316,20 @@ PagedMqaLogitsParams make_params(const IdxCase& c, const HostIdx& h, DevIdx& d) 
   return p;
 }
 
+// Gives p a caller-owned schedule of `parts` partitions (in d.sched); returns the arguments of the
+// schedule_metadata call that fills it.
+ScheduleMetadataParams attach_schedule(const IdxCase& c, DevIdx& d, PagedMqaLogitsParams* p, int parts) {
+  d.sched.alloc(size_t(schedule_metadata_size(parts)) * 4);
+  p->schedule = test::dev_tensor(d.sched, DType::kI32, {schedule_metadata_size(parts)});
+  ScheduleMetadataParams sp;
+  sp.context_lens = p->context_lens;
+  sp.next_n = c.N;
+  sp.states_per_page = c.S;
+  sp.num_sms = parts;
+  sp.metadata = p->schedule;
+  return sp;
+}
+
 void upload(const HostIdx& h, DevIdx& d, bool bf16) {
   d.q.upload(h.q);
   if (!h.q_scales.empty()) d.qs.upload(h.q_scales);
@@ -509,23 +523,13 @@ TEST(GpuIndexer, LongRunsPerCta) {
   SKIP_WITHOUT_GPU();
   IdxCase c0;
   c0.B = 3; c0.N = 2; c0.S = 32; c0.max_ctx = 30000; c0.seed = 1600;
-  for (const char* k : kernels_for(c0.hopper_eligible())) {
-    IdxCase c = c0;
-    c.kernel = k;
+  on_each_kernel(c0, [](const IdxCase& c) {
     HostIdx h;
     build_case(c, &h);
     DevIdx d;
     upload(h, d, false);
     PagedMqaLogitsParams p = make_params(c, h, d);
-    const int parts = 2;
-    d.sched.alloc(size_t(schedule_metadata_size(parts)) * 4);
-    p.schedule = test::dev_tensor(d.sched, DType::kI32, {schedule_metadata_size(parts)});
-    ScheduleMetadataParams sp;
-    sp.context_lens = p.context_lens;
-    sp.next_n = c.N;
-    sp.states_per_page = c.S;
-    sp.num_sms = parts;
-    sp.metadata = p.schedule;
+    const ScheduleMetadataParams sp = attach_schedule(c, d, &p, 2);
     Exec ex;
     ex.backend = Backend::kCuda;
     ASSERT_TRUE(schedule_metadata(sp, ex).ok());
@@ -536,7 +540,7 @@ TEST(GpuIndexer, LongRunsPerCta) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     check_logits(c, h, download_logits(c, h, d), reference(c, h));
-  }
+  });
 }
 
 // DSATTN_INDEXER_KERNEL=wgmma on a problem the Hopper kernel does not take is an error that says why.
@@ -903,15 +907,7 @@ void graph_replay(const IdxCase& c0) {
   DevIdx d;
   upload(h, d, false);
   PagedMqaLogitsParams p = make_params(c, h, d);
-  const int parts = cuda_num_sms();
-  d.sched.alloc(size_t(schedule_metadata_size(parts)) * 4);
-  p.schedule = test::dev_tensor(d.sched, DType::kI32, {schedule_metadata_size(parts)});
-  ScheduleMetadataParams sp;
-  sp.context_lens = p.context_lens;
-  sp.next_n = c.N;
-  sp.states_per_page = c.S;
-  sp.num_sms = parts;
-  sp.metadata = p.schedule;
+  const ScheduleMetadataParams sp = attach_schedule(c, d, &p, cuda_num_sms());
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
   Exec ex;
