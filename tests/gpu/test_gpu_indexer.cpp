@@ -862,7 +862,8 @@ TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
   std::mt19937_64 rng(5);
   struct SC { int B, N, parts; int maxlen; bool zero; };
   for (const SC& sc : {SC{7, 1, 132, 5000, false}, SC{300, 2, 132, 900, false}, SC{5, 3, 16, 0, true},
-                       SC{1, 1, 132, 1 << 20, false}, SC{2000, 1, 264, 70000, false}}) {
+                       SC{1, 1, 132, 1 << 20, false}, SC{2000, 1, 264, 70000, false},
+                       SC{3, 1, 1500, 200000, false}}) {  // more partitions than threads
     std::vector<int32_t> lens(size_t(sc.B) * sc.N);
     for (auto& l : lens) l = sc.zero ? 0 : int32_t(rng() % (sc.maxlen + 1));
     if (sc.B == 1) lens[0] = sc.maxlen;
