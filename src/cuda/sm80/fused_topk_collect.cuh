@@ -37,11 +37,15 @@ constexpr int kMaxPieceRows = 8;    // rows per piece (next_n <= 8)
 constexpr int kMaxTileStates = 512;  // most states one append call may add per row
 
 // Candidate storage of all pieces: [slots, rows_per_slot, 2, ccap] keys and indices, plus a
-// header [slots, rows_per_slot] = (count, live half) written when the piece ends.
+// header [slots, rows_per_slot, kHeaderInts] = (count, live half, row bound, 0) written when the
+// piece ends. The row bound is a key that at least k of the piece's entries beat outright, so
+// no state of the row whose key is <= it can be in the row's top k (0: none known).
+constexpr int kHeaderInts = 4;
+
 struct CollectorBuffers {
   uint32_t* key = nullptr;
   int32_t* idx = nullptr;
-  int32_t* header = nullptr;  // [slots, rows_per_slot, 2]
+  int32_t* header = nullptr;  // [slots, rows_per_slot, kHeaderInts]
   int ccap = 0;               // entries per half
   int rows_per_slot = 1;
   int k = 0;
@@ -49,22 +53,35 @@ struct CollectorBuffers {
   __device__ __forceinline__ int64_t half_offset(int64_t slot, int j, int half) const {
     return ((slot * rows_per_slot + j) * 2 + half) * int64_t(ccap);
   }
+  __device__ __forceinline__ int32_t* header_of(int64_t slot, int j) const {
+    return header + (slot * rows_per_slot + j) * kHeaderInts;
+  }
 };
 
 struct CollectorRow {
-  uint32_t thr;
+  uint32_t thr;    // appends need key > thr
+  uint32_t bound;  // the row bound (see CollectorBuffers)
   int cnt;
   int half;
 };
 
+constexpr int kCollectorMaxWarps = 8;  // the scoring kernels run 2..8 warps
+constexpr int kDigitBins = 128;        // compaction radix: 7-bit digits (bits 31..25, 24..18, ...)
+
+// Small on purpose: on Hopper it sits next to two 48 KiB key stages in a CTA that shares its SM
+// with another one (N = 1: about 1 KiB was left). The compaction's histogram and scan scratch and
+// the append's per-warp counts are never live at the same time (barriers separate them).
 struct CollectorShared {
   CollectorRow row[kMaxPieceRows];
-  uint32_t hist[256];
   uint32_t bin;
   int above;
-  int warp_gt[32];
-  int warp_eq[32];
-  int warp_app[kMaxPieceRows][32];  // collector_append_block: appends of (row, warp) this tile
+  union {
+    uint32_t hist[kDigitBins];                          // compaction: digit histogram
+    int warp_app[kMaxPieceRows][kCollectorMaxWarps];    // append: appends of (row, warp) this tile
+    struct {
+      int tot[kCollectorMaxWarps];                      // compaction: per-warp scan totals
+    } scan;
+  } u;
 };
 
 // Capacity per half for top-k of k: room for k winners plus at least one full tile.
@@ -77,6 +94,7 @@ __host__ __device__ inline int collector_ccap(int k) {
 __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
   if (threadIdx.x < kMaxPieceRows) {
     sh.row[threadIdx.x].thr = kAbsentKey;
+    sh.row[threadIdx.x].bound = kAbsentKey;
     sh.row[threadIdx.x].cnt = 0;
     sh.row[threadIdx.x].half = 0;
   }
@@ -119,14 +137,14 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
           app = key[j] > st.thr;
         }
         mask[j] = __ballot_sync(0xffffffffu, app);
-        if (lane == 0) sh.warp_app[j][warp] = __popc(mask[j]);
+        if (lane == 0) sh.u.warp_app[j][warp] = __popc(mask[j]);
       }
     }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       if (j >= rows) break;
-      const int c = lane < nwarps ? sh.warp_app[j][lane] : 0;
+      const int c = lane < nwarps ? sh.u.warp_app[j][lane] : 0;
       if (mask[j] != 0u) {  // warp-uniform
         const int before = __reduce_add_sync(0xffffffffu, lane < warp ? c : 0);
         if (mask[j] & (1u << lane)) {
@@ -154,39 +172,48 @@ __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b
   }
 }
 
-// Exclusive prefix over the block (thread order), any block size up to 1024. Ends synced.
-__device__ __forceinline__ int collector_block_scan(int v, CollectorShared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Exclusive prefix over the block (thread order) of v, and the block total in *total. Up to
+// kCollectorMaxWarps warps. Ends synced.
+__device__ __forceinline__ int collector_block_scan(int v, CollectorShared& sh, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   int incl = v;
   for (int o = 1; o < 32; o <<= 1) {
     const int y = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += y;
   }
-  if (lane == 31) sh.warp_gt[warp] = incl;
+  if (lane == 31) sh.u.scan.tot[warp] = incl;
   __syncthreads();
-  int before = 0;
-  for (int w = 0; w < warp; ++w) before += sh.warp_gt[w];
+  int before = 0, all = 0;
+  for (int w = 0; w < nwarps; ++w) {
+    const int t = sh.u.scan.tot[w];
+    before += w < warp ? t : 0;
+    all += t;
+  }
   __syncthreads();
+  *total = all;
   return before + incl - v;
 }
 
-// Warp 0 finds, in the 256-bin histogram (scanned from the top), the bin of the k_rem-th largest.
-__device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int k_rem) {
+// Warp 0 finds, in the nb-bin digit histogram (scanned from the top), the bin of the k_rem-th
+// largest: sh.bin, and sh.above = the count in higher bins.
+__device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int nb, int k_rem) {
   const int lane = threadIdx.x & 31;
   if ((threadIdx.x >> 5) != 0) return;
+  const int per = nb >= 32 ? nb / 32 : 1;
+  const int hi = nb - 1 - lane * per;  // this lane's highest bin (< 0: none)
   int local = 0;
-  for (int q = 0; q < 8; ++q) local += sh.hist[255 - 8 * lane - q];
+  for (int q = 0; q < per && hi >= 0; ++q) local += sh.u.hist[hi - q];
   int incl = local;
   for (int o = 1; o < 32; o <<= 1) {
     const int y = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += y;
   }
   int cum = incl - local;
-  if (cum < k_rem && cum + local >= k_rem) {
-    for (int q = 0; q < 8; ++q) {
-      const int h = sh.hist[255 - 8 * lane - q];
+  if (hi >= 0 && cum < k_rem && cum + local >= k_rem) {
+    for (int q = 0; q < per; ++q) {
+      const int h = sh.u.hist[hi - q];
       if (cum + h >= k_rem) {
-        sh.bin = 255 - 8 * lane - q;
+        sh.bin = hi - q;
         sh.above = cum;
         break;
       }
@@ -195,17 +222,38 @@ __device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int k_re
   }
 }
 
-// collector_compact with the live buffer held in registers: thread t owns entries
-// [t * U, (t + 1) * U) (one round trip to L2 instead of one per pass), 4 radix passes over the
-// registers, one block scan for the ordered write. Needs cnt <= blockDim.x * U.
-// Usually two of the four radix passes suffice: after the top 16 bits, the k-th key's 16-bit bin
-// is known, and keeping every key in or above that bin (threshold = the bin's lower bound - 1)
-// keeps at least k entries and drops only keys that k kept ones beat. That is taken when it
-// leaves at most `limit` entries (half of the room above k after the incoming tile stays free);
-// otherwise (many keys in that bin: ties) the last two passes make it exact.
-template <int U>
-__device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                       int j, int incoming) {
+constexpr int kCompactPer = 8;  // entries per thread and step (two 16-byte loads in flight)
+
+// Loads entries [base, base + kCompactPer) of a half (zeros past n). A half holds ccap entries, a
+// multiple of 4, from a multiple of 4, so a vector that starts below n stays inside it.
+template <typename T>
+__device__ __forceinline__ void collector_load8(const T* src, int base, int n, T (&v)[kCompactPer]) {
+#pragma unroll
+  for (int u = 0; u < kCompactPer; u += 4) {
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (base + u < n) x = *reinterpret_cast<const uint4*>(src + base + u);
+    v[u] = static_cast<T>(x.x);
+    v[u + 1] = static_cast<T>(x.y);
+    v[u + 2] = static_cast<T>(x.z);
+    v[u + 3] = static_cast<T>(x.w);
+  }
+}
+
+// Block-wide: compacts row j so that `incoming` more entries fit. Radix passes over 7-bit digits
+// (31..25, 24..18, 11..17, 4..10, 0..3) stream the live half from L2; usually two suffice: after
+// the top 14 bits the k-th key's bin is known, and keeping every key in or above that bin
+// (threshold = the bin's lower bound - 1) keeps at least k entries and drops only keys that k kept
+// ones beat. That is taken when it leaves at most `limit` entries (half of the room above k after
+// the incoming tile stays free); otherwise (many keys in that bin: ties) the remaining passes make
+// it exact (k entries, ties in position order). The winners move, in order, to the other half:
+// thread t owns runs of kCompactPer consecutive entries, a block scan of the (greater, equal)
+// counts gives every winner its place.
+// All threads call it with the same arguments (after a __syncthreads that published the counts).
+// Not inlined and register-light: it runs once per ~k appended states, and the Hopper scoring
+// kernel it is called from must stay within 128 registers (two CTAs per SM); holding the live half
+// in registers made that kernel spill around the call.
+inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                  int j, int incoming) {
   const CollectorRow st = sh.row[j];
   const int n = st.cnt;
   const int k = b.k;
@@ -213,51 +261,35 @@ __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b
   const int32_t* src_idx = b.idx + b.half_offset(slot, j, st.half);
   uint32_t* dst_key = b.key + b.half_offset(slot, j, st.half ^ 1);
   int32_t* dst_idx = b.idx + b.half_offset(slot, j, st.half ^ 1);
-  const int base = threadIdx.x * U;
-  // Keys and indices both come in with 16-byte loads (a half holds ccap entries, a multiple of 4,
-  // so reading a whole vector past n stays inside it); the ordered write below then needs no
-  // further memory round trip.
-  uint32_t key[U];
-  int32_t idx[U];
-#pragma unroll
-  for (int u = 0; u < U; u += 4) {
-    const int i = base + u;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    int4 x = make_int4(0, 0, 0, 0);
-    if (i < n) {
-      v = *reinterpret_cast<const uint4*>(src_key + i);  // ccap and base are multiples of 4
-      x = *reinterpret_cast<const int4*>(src_idx + i);
-    }
-    key[u] = v.x;
-    key[u + 1] = v.y;
-    key[u + 2] = v.z;
-    key[u + 3] = v.w;
-    idx[u] = x.x;
-    idx[u + 1] = x.y;
-    idx[u + 2] = x.z;
-    idx[u + 3] = x.w;
-  }
+  const int step = kCompactPer * static_cast<int>(blockDim.x);
   const int limit = k + (b.ccap - k - incoming) / 2;
   uint32_t prefix = 0;
   int k_rem = k;
   int kept = k;
   bool approx = false;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const int width = pass < 4 ? 7 : 4;
+    const int shift = 25 - 7 * pass < 0 ? 0 : 25 - 7 * pass;  // 25, 18, 11, 4, 0
+    const int nb = 1 << width;
+    for (int i = threadIdx.x; i < kDigitBins; i += blockDim.x) sh.u.hist[i] = 0;
     __syncthreads();
+    for (int c0 = 0; c0 < n; c0 += step) {  // warp-uniform: hist_add needs all lanes
+      const int base = c0 + kCompactPer * threadIdx.x;
+      uint32_t key[kCompactPer];
+      collector_load8(src_key, base, n, key);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool act = base + u < n && (pass == 0 || (key[u] >> (shift + 8)) == (prefix >> (shift + 8)));
-      topk_detail::hist_add(sh.hist, (key[u] >> shift) & 255u, act);
+      for (int u = 0; u < kCompactPer; ++u) {
+        const bool act = base + u < n && (pass == 0 || (key[u] >> (shift + width)) == (prefix >> (shift + width)));
+        topk_detail::hist_add(sh.u.hist, (key[u] >> shift) & (nb - 1), act);
+      }
     }
     __syncthreads();
-    collector_find_bin(sh, k_rem);
+    collector_find_bin(sh, nb, k_rem);
     __syncthreads();
     prefix |= sh.bin << shift;
     k_rem -= sh.above;
-    const int in_bin = static_cast<int>(sh.hist[sh.bin]);
-    __syncthreads();
+    const int in_bin = static_cast<int>(sh.u.hist[sh.bin]);
+    __syncthreads();  // sh.bin / sh.above / hist are rewritten by the next pass
     if (pass == 1 && prefix != 0u && (k - k_rem) + in_bin <= limit) {  // block-uniform
       approx = true;
       kept = (k - k_rem) + in_bin;
@@ -267,31 +299,41 @@ __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b
   // Exact: keys > T, then the first `need` keys == T. Approximate: keys >= prefix (> T, need 0).
   const uint32_t T = approx ? prefix - 1u : prefix;
   const int need = approx ? 0 : k_rem;
-  int g = 0, e = 0;
+  int g_run = 0, e_run = 0;  // winners of earlier steps: greater / equal to T
+  for (int c0 = 0; c0 < n; c0 += step) {
+    const int base = c0 + kCompactPer * threadIdx.x;
+    uint32_t key[kCompactPer];
+    collector_load8(src_key, base, n, key);
+    int g = 0, e = 0;
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (base + u < n) {
-      g += key[u] > T ? 1 : 0;
-      e += key[u] == T ? 1 : 0;
+    for (int u = 0; u < kCompactPer; ++u) {
+      g += base + u < n && key[u] > T ? 1 : 0;
+      e += base + u < n && key[u] == T ? 1 : 0;
     }
-  }
-  // Counts stay below 2^16 (n <= 2 * 4096 + 512), so both prefixes share one scan.
-  const int packed = collector_block_scan((e << 16) | g, sh);
-  int g_before = packed & 0xffff, e_before = packed >> 16;
+    // Counts per step stay below 2^16 (kCompactPer x 256 threads), so both prefixes share one scan.
+    int step_total = 0;
+    const int packed = collector_block_scan((e << 16) | g, sh, &step_total);
+    int g_before = g_run + (packed & 0xffff), e_before = e_run + (packed >> 16);
+    g_run += step_total & 0xffff;
+    e_run += step_total >> 16;
+    if (g + e == 0) continue;
+    int32_t idx[kCompactPer];
+    collector_load8(src_idx, base, n, idx);
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (base + u >= n) continue;
-    int pos = -1;
-    if (key[u] > T) {
-      pos = g_before + min(e_before, need);
-      ++g_before;
-    } else if (key[u] == T) {
-      if (e_before < need) pos = g_before + e_before;
-      ++e_before;
-    }
-    if (pos >= 0) {
-      dst_key[pos] = key[u];
-      dst_idx[pos] = idx[u];
+    for (int u = 0; u < kCompactPer; ++u) {
+      if (base + u >= n) continue;
+      int pos = -1;
+      if (key[u] > T) {
+        pos = g_before + min(e_before, need);
+        ++g_before;
+      } else if (key[u] == T) {
+        if (e_before < need) pos = g_before + e_before;
+        ++e_before;
+      }
+      if (pos >= 0) {
+        dst_key[pos] = key[u];
+        dst_idx[pos] = idx[u];
+      }
     }
   }
   __syncthreads();
@@ -299,63 +341,9 @@ __device__ __forceinline__ void collector_compact_regs(const CollectorBuffers& b
     sh.row[j].cnt = kept;
     sh.row[j].half = st.half ^ 1;
     sh.row[j].thr = T;
-  }
-  __syncthreads();
-}
-
-// Block-wide: compacts row j (to its k best entries, or a few more, see collector_compact_regs) so
-// that `incoming` more entries fit.
-// All threads call it with the same arguments (after a __syncthreads that published the counts).
-// Not inlined: it runs once per ~k appended states, and keeping its three variants out of the
-// indexer's tile loop keeps that loop's code small.
-inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                  int j, int incoming) {
-  const int n_live = sh.row[j].cnt;
-  if (n_live <= static_cast<int>(blockDim.x) * 16) {
-    collector_compact_regs<16>(b, sh, slot, j, incoming);
-    return;
-  }
-  if (n_live <= static_cast<int>(blockDim.x) * 32) {
-    collector_compact_regs<32>(b, sh, slot, j, incoming);
-    return;
-  }
-  const int nwarps = blockDim.x >> 5;
-  const CollectorRow st = sh.row[j];
-  const int n = st.cnt;
-  const int k = b.k;
-  const uint32_t* src_key = b.key + b.half_offset(slot, j, st.half);
-  const int32_t* src_idx = b.idx + b.half_offset(slot, j, st.half);
-  uint32_t* dst_key = b.key + b.half_offset(slot, j, st.half ^ 1);
-  int32_t* dst_idx = b.idx + b.half_offset(slot, j, st.half ^ 1);
-  // Radix select, 8 bits per pass, from the top.
-  uint32_t prefix = 0;
-  int k_rem = k;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
-    __syncthreads();
-    for (int base = 0; base < n; base += blockDim.x) {
-      const int i = base + threadIdx.x;
-      const uint32_t key = i < n ? src_key[i] : 0u;
-      const bool act = i < n && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
-      topk_detail::hist_add(sh.hist, (key >> shift) & 255u, act);
-    }
-    __syncthreads();
-    collector_find_bin(sh, k_rem);
-    __syncthreads();
-    prefix |= sh.bin << shift;
-    k_rem -= sh.above;
-    __syncthreads();  // sh.bin / sh.above are rewritten by the next pass
-  }
-  const uint32_t T = prefix;
-  const int need = k_rem;
-  // Ordered move of the winners (ties in position order), carrying their state indices.
-  topk_detail::select_in_order_by(src_key, n, T, need, nwarps, sh.warp_gt, sh.warp_eq, dst_key, dst_idx,
-                     [&](int i) { return src_idx[i]; });
-  if (threadIdx.x == 0) {
-    sh.row[j].cnt = k;
-    sh.row[j].half = st.half ^ 1;
-    sh.row[j].thr = T;
+    // Approximate: >= k kept keys are > T. Exact: k kept keys are >= T, but a state of another
+    // piece with key T may have a smaller index and win the tie, so only keys < T are ruled out.
+    sh.row[j].bound = approx ? T : T - 1u;
   }
   __syncthreads();
 }
@@ -373,9 +361,10 @@ __device__ __forceinline__ void collector_reserve(const CollectorBuffers& b, Col
 __device__ __forceinline__ void collector_end(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int rows) {
   __syncthreads();
   if (threadIdx.x < rows) {
-    int32_t* h = b.header + (slot * b.rows_per_slot + threadIdx.x) * 2;
+    int32_t* h = b.header_of(slot, threadIdx.x);
     h[0] = sh.row[threadIdx.x].cnt;
     h[1] = sh.row[threadIdx.x].half;
+    h[2] = static_cast<int32_t>(sh.row[threadIdx.x].bound);
   }
 }
 

@@ -117,7 +117,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   f->off_key = meta_bytes;
   f->off_idx = f->off_key + align256(entries * 4);
   f->off_hdr = f->off_idx + align256(entries * 4);
-  f->hdr_bytes = static_cast<size_t>(f->slots) * rps * 2 * 4;
+  f->hdr_bytes = static_cast<size_t>(f->slots) * rps * fused_topk::kHeaderInts * 4;
   f->total = f->off_hdr + align256(f->hdr_bytes);
   // Few rows, each spread over many pieces (batch-1 decode: every piece is shorter than k, so the
   // merge sees the whole context): one merge CTA per row would stream all of it alone. Split each
@@ -131,7 +131,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     f->off_pkey = f->total;
     f->off_pidx = f->off_pkey + align256(pentries * 4);
     f->off_phdr = f->off_pidx + align256(pentries * 4);
-    f->total = f->off_phdr + align256(static_cast<size_t>(pb.rows) * f->split * 2 * 4);
+    f->total = f->off_phdr + align256(static_cast<size_t>(pb.rows) * f->split * fused_topk::kHeaderInts * 4);
   }
   return Status::Ok();
 }

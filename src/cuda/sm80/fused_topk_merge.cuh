@@ -57,7 +57,6 @@ struct MergeShared {
   int slot_half[32];         // their live halves
   int slot_end[32];          // inclusive prefix of their candidate counts
   int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
-  int warp_cnt[32];          // entries each warp appends this round
 };
 
 // Compacts the buffer keys/idx [0, cnt) to its k best (index order kept). Block-wide.
@@ -109,15 +108,13 @@ extern __shared__ __align__(16) uint32_t fused_merge_smem[];
 
 // grid (R) (kPartial: (R, C), see SplitSlots). Dynamic smem: [keys mcap][idx mcap]
 // [region_words(k_pad, m_cap)] u32.
-// Slots are read in rounds of up to 32: warp 0 loads the round's headers and takes as many slots as
-// the buffer has room for. While no compaction has happened (threshold absent: everything enters)
-// the whole block copies the round as one flat list of 16-byte vectors (each thread 4 vectors of
-// keys and indices in flight, destinations from the slot prefix). Afterwards warp w filters slot
-// s + w: it counts its entries above the threshold, a prefix over warps gives every warp its write
-// offset, and each warp appends its slot in order. A round costs a few memory round trips however
-// short its slots.
+// The threshold starts at the best row bound of the row's pieces. Slots are read in rounds of up to
+// 32: warp 0 loads the round's headers and takes as many slots as the buffer has room for; the
+// whole block then filters the round as one flat list of 16-byte vectors (each thread 2 vectors of
+// keys and indices in flight) and appends the survivors in state order. A round costs a few memory
+// round trips however short or few its slots.
 // kPartial: instead of writing the row's result, the CTA writes its best min(k, candidates)
-// entries (state order) to slot r * C + c of `part` (header = (count, half 0)).
+// entries (state order) to slot r * C + c of `part` (header = (count, half 0, row bound)).
 template <typename SlotRange, bool kPartial = false>
 __global__ void __launch_bounds__(kTopkThreads)
     fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int m_cap, int mcap, bool sorted,
@@ -128,6 +125,22 @@ __global__ void __launch_bounds__(kTopkThreads)
   int64_t s0, s1;
   int j, len;
   slots.get(r, &s0, &s1, &j, &len);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Start from the best row bound any piece of the row found (header word 2): keys at or below
+  // it cannot be in the top k, so most candidates of the other pieces never enter the buffer.
+  uint32_t row_bound = kAbsentKey;
+  for (int64_t s = s0 + threadIdx.x; s < s1; s += kTopkThreads) {
+    row_bound = max(row_bound, static_cast<uint32_t>(b.header_of(s, j)[2]));
+  }
+  for (int o = 16; o > 0; o >>= 1) row_bound = max(row_bound, __shfl_xor_sync(0xffffffffu, row_bound, o));
+  if (threadIdx.x == 0) {
+    sh.cnt = 0;
+    sh.thr = kAbsentKey;
+  }
+  __syncthreads();
+  if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
+  __syncthreads();
+  row_bound = sh.thr;
   if (kPartial) {  // share c of C = gridDim.y
     const int64_t ns = s1 - s0, per = (ns + gridDim.y - 1) / gridDim.y;
     const int64_t a = s0 + per * blockIdx.y;
@@ -137,20 +150,13 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t* keys = fused_merge_smem;
   int32_t* idx = reinterpret_cast<int32_t*>(fused_merge_smem + mcap);
   uint32_t* region = fused_merge_smem + 2 * mcap;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned lt = (1u << lane) - 1u;
-  if (threadIdx.x == 0) {
-    sh.cnt = 0;
-    sh.thr = kAbsentKey;
-  }
-  __syncthreads();
   for (int64_t sb = s0; sb < s1;) {
     if (warp == 0) {
       const int64_t s = sb + lane;
       int n = 0, half = 0;
       if (s < s1) {
         // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
-        const int32_t* h = b.header + (s * b.rows_per_slot + j) * 2;
+        const int32_t* h = b.header_of(s, j);
         n = min(max(h[0], 0), b.ccap);
         half = h[1] & 1;
       }
@@ -177,99 +183,63 @@ __global__ void __launch_bounds__(kTopkThreads)
       merge_compact(keys, idx, k, region, k_pad, m_cap, sh);
       continue;
     }
+    // The round as one flat list of 16-byte vectors (slot order, then position: state order).
+    // Thread t takes vectors 2t, 2t + 1 of each step; a block scan of the counts above the
+    // threshold gives every survivor its place, so the buffer stays in state order.
     const uint32_t thr = sh.thr;
-    if (thr == kAbsentKey) {
-      // Every stored candidate has a key > 0: copy the round. A half holds ccap entries (a multiple
-      // of 4) from a multiple of 4, so whole vectors past a slot's count stay inside its half.
-      const int nv = sh.slot_vend[m - 1];
-      const int cnt0 = sh.cnt;
-      constexpr int kVec = 4;
-      for (int v0 = 0; v0 < nv; v0 += kVec * kTopkThreads) {
-        uint4 kv[kVec];
-        int4 iv[kVec];
-        int dst[kVec], cntv[kVec];
+    const int nv = sh.slot_vend[m - 1];
+    int pos_base = sh.cnt;
+    constexpr int kVec = 2;
+    for (int v0 = 0; v0 < nv; v0 += kVec * kTopkThreads) {
+      uint4 kv[kVec];
+      int4 iv[kVec];
+      int cntv[kVec];
+      int sel = 0;
 #pragma unroll
-        for (int u = 0; u < kVec; ++u) {
-          const int v = v0 + u * kTopkThreads + threadIdx.x;
-          cntv[u] = 0;
-          dst[u] = 0;
-          if (v < nv) {
-            int w = 0;  // first slot whose vector prefix exceeds v
+      for (int u = 0; u < kVec; ++u) {
+        const int v = v0 + kVec * threadIdx.x + u;
+        cntv[u] = 0;
+        kv[u] = make_uint4(0u, 0u, 0u, 0u);
+        iv[u] = make_int4(0, 0, 0, 0);
+        if (v < nv) {
+          int w = 0;  // first slot whose vector prefix exceeds v
 #pragma unroll
-            for (int step = 16; step > 0; step >>= 1) {
-              if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
-            }
-            const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
-            const int64_t off = b.half_offset(sb + w, j, sh.slot_half[w]) + 4 * vi;
-            kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + off));
-            iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
-            dst[u] = cnt0 + (w > 0 ? sh.slot_end[w - 1] : 0) + 4 * vi;
-            cntv[u] = min(4, sh.slot_end[w] - dst[u] + cnt0);
+          for (int step = 16; step > 0; step >>= 1) {
+            if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
+          }
+          const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
+          // A half holds ccap entries (a multiple of 4) from a multiple of 4, so whole vectors
+          // past a slot's count stay inside its half.
+          const int64_t off = b.half_offset(sb + w, j, sh.slot_half[w]) + 4 * vi;
+          kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + off));
+          iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
+          const int slot_n = sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0);
+          cntv[u] = min(4, slot_n - 4 * vi);
+          sel += (cntv[u] > 0 && kv[u].x > thr) + (cntv[u] > 1 && kv[u].y > thr) + (cntv[u] > 2 && kv[u].z > thr) +
+                 (cntv[u] > 3 && kv[u].w > thr);
+        }
+      }
+      const int pre = block_exclusive_scan(sel, sh.t);
+      if (threadIdx.x == kTopkThreads - 1) sh.total = pre + sel;
+      int p = pos_base + pre;
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        const uint32_t kk[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
+        const int32_t ii[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (e < cntv[u] && kk[e] > thr) {
+            keys[p] = kk[e];
+            idx[p] = ii[e];
+            ++p;
           }
         }
-#pragma unroll
-        for (int u = 0; u < kVec; ++u) {
-          if (cntv[u] > 0) keys[dst[u]] = kv[u].x, idx[dst[u]] = iv[u].x;
-          if (cntv[u] > 1) keys[dst[u] + 1] = kv[u].y, idx[dst[u] + 1] = iv[u].y;
-          if (cntv[u] > 2) keys[dst[u] + 2] = kv[u].z, idx[dst[u] + 2] = iv[u].z;
-          if (cntv[u] > 3) keys[dst[u] + 3] = kv[u].w, idx[dst[u] + 3] = iv[u].w;
-        }
       }
-      __syncthreads();
-      if (threadIdx.x == 0) sh.cnt = cnt0 + sh.slot_end[m - 1];
-      sb += m;
-      __syncthreads();
-      continue;
-    }
-    int n_w = 0;
-    int64_t off = 0;
-    if (warp < m) {
-      n_w = sh.slot_end[warp] - (warp > 0 ? sh.slot_end[warp - 1] : 0);
-      off = b.half_offset(sb + warp, j, sh.slot_half[warp]);
-    }
-    int c = 0;
-    for (int q0 = 0; q0 < n_w; q0 += 128) {  // 4 loads in flight per lane
-      uint32_t kq[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int q = q0 + u * 32 + lane;
-        kq[u] = q < n_w ? b.key[off + q] : 0u;
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) c += __popc(__ballot_sync(0xffffffffu, kq[u] > thr && q0 + u * 32 + lane < n_w));
-    }
-    if (lane == 0) sh.warp_cnt[warp] = c;
-    __syncthreads();
-    int pos = sh.cnt;
-    int total = 0;
-    for (int w = 0; w < m; ++w) {
-      const int cw = sh.warp_cnt[w];
-      pos += w < warp ? cw : 0;
-      total += cw;
-    }
-    for (int q0 = 0; q0 < n_w; q0 += 128) {
-      uint32_t kq[4];
-      int32_t iq[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int q = q0 + u * 32 + lane;
-        kq[u] = q < n_w ? b.key[off + q] : 0u;
-        iq[u] = q < n_w ? b.idx[off + q] : -1;
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const bool app = kq[u] > thr && q0 + u * 32 + lane < n_w;
-        const unsigned mask = __ballot_sync(0xffffffffu, app);
-        if (app) {
-          const int p = pos + __popc(mask & lt);
-          keys[p] = kq[u];
-          idx[p] = iq[u];
-        }
-        pos += __popc(mask);
-      }
+      __syncthreads();  // sh.total published; the next step's scan rewrites it only after its barriers
+      pos_base += sh.total;
     }
     __syncthreads();
-    if (threadIdx.x == 0) sh.cnt += total;
+    if (threadIdx.x == 0) sh.cnt = pos_base;
     sb += m;
     __syncthreads();
   }
@@ -296,8 +266,10 @@ __global__ void __launch_bounds__(kTopkThreads)
       part.idx[o + q] = idx[cnt > k ? sel_pos[q] : q];
     }
     if (threadIdx.x == 0) {
-      part.header[ps * 2] = n_sel;
-      part.header[ps * 2 + 1] = 0;
+      int32_t* h = part.header_of(ps, 0);
+      h[0] = n_sel;
+      h[1] = 0;
+      h[2] = static_cast<int32_t>(row_bound);  // still a bound for the whole row
     }
   } else {
     (void)part;

@@ -434,10 +434,12 @@ __device__ __forceinline__ void indexer_wgmma_body(const WgmmaMaps& maps, const 
   epi.finish(p);
 }
 
-// Two CTAs per SM (at most 128 registers) for the logits epilogue; the top-k collector needs more
-// registers than that (it spilled ~600 bytes under the cap), so its kernel runs one CTA per SM.
+// Two CTAs per SM (at most 128 registers) for both epilogues: with one CTA per SM the tile loop's
+// fixed cost is exposed (H200, paged_mqa_topk 128 x 32K: 481 us on one CTA per SM with 8 stages).
 template <class Epi>
-constexpr int wg_min_blocks() { return std::is_same<Epi, LogitsEpilogue>::value ? 2 : 1; }
+constexpr int wg_min_blocks() {
+  return 2;
+}
 
 template <int HP, int NW, class Epi>
 __global__ void __launch_bounds__(kWgThreads, wg_min_blocks<Epi>())
