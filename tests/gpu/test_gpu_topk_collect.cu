@@ -92,7 +92,7 @@ void run_collect_case(const CollectCase& c, const std::vector<float>& logits, co
   b.k = c.k;
   b.ccap = collector_ccap(c.k);
   b.rows_per_slot = c.rows_per_group;
-  const size_t entries = static_cast<size_t>(slots * c.rows_per_group * 2 * b.ccap);
+  const size_t entries = static_cast<size_t>(slots * c.rows_per_group) * b.ccap;
   DeviceBuffer d_logits(logits.size() * 4), d_lens(lens.size() * 4), d_key(entries * 4), d_idx(entries * 4),
       d_hdr(static_cast<size_t>(slots * c.rows_per_group * kHeaderInts * 4)), d_out_idx(ref_idx.size() * 4),
       d_out_val(ref_idx.size() * 4);

@@ -3,23 +3,26 @@
 //
 // A *piece* is the part of one request (group of <= kMaxPieceRows query rows) that one CTA scores;
 // pieces are numbered by `slot` so that a row's pieces, in slot order, cover its states in
-// increasing index order. For each (slot, row) the collector keeps a candidate buffer in global
-// memory (two halves of `ccap` entries: the live one and the compaction target) and, in shared
-// memory, the row's running threshold `thr` and count. Appends are ordered (ballot + popc), so a
+// increasing index order. For each (slot, row) the collector keeps a candidate buffer of `ccap`
+// entries in global memory and, in shared memory, the row's running threshold `thr` and count. Appends are ordered (ballot + popc), so a
 // buffer always lists its states in increasing index order and ties resolve to the smaller index,
 // exactly as in topk.
 //
 //   append: a state enters when key(score) > thr (strict: once k entries >= thr are held, a later
 //           state equal to thr has a larger index and loses the tie).
-//   compact (buffer cannot take another tile): radix passes (8-bit digits, histogram in shared
-//           memory) over the live half find the k-th key's bin; the winners move, in order, to the
-//           other half. Usually after two passes: every key in or above the k-th key's 16-bit bin
-//           (k or a few more), thr = the bin's lower bound - 1; with many keys in that bin, after
-//           four: exactly k, thr = the k-th key T.
-// Memory per (slot, row): 2 * ccap * 8 bytes, independent of the context length. The merge kernel
+//   compact (buffer cannot take another tile): radix passes (7-bit digits, histogram in shared
+//           memory) over the buffer find the k-th key's bin; the winners move, in order, to the
+//           front of the buffer. Usually after two passes: every key in or above the k-th key's
+//           14-bit bin (k or a few more), thr = the bin's lower bound - 1; with many keys in that
+//           bin, after five: exactly k, thr = the k-th key T.
+// The buffer holds 4k entries, so a piece of up to ~3k log-spaced appends (k (1 + ln(n / k)) for n
+// states in random order: n up to ~16K at k = 2048) never compacts; the merge, which runs on the
+// whole GPU afterwards, does that selection instead.
+// Memory per (slot, row): ccap * 8 bytes, independent of the context length. The merge kernel
 // (fused_topk_merge in fused_topk_launch.cu) reads each row's pieces and finishes the selection.
 //
-// Block-size generic (any multiple of 32 up to 1024 threads): the calling kernel owns the launch.
+// Block-size generic (multiples of 32 up to kCollectorMaxWarps warps): the calling kernel owns
+// the launch.
 #pragma once
 #include <cstdint>
 
@@ -36,8 +39,8 @@ using topk_detail::topk_key;
 constexpr int kMaxPieceRows = 8;    // rows per piece (next_n <= 8)
 constexpr int kMaxTileStates = 512;  // most states one append call may add per row
 
-// Candidate storage of all pieces: [slots, rows_per_slot, 2, ccap] keys and indices, plus a
-// header [slots, rows_per_slot, kHeaderInts] = (count, live half, row bound, 0) written when the
+// Candidate storage of all pieces: [slots, rows_per_slot, ccap] keys and indices, plus a
+// header [slots, rows_per_slot, kHeaderInts] = (count, 0, row bound, 0) written when the
 // piece ends. The row bound is a key that at least k of the piece's entries beat outright, so
 // no state of the row whose key is <= it can be in the row's top k (0: none known).
 constexpr int kHeaderInts = 4;
@@ -46,12 +49,12 @@ struct CollectorBuffers {
   uint32_t* key = nullptr;
   int32_t* idx = nullptr;
   int32_t* header = nullptr;  // [slots, rows_per_slot, kHeaderInts]
-  int ccap = 0;               // entries per half
+  int ccap = 0;               // entries per (slot, row), a multiple of 4
   int rows_per_slot = 1;
   int k = 0;
 
-  __device__ __forceinline__ int64_t half_offset(int64_t slot, int j, int half) const {
-    return ((slot * rows_per_slot + j) * 2 + half) * int64_t(ccap);
+  __device__ __forceinline__ int64_t offset(int64_t slot, int j) const {
+    return (slot * rows_per_slot + j) * int64_t(ccap);
   }
   __device__ __forceinline__ int32_t* header_of(int64_t slot, int j) const {
     return header + (slot * rows_per_slot + j) * kHeaderInts;
@@ -62,7 +65,6 @@ struct CollectorRow {
   uint32_t thr;    // appends need key > thr
   uint32_t bound;  // the row bound (see CollectorBuffers)
   int cnt;
-  int half;
 };
 
 constexpr int kCollectorMaxWarps = 8;  // the scoring kernels run 2..8 warps
@@ -84,10 +86,11 @@ struct CollectorShared {
   } u;
 };
 
-// Capacity per half for top-k of k: room for k winners plus at least one full tile.
+// Capacity per (slot, row) for top-k of k: 4k (see the top comment), and at least room for k
+// winners plus one full tile.
 __host__ __device__ inline int collector_ccap(int k) {
   const int kc = (k + 3) & ~3;
-  return kc + (kc > kMaxTileStates ? kc : kMaxTileStates);
+  return 4 * kc > kc + kMaxTileStates ? 4 * kc : kc + kMaxTileStates;
 }
 
 // Starts a piece: every row empty, threshold 0 (everything enters). Block-wide; ends synced.
@@ -96,7 +99,6 @@ __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
     sh.row[threadIdx.x].thr = kAbsentKey;
     sh.row[threadIdx.x].bound = kAbsentKey;
     sh.row[threadIdx.x].cnt = 0;
-    sh.row[threadIdx.x].half = 0;
   }
   (void)rows;
   __syncthreads();
@@ -104,60 +106,71 @@ __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
 
 // Block-wide ordered append of a score tile: rows [0, rows), states t0 + q for q < n, scores at
 // scores[j * ld + q] (shared memory), state t0 + q valid for row j when it lies in
-// [win[j].lo, win[j].hi). Every warp filters its 32 states of every row against the row's threshold
-// (a ballot per row), one barrier publishes the per-(row, warp) counts, then each warp with
-// survivors writes them at the row's count plus the counts of the warps before it; thread j < rows
-// advances row j's count. The caller guarantees room (collector_reserve) and a barrier between this
+// [win[j].lo, win[j].hi). A step covers kSub x blockDim states (thread t: states t, t + blockDim,
+// ...): every warp filters its states of every row against the row's threshold (a ballot per row
+// and sub-step), one barrier publishes the per-(row, sub-step, warp) counts, then each warp with
+// survivors writes them at the row's count plus the counts before it in state order; warp 0
+// advances the counts. The caller guarantees room (collector_reserve) and a barrier between this
 // call and the next use of the counts or of warp_app (the indexer's B1 / B2 are).
-// kRows: compile-time upper bound on rows (1 for the common N = 1 decode: no per-row guards).
-template <int kRows>
+// kRows: compile-time upper bound on rows (1 for the common N = 1 decode: no per-row guards);
+// kSub: sub-steps per barrier (2 for N = 1: a 384-state tile on 256 threads in one step).
+template <int kRows, int kSub>
 __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                       int rows, int t0, int n, const float* scores, int ld,
                                                       const detail::RowWindow* win) {
+  static_assert(kRows * kSub <= kMaxPieceRows, "warp_app holds kMaxPieceRows (row, sub-step) pairs");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   const unsigned lt = (1u << lane) - 1u;
-  for (int q0 = 0; q0 < n; q0 += blockDim.x) {
+  for (int q0 = 0; q0 < n; q0 += kSub * blockDim.x) {
     if (q0 > 0) __syncthreads();  // previous step's counts and warp_app consumed
-    const int q = q0 + threadIdx.x;
-    unsigned mask[kRows];
-    uint32_t key[kRows];
+    unsigned mask[kRows][kSub];
+    uint32_t key[kRows][kSub];
     int cnt[kRows];
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
-      mask[j] = 0u;
-      key[j] = 0u;
       cnt[j] = 0;
+#pragma unroll
+      for (int v = 0; v < kSub; ++v) {
+        mask[j][v] = 0u;
+        key[j][v] = 0u;
+      }
       if (j < rows) {
         const CollectorRow st = sh.row[j];
         cnt[j] = st.cnt;
-        bool app = false;
-        if (q < n && t0 + q >= win[j].lo && t0 + q < win[j].hi) {
-          key[j] = topk_key(scores[j * ld + q]);
-          app = key[j] > st.thr;
+#pragma unroll
+        for (int v = 0; v < kSub; ++v) {
+          const int q = q0 + v * blockDim.x + threadIdx.x;
+          bool app = false;
+          if (q < n && t0 + q >= win[j].lo && t0 + q < win[j].hi) {
+            key[j][v] = topk_key(scores[j * ld + q]);
+            app = key[j][v] > st.thr;
+          }
+          mask[j][v] = __ballot_sync(0xffffffffu, app);
+          if (lane == 0) sh.u.warp_app[j * kSub + v][warp] = __popc(mask[j][v]);
         }
-        mask[j] = __ballot_sync(0xffffffffu, app);
-        if (lane == 0) sh.u.warp_app[j][warp] = __popc(mask[j]);
       }
     }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       if (j >= rows) break;
-      const int c = lane < nwarps ? sh.u.warp_app[j][lane] : 0;
-      if (mask[j] != 0u) {  // warp-uniform
-        const int before = __reduce_add_sync(0xffffffffu, lane < warp ? c : 0);
-        if (mask[j] & (1u << lane)) {
-          const int pos = cnt[j] + before + __popc(mask[j] & lt);
-          const int64_t base = b.half_offset(slot, j, sh.row[j].half);
-          b.key[base + pos] = key[j];
-          b.idx[base + pos] = t0 + q;
+      int done = 0;  // survivors of the earlier sub-steps (block total)
+#pragma unroll
+      for (int v = 0; v < kSub; ++v) {
+        const int c = lane < nwarps ? sh.u.warp_app[j * kSub + v][lane] : 0;
+        if (mask[j][v] != 0u) {  // warp-uniform
+          const int before = __reduce_add_sync(0xffffffffu, lane < warp ? c : 0);
+          if (mask[j][v] & (1u << lane)) {
+            const int pos = cnt[j] + done + before + __popc(mask[j][v] & lt);
+            const int64_t base = b.offset(slot, j);
+            b.key[base + pos] = key[j][v];
+            b.idx[base + pos] = t0 + q0 + v * blockDim.x + threadIdx.x;
+          }
         }
+        done += __reduce_add_sync(0xffffffffu, c);
       }
-      if (warp == 0) {
-        const int total = __reduce_add_sync(0xffffffffu, c);
-        if (lane == 0) sh.row[j].cnt = cnt[j] + total;  // every thread read cnt before the barrier
-      }
+      if (warp == 0 && lane == 0) sh.row[j].cnt = cnt[j] + done;  // every thread read cnt before the barrier
     }
   }
 }
@@ -166,9 +179,9 @@ __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b
                                                        int rows, int t0, int n, const float* scores, int ld,
                                                        const detail::RowWindow* win) {
   if (rows == 1) {
-    collector_append_rows<1>(b, sh, slot, 1, t0, n, scores, ld, win);
+    collector_append_rows<1, 2>(b, sh, slot, 1, t0, n, scores, ld, win);
   } else {
-    collector_append_rows<kMaxPieceRows>(b, sh, slot, rows, t0, n, scores, ld, win);
+    collector_append_rows<kMaxPieceRows, 1>(b, sh, slot, rows, t0, n, scores, ld, win);
   }
 }
 
@@ -224,8 +237,8 @@ __device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int nb, 
 
 constexpr int kCompactPer = 8;  // entries per thread and step (two 16-byte loads in flight)
 
-// Loads entries [base, base + kCompactPer) of a half (zeros past n). A half holds ccap entries, a
-// multiple of 4, from a multiple of 4, so a vector that starts below n stays inside it.
+// Loads entries [base, base + kCompactPer) of a buffer (zeros past n). A buffer holds ccap
+// entries, a multiple of 4, from a multiple of 4, so a vector that starts below n stays inside it.
 template <typename T>
 __device__ __forceinline__ void collector_load8(const T* src, int base, int n, T (&v)[kCompactPer]) {
 #pragma unroll
@@ -240,27 +253,26 @@ __device__ __forceinline__ void collector_load8(const T* src, int base, int n, T
 }
 
 // Block-wide: compacts row j so that `incoming` more entries fit. Radix passes over 7-bit digits
-// (31..25, 24..18, 11..17, 4..10, 0..3) stream the live half from L2; usually two suffice: after
+// (31..25, 24..18, 11..17, 4..10, 0..3) stream the buffer from L2; usually two suffice: after
 // the top 14 bits the k-th key's bin is known, and keeping every key in or above that bin
 // (threshold = the bin's lower bound - 1) keeps at least k entries and drops only keys that k kept
 // ones beat. That is taken when it leaves at most `limit` entries (half of the room above k after
 // the incoming tile stays free); otherwise (many keys in that bin: ties) the remaining passes make
-// it exact (k entries, ties in position order). The winners move, in order, to the other half:
-// thread t owns runs of kCompactPer consecutive entries, a block scan of the (greater, equal)
-// counts gives every winner its place.
+// it exact (k entries, ties in position order). The winners move, in order, to the front of the
+// buffer: thread t owns runs of kCompactPer consecutive entries, a block scan of the (greater,
+// equal) counts gives every winner its place. In place is safe: a winner's place is at most its
+// position, and a step's entries are all loaded before the scan's barrier lets any thread write.
 // All threads call it with the same arguments (after a __syncthreads that published the counts).
 // Not inlined and register-light: it runs once per ~k appended states, and the Hopper scoring
-// kernel it is called from must stay within 128 registers (two CTAs per SM); holding the live half
+// kernel it is called from must stay within 128 registers (two CTAs per SM); holding the buffer
 // in registers made that kernel spill around the call.
 inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                   int j, int incoming) {
   const CollectorRow st = sh.row[j];
   const int n = st.cnt;
   const int k = b.k;
-  const uint32_t* src_key = b.key + b.half_offset(slot, j, st.half);
-  const int32_t* src_idx = b.idx + b.half_offset(slot, j, st.half);
-  uint32_t* dst_key = b.key + b.half_offset(slot, j, st.half ^ 1);
-  int32_t* dst_idx = b.idx + b.half_offset(slot, j, st.half ^ 1);
+  uint32_t* keys = b.key + b.offset(slot, j);
+  int32_t* idxs = b.idx + b.offset(slot, j);
   const int step = kCompactPer * static_cast<int>(blockDim.x);
   const int limit = k + (b.ccap - k - incoming) / 2;
   uint32_t prefix = 0;
@@ -276,7 +288,7 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
     for (int c0 = 0; c0 < n; c0 += step) {  // warp-uniform: hist_add needs all lanes
       const int base = c0 + kCompactPer * threadIdx.x;
       uint32_t key[kCompactPer];
-      collector_load8(src_key, base, n, key);
+      collector_load8(keys, base, n, key);
 #pragma unroll
       for (int u = 0; u < kCompactPer; ++u) {
         const bool act = base + u < n && (pass == 0 || (key[u] >> (shift + width)) == (prefix >> (shift + width)));
@@ -303,7 +315,9 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
   for (int c0 = 0; c0 < n; c0 += step) {
     const int base = c0 + kCompactPer * threadIdx.x;
     uint32_t key[kCompactPer];
-    collector_load8(src_key, base, n, key);
+    int32_t idx[kCompactPer];
+    collector_load8(keys, base, n, key);
+    collector_load8(idxs, base, n, idx);
     int g = 0, e = 0;
 #pragma unroll
     for (int u = 0; u < kCompactPer; ++u) {
@@ -317,8 +331,6 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
     g_run += step_total & 0xffff;
     e_run += step_total >> 16;
     if (g + e == 0) continue;
-    int32_t idx[kCompactPer];
-    collector_load8(src_idx, base, n, idx);
 #pragma unroll
     for (int u = 0; u < kCompactPer; ++u) {
       if (base + u >= n) continue;
@@ -331,15 +343,14 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
         ++e_before;
       }
       if (pos >= 0) {
-        dst_key[pos] = key[u];
-        dst_idx[pos] = idx[u];
+        keys[pos] = key[u];
+        idxs[pos] = idx[u];
       }
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     sh.row[j].cnt = kept;
-    sh.row[j].half = st.half ^ 1;
     sh.row[j].thr = T;
     // Approximate: >= k kept keys are > T. Exact: k kept keys are >= T, but a state of another
     // piece with key T may have a smaller index and win the tie, so only keys < T are ruled out.
@@ -357,13 +368,13 @@ __device__ __forceinline__ void collector_reserve(const CollectorBuffers& b, Col
   }
 }
 
-// Ends a piece: publishes (count, live half) of rows [0, rows). Block-wide.
+// Ends a piece: publishes (count, row bound) of rows [0, rows). Block-wide.
 __device__ __forceinline__ void collector_end(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int rows) {
   __syncthreads();
   if (threadIdx.x < rows) {
     int32_t* h = b.header_of(slot, threadIdx.x);
     h[0] = sh.row[threadIdx.x].cnt;
-    h[1] = sh.row[threadIdx.x].half;
+    h[1] = 0;
     h[2] = static_cast<int32_t>(sh.row[threadIdx.x].bound);
   }
 }

@@ -1,7 +1,7 @@
 // dsattn::paged_mqa_topk on CUDA (SPEC §3.4): the portable indexer kernel with the top-k epilogue
 // (fused_topk_epilogue.cuh), then one merge CTA per query row (fused_topk_merge.cuh). The
 // [rows, context] logits never exist; device scratch is the schedule metadata plus
-// (partitions + groups) x rows_per_group x 2 x ccap candidate slots, independent of context.
+// (partitions + groups) x rows_per_group x ccap candidates, independent of context.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
@@ -96,24 +96,28 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   }
   const int rps = f->p.work.rows_per_group;
   f->slots = f->partitions + f->p.work.groups;
-  f->ccap = fused_topk::collector_ccap(a.k);
   f->k_pad = topk_detail::next_pow2(a.k);
   // Merge buffer: as many (key, index) pairs as the shared memory holds (a multiple of 1024); it
-  // must take k survivors plus a whole piece. Without room for the mlist, go without it.
+  // must take k survivors plus a whole piece, so a piece holds at most mcap - k entries (tight
+  // budgets: fewer than collector_ccap's 4k, never fewer than k plus one tile). Without room for
+  // the mlist, go without it.
+  const int kc = (a.k + 3) & ~3;
+  const int ccap_min = kc + fused_topk::kMaxTileStates;
   auto mcap_for = [&](int m_cap) {
     return ((budget - 1024) / 4 - topk_detail::region_words(f->k_pad, m_cap)) / 2 / 1024 * 1024;
   };
   f->m_cap = topk_detail::mlist_cap(f->k_pad);
   f->mcap = mcap_for(f->m_cap);
-  if (f->mcap < a.k + f->ccap) {
+  if (f->mcap < a.k + fused_topk::collector_ccap(a.k)) {
     f->m_cap = 0;
     f->mcap = mcap_for(0);
   }
-  if (f->mcap < a.k + f->ccap) {
+  if (f->mcap < a.k + ccap_min) {
     return detail::not_implemented(kOp, "k = %d needs more shared memory than the %d bytes available", a.k, budget);
   }
+  f->ccap = std::min(fused_topk::collector_ccap(a.k), (f->mcap - a.k) & ~3);
   f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad, f->m_cap);
-  const size_t entries = static_cast<size_t>(f->slots) * rps * 2 * f->ccap;
+  const size_t entries = static_cast<size_t>(f->slots) * rps * f->ccap;
   f->off_key = meta_bytes;
   f->off_idx = f->off_key + align256(entries * 4);
   f->off_hdr = f->off_idx + align256(entries * 4);
@@ -127,7 +131,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     const int64_t want = (per_row + 31) / 32;
     f->split = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(want, std::max<int64_t>(2, sms / pb.rows))));
     f->kc = (a.k + 3) & ~3;
-    const size_t pentries = static_cast<size_t>(pb.rows) * f->split * 2 * f->kc;
+    const size_t pentries = static_cast<size_t>(pb.rows) * f->split * f->kc;
     f->off_pkey = f->total;
     f->off_pidx = f->off_pkey + align256(pentries * 4);
     f->off_phdr = f->off_pidx + align256(pentries * 4);

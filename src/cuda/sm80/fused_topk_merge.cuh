@@ -54,7 +54,6 @@ struct MergeShared {
   uint32_t thr;
   int total;
   int round_n;               // slots in the current round
-  int slot_half[32];         // their live halves
   int slot_end[32];          // inclusive prefix of their candidate counts
   int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
 };
@@ -114,7 +113,7 @@ extern __shared__ __align__(16) uint32_t fused_merge_smem[];
 // keys and indices in flight) and appends the survivors in state order. A round costs a few memory
 // round trips however short or few its slots.
 // kPartial: instead of writing the row's result, the CTA writes its best min(k, candidates)
-// entries (state order) to slot r * C + c of `part` (header = (count, half 0, row bound)).
+// entries (state order) to slot r * C + c of `part` (header = (count, 0, row bound)).
 template <typename SlotRange, bool kPartial = false>
 __global__ void __launch_bounds__(kTopkThreads)
     fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int m_cap, int mcap, bool sorted,
@@ -153,12 +152,11 @@ __global__ void __launch_bounds__(kTopkThreads)
   for (int64_t sb = s0; sb < s1;) {
     if (warp == 0) {
       const int64_t s = sb + lane;
-      int n = 0, half = 0;
+      int n = 0;
       if (s < s1) {
         // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
         const int32_t* h = b.header_of(s, j);
         n = min(max(h[0], 0), b.ccap);
-        half = h[1] & 1;
       }
       int incl = n;
       for (int o = 1; o < 32; o <<= 1) {
@@ -172,7 +170,6 @@ __global__ void __launch_bounds__(kTopkThreads)
         const int y = __shfl_up_sync(0xffffffffu, vincl, o);
         if (lane >= o) vincl += y;
       }
-      sh.slot_half[lane] = half;
       sh.slot_end[lane] = incl;
       sh.slot_vend[lane] = vincl;
       if (lane == 0) sh.round_n = m;
@@ -208,9 +205,9 @@ __global__ void __launch_bounds__(kTopkThreads)
             if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
           }
           const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
-          // A half holds ccap entries (a multiple of 4) from a multiple of 4, so whole vectors
-          // past a slot's count stay inside its half.
-          const int64_t off = b.half_offset(sb + w, j, sh.slot_half[w]) + 4 * vi;
+          // A buffer holds ccap entries (a multiple of 4) from a multiple of 4, so whole vectors
+          // past a slot's count stay inside it.
+          const int64_t off = b.offset(sb + w, j) + 4 * vi;
           kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + off));
           iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
           const int slot_n = sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0);
@@ -260,7 +257,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   if constexpr (kPartial) {
     // Short share (every candidate, in order) or its k winners (in order).
     const int64_t ps = r * gridDim.y + blockIdx.y;
-    const int64_t o = part.half_offset(ps, 0, 0);
+    const int64_t o = part.offset(ps, 0);
     for (int q = threadIdx.x; q < n_sel; q += kTopkThreads) {
       part.key[o + q] = cnt > k ? sel_key[q] : keys[q];
       part.idx[o + q] = idx[cnt > k ? sel_pos[q] : q];

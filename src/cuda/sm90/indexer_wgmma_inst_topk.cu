@@ -4,6 +4,7 @@
 
 namespace dsattn {
 namespace cuda {
+static_assert(kWgThreads / 32 <= fused_topk::kCollectorMaxWarps, "the collector's per-warp scratch is too small");
 template struct WgmmaKernelOps<TopkEpilogue>;
 }  // namespace cuda
 }  // namespace dsattn
