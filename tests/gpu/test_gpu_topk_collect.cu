@@ -47,7 +47,7 @@ __global__ void collect_driver_kernel(const float* logits,  // [R, W]
     const int n = min(tile, hi - t0);
     collector_reserve(b, sh, slot, rows, n);
     // The rows of the group are W apart in the logits: the "tile" is read in place.
-    collector_append_block(b, sh, slot, rows, t0, n, logits + r0 * int64_t(W) + t0, W, win);
+    collector_append_block(b, sh, slot, r0, rows, t0, n, logits + r0 * int64_t(W) + t0, W, win);
     __syncthreads();
   }
   collector_end(b, sh, slot, rows);

@@ -44,11 +44,16 @@ constexpr int kMaxTileStates = 512;  // most states one append call may add per 
 // piece ends. The row bound is a key that at least k of the piece's entries beat outright, so
 // no state of the row whose key is <= it can be in the row's top k (0: none known).
 constexpr int kHeaderInts = 4;
+constexpr int kRowHistBins = 4096;  // row histogram: the top 12 key bits (topk_kernel's first digit)
 
 struct CollectorBuffers {
   uint32_t* key = nullptr;
   int32_t* idx = nullptr;
   int32_t* header = nullptr;  // [slots, rows_per_slot, kHeaderInts]
+  // Optional [rows, kRowHistBins], zeroed before the scoring kernel: every appended key is counted
+  // in its row's bin, so the merge knows a bin that k of the row's states reach before it reads a
+  // single candidate (few rows split into many short pieces, where no piece finds a bound).
+  uint32_t* hist = nullptr;
   int ccap = 0;               // entries per (slot, row), a multiple of 4
   int rows_per_slot = 1;
   int k = 0;
@@ -116,8 +121,8 @@ __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
 // kSub: sub-steps per barrier (2 for N = 1: a 384-state tile on 256 threads in one step).
 template <int kRows, int kSub>
 __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                      int rows, int t0, int n, const float* scores, int ld,
-                                                      const detail::RowWindow* win) {
+                                                      int64_t row0, int rows, int t0, int n, const float* scores,
+                                                      int ld, const detail::RowWindow* win) {
   static_assert(kRows * kSub <= kMaxPieceRows, "warp_app holds kMaxPieceRows (row, sub-step) pairs");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
@@ -166,6 +171,11 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
             const int64_t base = b.offset(slot, j);
             b.key[base + pos] = key[j][v];
             b.idx[base + pos] = t0 + q0 + v * blockDim.x + threadIdx.x;
+            if (b.hist != nullptr) {  // one atomic per (warp, bin): a row's keys crowd a few bins
+              const uint32_t bin = key[j][v] >> 20;
+              const unsigned same = __match_any_sync(mask[j][v], bin);
+              if ((same & lt) == 0u) atomicAdd(b.hist + (row0 + j) * kRowHistBins + bin, __popc(same));
+            }
           }
         }
         done += __reduce_add_sync(0xffffffffu, c);
@@ -175,13 +185,14 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
   }
 }
 
+// row0: the global query row of the piece's row 0 (rows of a group are consecutive).
 __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                       int rows, int t0, int n, const float* scores, int ld,
-                                                       const detail::RowWindow* win) {
+                                                       int64_t row0, int rows, int t0, int n, const float* scores,
+                                                       int ld, const detail::RowWindow* win) {
   if (rows == 1) {
-    collector_append_rows<1, 2>(b, sh, slot, 1, t0, n, scores, ld, win);
+    collector_append_rows<1, 2>(b, sh, slot, row0, 1, t0, n, scores, ld, win);
   } else {
-    collector_append_rows<kMaxPieceRows, 1>(b, sh, slot, rows, t0, n, scores, ld, win);
+    collector_append_rows<kMaxPieceRows, 1>(b, sh, slot, row0, rows, t0, n, scores, ld, win);
   }
 }
 

@@ -41,8 +41,8 @@ struct TopkEpilogue {
       fused_topk::collector_begin(*sh, t.rows);
     }
     fused_topk::collector_reserve(buf, *sh, slot, t.rows, t.count);
-    fused_topk::collector_append_block(buf, *sh, slot, t.rows, static_cast<int>(t.t0), t.count, t.scores, t.ld,
-                                       t.win);
+    fused_topk::collector_append_block(buf, *sh, slot, t.row0, t.rows, static_cast<int>(t.t0), t.count, t.scores,
+                                       t.ld, t.win);
   }
 
   __device__ void group_end(const IndexerParams&, const GroupInfo& g) {

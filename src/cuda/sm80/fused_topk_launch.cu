@@ -63,6 +63,8 @@ struct FusedPlan {
   // Split merge (few rows with many pieces): `split` level-1 CTAs per row, their outputs here.
   int split = 1, kc = 0;
   size_t off_pkey = 0, off_pidx = 0, off_phdr = 0;
+  // Row histograms (split merge only), right after the headers so one memset zeroes both.
+  size_t off_hist = 0, zero_bytes = 0;
 };
 
 Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
@@ -123,6 +125,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   f->off_hdr = f->off_idx + align256(entries * 4);
   f->hdr_bytes = static_cast<size_t>(f->slots) * rps * fused_topk::kHeaderInts * 4;
   f->total = f->off_hdr + align256(f->hdr_bytes);
+  f->zero_bytes = f->hdr_bytes;
   // Few rows, each spread over many pieces (batch-1 decode: every piece is shorter than k, so the
   // merge sees the whole context): one merge CTA per row would stream all of it alone. Split each
   // row's slots over `split` CTAs of about 32 slots (one round) each, then merge their top-ks.
@@ -130,6 +133,11 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   if (pb.rows * 2 <= sms && per_row > 32) {
     const int64_t want = (per_row + 31) / 32;
     f->split = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(want, std::max<int64_t>(2, sms / pb.rows))));
+    // Pieces this short rarely reach k candidates, so none of them finds a row bound: the row
+    // histogram gives the merge one instead (level 1 then keeps ~k of the row's candidates).
+    f->off_hist = f->total;
+    f->total = f->off_hist + align256(static_cast<size_t>(pb.rows) * fused_topk::kRowHistBins * 4);
+    f->zero_bytes = f->total - f->off_hdr;
     f->kc = (a.k + 3) & ~3;
     const size_t pentries = static_cast<size_t>(pb.rows) * f->split * f->kc;
     f->off_pkey = f->total;
@@ -174,7 +182,8 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   epi.buf.rows_per_slot = f.p.work.rows_per_group;
   epi.buf.k = a.k;
   // Pieces that never run (no tile survives the state limit) must read as empty.
-  DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(epi.buf.header, 0, f.hdr_bytes, stream));
+  if (f.off_hist != 0) epi.buf.hist = reinterpret_cast<uint32_t*>(ws + f.off_hist);
+  DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(epi.buf.header, 0, f.zero_bytes, stream));
   const cudaError_t e = f.wg.use ? WgmmaKernelOps<TopkEpilogue>::launch(f.wg, f.p, epi, f.partitions, stream)
                                  : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
                                      return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream);

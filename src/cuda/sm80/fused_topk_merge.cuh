@@ -138,6 +138,14 @@ __global__ void __launch_bounds__(kTopkThreads)
   }
   __syncthreads();
   if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
+  if (b.hist != nullptr) {  // block-uniform: the row histogram of the appended keys
+    if (threadIdx.x == 0) sh.t.bin = 0xffffffffu;
+    __syncthreads();
+    find_bin(b.hist + r * kRowHistBins, kBins1, k, sh.t);  // ends synced; bin unset: < k appended
+    const uint32_t hb = sh.t.bin;
+    // k appended states have keys >= hb << 20: every key below that is beaten k times over.
+    if (threadIdx.x == 0 && hb != 0xffffffffu && hb > 0u) atomicMax(&sh.thr, (hb << 20) - 1u);
+  }
   __syncthreads();
   row_bound = sh.thr;
   if (kPartial) {  // share c of C = gridDim.y
@@ -286,6 +294,7 @@ __global__ void __launch_bounds__(kTopkThreads)
 }
 
 // The host plans the dynamic part with 1024 bytes left for this (Exec::smem_budget_bytes).
+static_assert(kRowHistBins == topk_detail::kBins1, "the row histogram is read with the first-digit find_bin");
 static_assert(sizeof(MergeShared) <= 1024, "merge kernel static shared memory exceeds its reserve");
 
 // Dynamic shared memory of the merge kernel for a buffer of mcap entries.
