@@ -118,6 +118,16 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     return detail::not_implemented(kOp, "k = %d needs more shared memory than the %d bytes available", a.k, budget);
   }
   f->ccap = std::min(fused_topk::collector_ccap(a.k), (f->mcap - a.k) & ~3);
+  // No piece holds more states than its partition's share of the schedule units (the schedule
+  // balances units; the block table bounds every context), so short pieces (small batches) need
+  // less; a longer piece (an unbalanced caller schedule) only compacts more often.
+  {
+    const int64_t units = (pb.max_pages * pb.states_per_page + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+    const int64_t total = f->p.work.groups * units;
+    const int64_t piece_max = (total + f->partitions - 1) / std::max(f->partitions, 1) * detail::kIndexerUnit;
+    const int64_t fit = std::max<int64_t>(ccap_min, (piece_max + 3) & ~int64_t(3));
+    if (fit < f->ccap) f->ccap = static_cast<int>(fit);
+  }
   f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad, f->m_cap);
   const size_t entries = static_cast<size_t>(f->slots) * rps * f->ccap;
   f->off_key = meta_bytes;
