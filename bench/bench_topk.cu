@@ -28,7 +28,9 @@ struct TopkShape {
 int topk_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--shape ROWSxWIDTH ...]\n"
-      "                         [--max-direct N] [--min-chunk N] [--filter-min N]   (plan tuning;\n"
+      "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
+      "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
+      "                         up to width N (<= 8192), 0: never;\n"
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
       "                         0: never)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
@@ -59,6 +61,8 @@ int run_topk(const std::vector<std::string>& args) {
       cuda::topk_tuning().max_direct = std::atoi(args[++i].c_str());
     } else if (a == "--min-chunk" && has_next) {
       cuda::topk_tuning().min_chunk = std::atoi(args[++i].c_str());
+    } else if (a == "--small-max" && has_next) {
+      cuda::topk_tuning().small_max_width = std::atoi(args[++i].c_str());
     } else if (a == "--filter-min" && has_next) {
       cuda::topk_tuning().filter_min_width = std::atoi(args[++i].c_str());
       cuda::topk_tuning().filter_max_rows = 0;  // any number of rows
@@ -128,6 +132,8 @@ int run_topk(const std::vector<std::string>& args) {
       if (plan.filter) {
         std::snprintf(plan_str, sizeof(plan_str), "filter: %d tiles of %d%s", plan.f_tiles, 512 * plan.f_per,
                       plan.f_digit2 ? ", 2 digits" : "");
+      } else if (plan.direct && plan.small_v > 0) {
+        std::snprintf(plan_str, sizeof(plan_str), "direct, %d keys per thread in registers", plan.small_v);
       } else if (plan.direct) {
         std::snprintf(plan_str, sizeof(plan_str), "direct");
       } else {

@@ -558,6 +558,38 @@ TEST(GpuTopk, DirectAndSplitPlansWithoutFilter) {
   run_case(n, v, {}, 3003);
 }
 
+// Direct rows up to 8192 keep their keys in registers (topk_small_kernel, 4 or 8 keys per
+// thread); the shared-memory direct kernel stays for wider rows and when the tuning turns the
+// small kernel off. Both against the CPU reference on the same inputs: widths around the
+// per-thread boundary, ties at the threshold (50 levels), row bounds, values, sorted, bf16.
+TEST(GpuTopk, SmallRowKernelAndSharedMemoryDirect) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FilterMinWidth off(0);
+  Rng rng(40);
+  for (int64_t w : {1000, 4096, 4097, 8192}) {
+    Case c;
+    c.rows = 5;
+    c.width = w;
+    c.k = w == 4096 ? 2048 : 512;
+    c.values = true;
+    c.bounds = w == 1000 || w == 8192;
+    c.sorted = w == 4096;
+    c.bf16 = w == 4097;
+    const std::vector<float> v = coarse(rng, c.rows * c.width, 50);
+    ASSERT_GT(device_plan(c.rows, c.width, c.k).small_v, 0) << w;
+    ASSERT_LE(c.width, device_plan(c.rows, c.width, c.k).small_v * 1024) << w;
+    run_case(c, v, {}, 4000 + w);
+    {
+      const cuda::TopkTuning saved = cuda::topk_tuning();
+      cuda::topk_tuning().small_max_width = 0;
+      ASSERT_EQ(device_plan(c.rows, c.width, c.k).small_v, 0) << w;
+      ASSERT_TRUE(device_plan(c.rows, c.width, c.k).direct) << w;
+      run_case(c, v, {}, 4000 + w);
+      cuda::topk_tuning() = saved;
+    }
+  }
+}
+
 // The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows
 // emit 0..len-1, the others filter), sorted, values, bf16.
 TEST(GpuTopk, FilterPlanAroundK) {

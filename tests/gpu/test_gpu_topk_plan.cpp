@@ -167,6 +167,10 @@ TEST(GpuTopkPlan, InvariantsOverShapes) {
             EXPECT_GE(p.workspace_bytes, p.f_off_cand_idx + size_t(rows) * p.f_mcap * 4);
             continue;
           }
+          if (p.small_v > 0) {
+            EXPECT_TRUE(p.direct);
+            EXPECT_LE(width, int64_t(p.small_v) * 1024);
+          }
           if (p.direct) {
             EXPECT_LE(width, p.cap);
             EXPECT_EQ(p.workspace_bytes, 0u);

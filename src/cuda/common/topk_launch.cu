@@ -159,6 +159,13 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   plan->chunk_len = static_cast<int>(chunk_len);
   if (C == 1) {
     plan->direct = true;
+    const int64_t small_max = std::min<int64_t>(tune.small_max_width, int64_t(kSmallMaxV) * kTopkThreads);
+    if (W <= small_max && W > 0) {
+      plan->small_v = W <= 4 * kTopkThreads ? 4 : 8;
+      plan->smem_final = static_cast<size_t>(sel_words(plan->k_pad)) * 4;
+      plan->workspace_bytes = 0;
+      return Status::Ok();
+    }
     plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad, plan->m_cap);
     plan->workspace_bytes = 0;
     return Status::Ok();
@@ -224,6 +231,13 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
   const TopkOutputs out = topk_outputs(p.indices, p.values, pb.slot_transform ? p.slot_ids : TensorView{},
                                        p.block_table, p.row_request, p.next_n, p.states_per_page);
   if (plan.filter) return run_topk_filter<T>(plan, pb.rows, logits, ld, rb, p.sorted, out, ex);
+  if (plan.direct && plan.small_v > 0) {
+    auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+    kern<<<static_cast<unsigned>(pb.rows), kTopkThreads, plan.smem_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
+                                                                               p.sorted, out);
+    return last_launch_status(op, "topk_small_kernel");
+  }
   if (plan.direct) {
     auto kern = topk_final_kernel<T, false>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));

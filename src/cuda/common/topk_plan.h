@@ -23,6 +23,7 @@ struct TopkPlan {
   int cap = 0;             // most keys one CTA holds in shared memory
   int m_cap = 0;           // mlist capacity (topk_kernel.cuh); 0 when shared memory is too tight
   bool direct = true;      // one CTA per row straight from the logits
+  int small_v = 0;         // direct rows of <= small_v * 1024 positions: topk_small_kernel<T, small_v>
   int chunks = 1;          // C: chunks per row (split mode)
   int chunk_len = 0;       // positions per chunk
   static constexpr int kMaxLevels = 8;
@@ -63,6 +64,11 @@ struct TopkTuning {
   // ~30 us even on one 8K row and loses to the direct / split plans on many rows.
   int filter_min_width = 262144;
   int filter_max_rows = 4;
+  // Direct rows at most this wide (<= 8192) keep their keys in registers (topk_small_kernel);
+  // 0 disables it. H200, k = 2048: 1 x 4096 8.8 us (shared-memory direct kernel 12.2), 1 x 8192
+  // 11.8 (13.6), 128 x 8192 13.7 (15.1); at 16 keys per thread (128 x 16384) it was slower, 20.9
+  // against 18.0, so wider rows stay on the shared-memory kernel.
+  int small_max_width = 8192;
 };
 TopkTuning& topk_tuning();
 
