@@ -411,13 +411,7 @@ __global__ void __launch_bounds__(kTopkThreads, 1)
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
   const int count = len < k ? len : k;
   if (len <= k) {
-    for (int j = threadIdx.x; j < k_pad; j += kTopkThreads) {
-      const bool v = j < len;
-      sel_key[j] = v ? key_of(src[j]) : kAbsentKey;
-      sel_pos[j] = v ? j : INT_MAX;
-    }
-    __syncthreads();
-    finish_row(sel_key, sel_pos, count, k, k_pad, sorted, src, r, out);
+    finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
     return;
   }
   const int32_t* rec = w.rec + r * kRecWords;

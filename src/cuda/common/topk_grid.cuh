@@ -113,6 +113,19 @@ __device__ __forceinline__ void finish_row(uint32_t* sel_key, int* sel_pos, int 
   }
 }
 
+// A row of len <= k positions: all of them, in order, then finish_row. Block-wide.
+template <typename T>
+__device__ __forceinline__ void finish_short_row(const T* src, int len, int k, int k_pad, bool sorted, uint32_t* sel_key,
+                                                 int* sel_pos, int64_t r, const TopkOutputs& out) {
+  for (int j = threadIdx.x; j < k_pad; j += kTopkThreads) {
+    const bool v = j < len;
+    sel_key[j] = v ? key_of(src[j]) : kAbsentKey;
+    sel_pos[j] = v ? j : INT_MAX;
+  }
+  __syncthreads();
+  finish_row(sel_key, sel_pos, len, k, k_pad, sorted, src, r, out);
+}
+
 extern __shared__ __align__(16) uint32_t topk_dyn_smem[];
 
 // grid (R, C). Chunk c of row r covers positions [c * chunk_len, (c+1) * chunk_len) of the row;
@@ -213,14 +226,8 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t* region = topk_dyn_smem;  // [sel_words(k_pad)]: the histogram, then sel_key / sel_pos
   uint32_t* sel_key = region;
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
-  if (len <= k) {  // every position, in order
-    for (int j = threadIdx.x; j < k_pad; j += kTopkThreads) {
-      const bool v = j < len;
-      sel_key[j] = v ? key_of(src[j]) : kAbsentKey;
-      sel_pos[j] = v ? j : INT_MAX;
-    }
-    __syncthreads();
-    finish_row(sel_key, sel_pos, len, k, k_pad, sorted, src, r, out);
+  if (len <= k) {
+    finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
     return;
   }
   for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
@@ -264,14 +271,7 @@ __global__ void __launch_bounds__(kTopkThreads)
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     if (base + v >= len) continue;
-    int pos = -1;
-    if (key[v] > T_key) {
-      pos = g_before + min(e_before, need);
-      ++g_before;
-    } else if (key[v] == T_key) {
-      if (e_before < need) pos = g_before + e_before;
-      ++e_before;
-    }
+    const int pos = winner_pos(key[v], T_key, need, g_before, e_before);
     if (pos >= 0) {
       sel_key[pos] = key[v];
       sel_pos[pos] = base + v;

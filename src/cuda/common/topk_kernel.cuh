@@ -273,6 +273,21 @@ __device__ __forceinline__ int compact_ge(const uint32_t* keys, int n, uint32_t 
   return total;
 }
 
+// Place of an element in the ordered winners {key > T} + the first `need` keys == T, given the
+// winners' counts before it (g_before keys > T, e_before keys == T, both advanced here); -1 when
+// it is not a winner. Elements must be visited in position order.
+__device__ __forceinline__ int winner_pos(uint32_t key, uint32_t T, int need, int& g_before, int& e_before) {
+  int pos = -1;
+  if (key > T) {
+    pos = g_before + min(e_before, need);
+    ++g_before;
+  } else if (key == T) {
+    if (e_before < need) pos = g_before + e_before;
+    ++e_before;
+  }
+  return pos;
+}
+
 // Writes the selected elements ({key > T} plus the first `need` with key == T, ties kept in position
 // order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i. Run by
 // `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch of >= nwarps ints. Warp w

@@ -345,14 +345,7 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
 #pragma unroll
     for (int u = 0; u < kCompactPer; ++u) {
       if (base + u >= n) continue;
-      int pos = -1;
-      if (key[u] > T) {
-        pos = g_before + min(e_before, need);
-        ++g_before;
-      } else if (key[u] == T) {
-        if (e_before < need) pos = g_before + e_before;
-        ++e_before;
-      }
+      const int pos = topk_detail::winner_pos(key[u], T, need, g_before, e_before);
       if (pos >= 0) {
         keys[pos] = key[u];
         idxs[pos] = idx[u];
