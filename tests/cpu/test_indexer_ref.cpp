@@ -8,6 +8,7 @@
 
 #include "common/indexer_test_util.h"
 #include "cpu/indexer_ref_util.h"
+#include "cpu_test_util.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 
@@ -16,75 +17,25 @@ using namespace dsattn::testutil;
 
 namespace {
 
-Exec cpu_exec(int threads = 2) {
-  Exec ex;
-  ex.backend = Backend::kCpu;
-  ex.num_threads = threads;
-  return ex;
-}
-
 uint8_t e4m3(float x) { return codec::f32_to_e4m3(x); }
 
 // E2M1 codes: 0:0 1:0.5 2:1 3:1.5 4:2 5:3 6:4 7:6, bit 3 = sign.
 uint8_t pack2(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>(lo | (hi << 4)); }
 
 // ---------------------------------------------------------------- FP8 hand case
-// S = 2, D = 32, H = 8, B = 1, N = 2, context_lens [B] = {3}: row 0 sees 2 states, row 1 sees 3.
-// q (both rows): q[h][0] = +1 (h even) / -1 (h odd), q[h][1] = 2, rest 0.
-// weights: row 0 w[h] = 0.5 (h + 1) (even heads sum to 8, odd heads to 10); row 1 = 2x row 0.
-// keys (k8[0], k8[1]; scale):  t0 = (1, 1; 1)   t1 = (4, 1; 0.5)   t2 = (-2, 0.5; 2)
-//   even-head dot = a + 2b, odd-head dot = -a + 2b
-//   t0: 8*3 + 10*1 = 34        t1: 0.5 * (8*6 + 0) = 24        t2: 2 * (0 + 10*3) = 60
-// Physical layout: page stride 80 B (72 needed + 8 pad), 4 pages, block_table {3, 1, 99}: t0, t1
-// in page 3, t2 in page 1 (state 0); the third entry is never read. Unused bytes are 0xFF (NaN).
-struct Fp8HandCase {
-  static constexpr int S = 2, D = 32, H = 8;
-  static constexpr int64_t kStride = 80;
-  std::vector<uint8_t> pages = std::vector<uint8_t>(4 * kStride, 0xFF);
-  std::vector<uint8_t> q = std::vector<uint8_t>(2 * H * D, 0);
-  std::vector<float> w = std::vector<float>(2 * H);
-  std::vector<int32_t> block_table = {3, 1, 99};
-  std::vector<int32_t> lens = {3};
-
-  Fp8HandCase() {
-    put_state(3, 0, 1.0f, 1.0f, 1.0f);
-    put_state(3, 1, 4.0f, 1.0f, 0.5f);
-    put_state(1, 0, -2.0f, 0.5f, 2.0f);
-    for (int r = 0; r < 2; ++r) {
-      for (int h = 0; h < H; ++h) {
-        q[(r * H + h) * D + 0] = e4m3(h % 2 == 0 ? 1.0f : -1.0f);
-        q[(r * H + h) * D + 1] = e4m3(2.0f);
-        w[r * H + h] = 0.5f * static_cast<float>(h + 1) * static_cast<float>(r + 1);
-      }
-    }
-  }
-  void put_state(int page, int s, float a, float b, float scale) {
-    uint8_t* p = pages.data() + page * kStride;
-    for (int d = 0; d < D; ++d) p[s * D + d] = e4m3(0.0f);
-    p[s * D + 0] = e4m3(a);
-    p[s * D + 1] = e4m3(b);
-    std::memcpy(p + S * D + 4 * s, &scale, 4);
-  }
-  PagedMqaLogitsParams params(TensorView logits) {
-    PagedMqaLogitsParams p;
-    p.q = make_tensor(q.data(), DType::kF8E4M3, {1, 2, H, D});
-    p.weights = make_tensor(w.data(), DType::kF32, {2, H});
-    p.cache.format = IndexerFormat::kFp8;
-    p.cache.states_per_page = S;
-    p.cache.head_dim = D;
-    p.cache.page_stride_bytes = kStride;
-    p.cache.pages = make_tensor(pages.data(), DType::kU8, {4, kStride});
-    p.block_table = make_tensor(block_table.data(), DType::kI32, {1, 3});
-    p.context_lens = make_tensor(lens.data(), DType::kI32, {1});
-    p.logits = logits;
-    return p;
-  }
-};
+// Fp8HandCase (cpu_test_util.h): S = 2, D = 32, H = 8, context_lens [B] = {3}; row 0 scores {34, 24},
+// row 1 scores {68, 48, 120}; the varlen row of request 0 with length 3 scores {34, 24, 60}.
+PagedMqaLogitsParams hand_params(Fp8HandCase& c, TensorView logits) {
+  PagedMqaLogitsParams p;
+  static_cast<PagedIndexerArgs&>(p) = c.args();
+  p.logits = logits;
+  return p;
+}
 
 TEST(PagedMqaLogitsRef, Fp8HandCaseClean) {
   Fp8HandCase c;
   std::vector<float> out(2 * 4, kPoison);
-  PagedMqaLogitsParams p = c.params(make_tensor(out.data(), DType::kF32, {2, 4}));
+  PagedMqaLogitsParams p = hand_params(c, make_tensor(out.data(), DType::kF32, {2, 4}));
   p.clean = true;
   ASSERT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
   const std::vector<float> want = {34, 24, -kInf, -kInf, 68, 48, 120, -kInf};
@@ -94,7 +45,7 @@ TEST(PagedMqaLogitsRef, Fp8HandCaseClean) {
 TEST(PagedMqaLogitsRef, Fp8HandCaseUncleanLeavesTailUntouched) {
   Fp8HandCase c;
   std::vector<float> out(2 * 4, kPoison);
-  PagedMqaLogitsParams p = c.params(make_tensor(out.data(), DType::kF32, {2, 4}));
+  PagedMqaLogitsParams p = hand_params(c, make_tensor(out.data(), DType::kF32, {2, 4}));
   ASSERT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
   const std::vector<float> want = {34, 24, kPoison, kPoison, 68, 48, 120, kPoison};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want[i]) << "element " << i;
@@ -104,7 +55,7 @@ TEST(PagedMqaLogitsRef, Fp8HandCaseBf16AndRowStride) {
   Fp8HandCase c;
   // Row stride 6 > width 4: columns 4, 5 of each row belong to nobody and must stay untouched.
   std::vector<uint16_t> out(2 * 6, kPoisonBf16);
-  PagedMqaLogitsParams p = c.params(make_tensor_strided(out.data(), DType::kBF16, {2, 4}, {6, 1}));
+  PagedMqaLogitsParams p = hand_params(c, make_tensor_strided(out.data(), DType::kBF16, {2, 4}, {6, 1}));
   p.clean = true;
   ASSERT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
   const std::vector<float> want = {34, 24, -kInf, -kInf, kPoison, kPoison, 68, 48, 120, -kInf, kPoison, kPoison};
@@ -122,7 +73,7 @@ TEST(PagedMqaLogitsRef, Fp8HandCasePerRowLensAndVarlen) {
   // [B, N] lengths {1, 3}: row 0 sees only t0.
   std::vector<int32_t> lens2 = {1, 3};
   std::vector<float> out(2 * 4, kPoison);
-  PagedMqaLogitsParams p = c.params(make_tensor(out.data(), DType::kF32, {2, 4}));
+  PagedMqaLogitsParams p = hand_params(c, make_tensor(out.data(), DType::kF32, {2, 4}));
   p.context_lens = make_tensor(lens2.data(), DType::kI32, {1, 2});
   p.clean = true;
   ASSERT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
@@ -176,11 +127,7 @@ TEST(PagedMqaLogitsRef, Mxfp4HandCase) {
   p.q = make_tensor(q.data(), DType::kU8, {1, 1, H, D / 2});
   p.q_scales = make_tensor(qs.data(), DType::kI32, {1, 1, H});
   p.weights = make_tensor(w.data(), DType::kF32, {1, H});
-  p.cache.format = IndexerFormat::kMxfp4;
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = kStride;
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {3, kStride});
+  p.cache = indexer_cache_view(pages, IndexerFormat::kMxfp4, S, D, kStride);  // [3, kStride]
   p.block_table = make_tensor(bt.data(), DType::kI32, {1, 2});
   p.context_lens = make_tensor(lens.data(), DType::kI32, {1, 1});
   p.logits = make_tensor(out.data(), DType::kF32, {1, 6});
@@ -214,11 +161,7 @@ TEST(PagedMqaLogitsRef, Mxfp4ScaleByteSelectsBlock) {
   p.q = make_tensor(q.data(), DType::kU8, {1, 1, H, D / 2});
   p.q_scales = make_tensor(qs.data(), DType::kI32, {1, 1, H});
   p.weights = make_tensor(w.data(), DType::kF32, {1, H});
-  p.cache.format = IndexerFormat::kMxfp4;
-  p.cache.states_per_page = 1;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = D / 2 + 4;
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {1, D / 2 + 4});
+  p.cache = indexer_cache_view(pages, IndexerFormat::kMxfp4, 1, D, D / 2 + 4);  // one page
   p.block_table = make_tensor(bt.data(), DType::kI32, {1, 1});
   p.context_lens = make_tensor(lens.data(), DType::kI32, {1});
   p.logits = make_tensor(&out, DType::kF32, {1, 1});
@@ -231,7 +174,7 @@ TEST(PagedMqaLogitsRef, NanKeyGivesNanLogitOnlyWhereRead) {
   Fp8HandCase c;
   c.pages[3 * Fp8HandCase::kStride + 32 + 5] = 0x7F;  // state t1, element 5: E4M3 NaN
   std::vector<float> out(2 * 4, kPoison);
-  PagedMqaLogitsParams p = c.params(make_tensor(out.data(), DType::kF32, {2, 4}));
+  PagedMqaLogitsParams p = hand_params(c, make_tensor(out.data(), DType::kF32, {2, 4}));
   p.clean = true;
   ASSERT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
   EXPECT_EQ(out[0], 34.0f);
@@ -285,9 +228,7 @@ void expect_matches_reference(const PagedCase& c, const std::vector<float>& out,
 }
 
 struct SweepCase {
-  IndexerFormat format;
-  int S, H, D, N;
-  bool varlen, per_row;
+  PagedShape shape;
   int64_t pad;
 };
 
@@ -295,36 +236,30 @@ class PagedSweep : public ::testing::TestWithParam<SweepCase> {};
 
 TEST_P(PagedSweep, MatchesReference) {
   const SweepCase sc = GetParam();
-  PagedCaseSpec spec;
-  spec.format = sc.format;
-  spec.states_per_page = sc.S;
-  spec.heads = sc.H;
-  spec.head_dim = sc.D;
-  spec.next_n = sc.N;
-  spec.varlen = sc.varlen;
-  spec.lens_per_row = sc.per_row;
+  const PagedShape& sh = sc.shape;
+  PagedCaseSpec spec = sweep_spec(sh);
   spec.stride_pad_bytes = sc.pad;
-  spec.batch = 3;
-  spec.max_len = sc.S * 3 + 5;
-  spec.seed = 1000 + sc.S * 7 + sc.H + sc.D + sc.N;
+  spec.max_len = sh.S * 3 + 5;
+  spec.seed = 1000 + sh.S * 7 + sh.H + sh.D + sh.N;
   PagedCase c = make_paged_case(spec);
   expect_matches_reference(c, run_logits(c), "f32");
 }
 
+// {format, S, H, D, N, varlen, per_row}, page padding bytes
 const SweepCase kSweep[] = {
-    {IndexerFormat::kFp8, 1, 8, 32, 1, false, true, 0},
-    {IndexerFormat::kFp8, 3, 16, 64, 2, false, false, 4},
-    {IndexerFormat::kFp8, 32, 32, 128, 3, false, true, 0},
-    {IndexerFormat::kFp8, 48, 24, 32, 1, true, true, 64},
-    {IndexerFormat::kFp8, 64, 64, 128, 2, false, false, 64},
-    {IndexerFormat::kFp8, 96, 48, 64, 8, false, true, 12},
-    {IndexerFormat::kFp8, 256, 8, 32, 1, false, true, 0},
-    {IndexerFormat::kMxfp4, 1, 8, 32, 1, false, true, 0},
-    {IndexerFormat::kMxfp4, 3, 16, 64, 2, false, false, 4},
-    {IndexerFormat::kMxfp4, 32, 32, 128, 1, true, true, 64},
-    {IndexerFormat::kMxfp4, 48, 64, 128, 3, false, true, 0},
-    {IndexerFormat::kMxfp4, 64, 24, 64, 2, false, true, 16},
-    {IndexerFormat::kMxfp4, 256, 8, 128, 1, false, false, 0},
+    {{IndexerFormat::kFp8, 1, 8, 32, 1, false, true}, 0},
+    {{IndexerFormat::kFp8, 3, 16, 64, 2, false, false}, 4},
+    {{IndexerFormat::kFp8, 32, 32, 128, 3, false, true}, 0},
+    {{IndexerFormat::kFp8, 48, 24, 32, 1, true, true}, 64},
+    {{IndexerFormat::kFp8, 64, 64, 128, 2, false, false}, 64},
+    {{IndexerFormat::kFp8, 96, 48, 64, 8, false, true}, 12},
+    {{IndexerFormat::kFp8, 256, 8, 32, 1, false, true}, 0},
+    {{IndexerFormat::kMxfp4, 1, 8, 32, 1, false, true}, 0},
+    {{IndexerFormat::kMxfp4, 3, 16, 64, 2, false, false}, 4},
+    {{IndexerFormat::kMxfp4, 32, 32, 128, 1, true, true}, 64},
+    {{IndexerFormat::kMxfp4, 48, 64, 128, 3, false, true}, 0},
+    {{IndexerFormat::kMxfp4, 64, 24, 64, 2, false, true}, 16},
+    {{IndexerFormat::kMxfp4, 256, 8, 128, 1, false, false}, 0},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedSweep, ::testing::ValuesIn(kSweep));
 

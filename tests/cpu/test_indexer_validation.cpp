@@ -5,19 +5,13 @@
 #include <vector>
 
 #include "common/indexer_test_util.h"
+#include "cpu_test_util.h"
 #include "dsattn/ops.h"
 
 using namespace dsattn;
 using namespace dsattn::testutil;
 
 namespace {
-
-Exec cpu_exec() {
-  Exec ex;
-  ex.backend = Backend::kCpu;
-  ex.num_threads = 1;
-  return ex;
-}
 
 // A valid paged problem: B = 2, N = 2, H = 8, D = 32, S = 4 (144 B pages), lengths {5, 13},
 // block_table [2, 5], 7 physical pages, logits [4, 16].
@@ -47,7 +41,7 @@ struct PagedFixture : ::testing::Test {
     p.logits = make_tensor(logits.data(), DType::kF32, {c.rows, c.max_context});
   }
   std::string error() {
-    const Status s = paged_mqa_logits(p, cpu_exec());
+    const Status s = paged_mqa_logits(p, cpu_exec(1));
     EXPECT_FALSE(s.ok());
     if (!s.ok()) {
       EXPECT_EQ(s.code, Code::kInvalidArgument);
@@ -61,10 +55,10 @@ TEST_F(PagedFixture, BaseCaseIsValid) {
   ASSERT_EQ(c.cache.num_pages, 7);
   ASSERT_EQ(c.cache.max_pages, 5);
   ASSERT_EQ(c.max_context, 16);
-  const Status s = paged_mqa_logits(p, cpu_exec());
+  const Status s = paged_mqa_logits(p, cpu_exec(1));
   EXPECT_TRUE(s.ok()) << s.to_string();
   size_t bytes = 123;
-  EXPECT_TRUE(paged_mqa_logits_workspace(p, cpu_exec(), &bytes).ok());
+  EXPECT_TRUE(paged_mqa_logits_workspace(p, cpu_exec(1), &bytes).ok());
   EXPECT_EQ(bytes, 0u);
 }
 
@@ -170,9 +164,9 @@ TEST_F(PagedFixture, PageStrideTooSmallIssueExample) {
   PagedMqaLogitsParams q;
   static_cast<PagedIndexerArgs&>(q) = big.args();
   q.logits = make_tensor(out.data(), DType::kF32, {big.rows, big.max_context});
-  ASSERT_TRUE(paged_mqa_logits(q, cpu_exec()).ok());
+  ASSERT_TRUE(paged_mqa_logits(q, cpu_exec(1)).ok());
   q.cache.page_stride_bytes = 8192;
-  const Status s = paged_mqa_logits(q, cpu_exec());
+  const Status s = paged_mqa_logits(q, cpu_exec(1));
   EXPECT_EQ(s.message, "paged_mqa_logits: kv_cache page_stride 8192 B < 64 states x 132 B = 8448 B");
 }
 TEST_F(PagedFixture, PageStrideNotMultipleOf4) {
@@ -252,7 +246,7 @@ TEST_F(PagedFixture, ContextExceedsZeroWidthLogits) {
   p.logits = make_tensor(logits.data(), DType::kF32, {4, 0});
   EXPECT_EQ(error(), "paged_mqa_logits: context_lens[0, 0] = 4 exceeds logits width 0");
   c.context_lens = {0, 0, 0, 0};
-  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
+  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec(1)).ok());
 }
 TEST_F(PagedFixture, BlockTableEntryOutOfRange) {
   c.cache.block_table[5 + 2] = 7;  // request 1, page 2: read by rows with ctx > 8
@@ -265,7 +259,7 @@ TEST_F(PagedFixture, UnreadBlockTableEntriesAreNotChecked) {
   ASSERT_EQ(c.cache.block_table[4], -1);
   c.cache.block_table[2] = 1000;
   c.cache.block_table[5 + 4] = -9;
-  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
+  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec(1)).ok());
 }
 TEST_F(PagedFixture, LogitsDtype) {
   p.logits.dtype = DType::kF16;
@@ -292,13 +286,13 @@ TEST_F(PagedFixture, MixedDevices) {
   EXPECT_EQ(error(), "paged_mqa_logits: all tensors must be on one device: found cpu:0 and cuda:0");
 }
 TEST_F(PagedFixture, CudaBackendWithHostTensors) {
-  Exec ex = cpu_exec();
+  Exec ex = cpu_exec(1);
   ex.backend = Backend::kCuda;
   const Status s = paged_mqa_logits(p, ex);
   EXPECT_EQ(s.message, "paged_mqa_logits: backend cuda expected CUDA tensors, got host tensors");
 }
 TEST_F(PagedFixture, WorkspaceNullOutput) {
-  const Status s = paged_mqa_logits_workspace(p, cpu_exec(), nullptr);
+  const Status s = paged_mqa_logits_workspace(p, cpu_exec(1), nullptr);
   EXPECT_EQ(s.message, "paged_mqa_logits: bytes (workspace size output) is a null pointer");
 }
 TEST_F(PagedFixture, ScheduleDtype) {
@@ -317,7 +311,7 @@ struct VarlenFixture : PagedFixture {
     static_cast<PagedIndexerArgs&>(p) = c.args();
   }
 };
-TEST_F(VarlenFixture, BaseCaseIsValid) { EXPECT_TRUE(paged_mqa_logits(p, cpu_exec()).ok()); }
+TEST_F(VarlenFixture, BaseCaseIsValid) { EXPECT_TRUE(paged_mqa_logits(p, cpu_exec(1)).ok()); }
 TEST_F(VarlenFixture, QRank) {
   p.q = make_tensor(c.q.q.data(), DType::kF8E4M3, {2, 2, 8, 32});
   EXPECT_EQ(error(), "paged_mqa_logits: q rank expected 3, got 4 (shape [2, 2, 8, 32])");
@@ -353,7 +347,7 @@ struct Mxfp4Fixture : PagedFixture {
 };
 TEST_F(Mxfp4Fixture, BaseCaseIsValid) {
   ASSERT_EQ(c.cache.page_stride, 4 * 20);
-  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec()).ok());
+  EXPECT_TRUE(paged_mqa_logits(p, cpu_exec(1)).ok());
 }
 TEST_F(Mxfp4Fixture, QDtype) {
   p.q.dtype = DType::kF8E4M3;
@@ -394,15 +388,15 @@ struct FusedFixture : PagedFixture {
     f.slot_ids = make_tensor(slots.data(), DType::kI32, {4, 8});
   }
   std::string fused_error() {
-    const Status s = paged_mqa_topk(f, cpu_exec());
+    const Status s = paged_mqa_topk(f, cpu_exec(1));
     EXPECT_FALSE(s.ok());
     return s.message;
   }
 };
 TEST_F(FusedFixture, BaseCaseIsValid) {
-  EXPECT_TRUE(paged_mqa_topk(f, cpu_exec()).ok());
+  EXPECT_TRUE(paged_mqa_topk(f, cpu_exec(1)).ok());
   size_t bytes = 5;
-  EXPECT_TRUE(paged_mqa_topk_workspace(f, cpu_exec(), &bytes).ok());
+  EXPECT_TRUE(paged_mqa_topk_workspace(f, cpu_exec(1), &bytes).ok());
   EXPECT_EQ(bytes, 0u);
 }
 TEST_F(FusedFixture, KZero) {
@@ -437,7 +431,7 @@ TEST_F(FusedFixture, NoLogitsWidthLimit) {
   // Without logits, a context of 20 (> the 16 columns the logits op had) is fine.
   c.context_lens[0] = 20;
   for (int i = 2; i < 5; ++i) c.cache.block_table[i] = 6;  // map request 0's pages 2..4 (6 is a spare)
-  EXPECT_TRUE(paged_mqa_topk(f, cpu_exec()).ok());
+  EXPECT_TRUE(paged_mqa_topk(f, cpu_exec(1)).ok());
 }
 TEST_F(FusedFixture, ShapeErrorsNameTheFusedOp) {
   f.cache.head_dim = 64;
@@ -466,15 +460,15 @@ struct TopkFixture : ::testing::Test {
     p.slot_ids = make_tensor(slots.data(), DType::kI32, {3, 4});
   }
   std::string error() {
-    const Status s = topk(p, cpu_exec());
+    const Status s = topk(p, cpu_exec(1));
     EXPECT_FALSE(s.ok());
     return s.message;
   }
 };
 TEST_F(TopkFixture, BaseCasesAreValid) {
-  EXPECT_TRUE(topk(p, cpu_exec()).ok());
+  EXPECT_TRUE(topk(p, cpu_exec(1)).ok());
   with_slots();
-  EXPECT_TRUE(topk(p, cpu_exec()).ok());
+  EXPECT_TRUE(topk(p, cpu_exec(1)).ok());
 }
 TEST_F(TopkFixture, LogitsNullData) {
   p.logits.data = nullptr;
@@ -495,9 +489,9 @@ TEST_F(TopkFixture, ValuesShape) {
 }
 TEST_F(TopkFixture, WorkspaceQueryOnCpuIsZero) {
   size_t bytes = 99;
-  ASSERT_TRUE(topk_workspace(p, cpu_exec(), &bytes).ok());
+  ASSERT_TRUE(topk_workspace(p, cpu_exec(1), &bytes).ok());
   EXPECT_EQ(bytes, 0u);
-  EXPECT_EQ(topk_workspace(p, cpu_exec(), nullptr).message, "topk: bytes (workspace size output) is a null pointer");
+  EXPECT_EQ(topk_workspace(p, cpu_exec(1), nullptr).message, "topk: bytes (workspace size output) is a null pointer");
 }
 TEST_F(TopkFixture, LogitsDtype) {
   p.logits.dtype = DType::kF16;
@@ -626,15 +620,15 @@ struct MqaFixture : ::testing::Test {
     p.logits = make_tensor(out.data(), DType::kF32, {M, Nk});
   }
   std::string error() {
-    const Status s = mqa_logits(p, cpu_exec());
+    const Status s = mqa_logits(p, cpu_exec(1));
     EXPECT_FALSE(s.ok());
     return s.message;
   }
 };
-TEST_F(MqaFixture, BaseCaseIsValid) { EXPECT_TRUE(mqa_logits(p, cpu_exec()).ok()); }
+TEST_F(MqaFixture, BaseCaseIsValid) { EXPECT_TRUE(mqa_logits(p, cpu_exec(1)).ok()); }
 TEST_F(MqaFixture, WorkspaceQueryOnCpuIsZero) {
   size_t bytes = 99;
-  ASSERT_TRUE(mqa_logits_workspace(p, cpu_exec(), &bytes).ok());
+  ASSERT_TRUE(mqa_logits_workspace(p, cpu_exec(1), &bytes).ok());
   EXPECT_EQ(bytes, 0u);
 }
 TEST_F(MqaFixture, KNullData) {
@@ -655,7 +649,7 @@ TEST_F(MqaFixture, LogitsBf16AndCompressedAreValid) {
   std::vector<uint16_t> o16(M * 4);
   p.logits = make_tensor(o16.data(), DType::kBF16, {M, 4});
   p.compressed = true;
-  EXPECT_TRUE(mqa_logits(p, cpu_exec()).ok());
+  EXPECT_TRUE(mqa_logits(p, cpu_exec(1)).ok());
 }
 TEST_F(MqaFixture, QDtype) {
   p.q.dtype = DType::kBF16;

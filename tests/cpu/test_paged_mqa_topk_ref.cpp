@@ -3,24 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "common/indexer_test_util.h"
-#include "dsattn/codecs.h"
+#include "cpu_test_util.h"
 #include "dsattn/ops.h"
 
 using namespace dsattn;
 using namespace dsattn::testutil;
 
 namespace {
-
-Exec cpu_exec(int threads = 2) {
-  Exec ex;
-  ex.backend = Backend::kCpu;
-  ex.num_threads = threads;
-  return ex;
-}
 
 struct Selected {
   std::vector<int32_t> idx, slots;
@@ -80,9 +72,7 @@ Selected run_composed(PagedCase& c, int k, bool sorted) {
 }
 
 struct FusedCase {
-  IndexerFormat format;
-  int S, H, D, N;
-  bool varlen, per_row;
+  PagedShape shape;
   int k;
 };
 
@@ -90,18 +80,10 @@ class FusedSweep : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(FusedSweep, EqualsTopkOfLogits) {
   const FusedCase fc = GetParam();
-  PagedCaseSpec spec;
-  spec.format = fc.format;
-  spec.states_per_page = fc.S;
-  spec.heads = fc.H;
-  spec.head_dim = fc.D;
-  spec.next_n = fc.N;
-  spec.varlen = fc.varlen;
-  spec.lens_per_row = fc.per_row;
-  spec.batch = 3;
+  PagedCaseSpec spec = sweep_spec(fc.shape);
   spec.max_len = 3 * fc.k + 7;  // rows shorter and longer than k
   spec.stride_pad_bytes = 16;
-  spec.seed = 500 + fc.S + fc.k;
+  spec.seed = 500 + fc.shape.S + fc.k;
   PagedCase c = make_paged_case(spec);
   for (bool sorted : {false, true}) {
     const Selected a = run_fused(c, fc.k, sorted), b = run_composed(c, fc.k, sorted);
@@ -111,14 +93,15 @@ TEST_P(FusedSweep, EqualsTopkOfLogits) {
   }
 }
 
+// {format, S, H, D, N, varlen, per_row}, k
 const FusedCase kFused[] = {
-    {IndexerFormat::kFp8, 1, 8, 32, 1, false, true, 4},
-    {IndexerFormat::kFp8, 3, 16, 64, 2, false, false, 16},
-    {IndexerFormat::kFp8, 64, 32, 128, 1, true, true, 64},
-    {IndexerFormat::kFp8, 96, 64, 32, 4, false, true, 33},
-    {IndexerFormat::kMxfp4, 32, 8, 128, 2, false, true, 20},
-    {IndexerFormat::kMxfp4, 48, 24, 64, 1, true, true, 50},
-    {IndexerFormat::kMxfp4, 256, 16, 32, 3, false, false, 8},
+    {{IndexerFormat::kFp8, 1, 8, 32, 1, false, true}, 4},
+    {{IndexerFormat::kFp8, 3, 16, 64, 2, false, false}, 16},
+    {{IndexerFormat::kFp8, 64, 32, 128, 1, true, true}, 64},
+    {{IndexerFormat::kFp8, 96, 64, 32, 4, false, true}, 33},
+    {{IndexerFormat::kMxfp4, 32, 8, 128, 2, false, true}, 20},
+    {{IndexerFormat::kMxfp4, 48, 24, 64, 1, true, true}, 50},
+    {{IndexerFormat::kMxfp4, 256, 16, 32, 3, false, false}, 8},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedSweep, ::testing::ValuesIn(kFused));
 
@@ -126,45 +109,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedSweep, ::testing::ValuesIn(kFused));
 
 namespace {
 
-// The FP8 hand case of test_indexer_ref.cpp (S = 2, D = 32, H = 8, block_table {3, 1, 99},
-// lengths [B] = {3}): row 0 scores {34, 24}, row 1 scores {68, 48, 120}.
+// The FP8 hand case (Fp8HandCase, cpu_test_util.h; S = 2, block_table {3, 1, 99}, lengths [B] = {3}):
+// row 0 scores {34, 24}, row 1 scores {68, 48, 120}.
 TEST(PagedMqaTopkRef, HandCase) {
-  constexpr int S = 2, D = 32, H = 8;
-  constexpr int64_t kStride = 80;
-  std::vector<uint8_t> pages(4 * kStride, 0xFF);
-  auto put = [&](int page, int s, float a, float b, float scale) {
-    uint8_t* pg = pages.data() + page * kStride;
-    for (int d = 0; d < D; ++d) pg[s * D + d] = codec::f32_to_e4m3(0.0f);
-    pg[s * D] = codec::f32_to_e4m3(a);
-    pg[s * D + 1] = codec::f32_to_e4m3(b);
-    std::memcpy(pg + S * D + 4 * s, &scale, 4);
-  };
-  put(3, 0, 1.0f, 1.0f, 1.0f);
-  put(3, 1, 4.0f, 1.0f, 0.5f);
-  put(1, 0, -2.0f, 0.5f, 2.0f);
-  std::vector<uint8_t> q(2 * H * D, 0);
-  std::vector<float> w(2 * H);
-  for (int r = 0; r < 2; ++r) {
-    for (int h = 0; h < H; ++h) {
-      q[(r * H + h) * D] = codec::f32_to_e4m3(h % 2 == 0 ? 1.0f : -1.0f);
-      q[(r * H + h) * D + 1] = codec::f32_to_e4m3(2.0f);
-      w[r * H + h] = 0.5f * static_cast<float>(h + 1) * static_cast<float>(r + 1);
-    }
-  }
-  std::vector<int32_t> bt = {3, 1, 99}, lens = {3};
+  Fp8HandCase c;
   const int k = 2;
   std::vector<int32_t> idx(2 * k, -7), slots(2 * k, -7);
   std::vector<float> val(2 * k, kPoison);
   PagedMqaTopkParams p;
-  p.q = make_tensor(q.data(), DType::kF8E4M3, {1, 2, H, D});
-  p.weights = make_tensor(w.data(), DType::kF32, {2, H});
-  p.cache.format = IndexerFormat::kFp8;
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = kStride;
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {4, kStride});
-  p.block_table = make_tensor(bt.data(), DType::kI32, {1, 3});
-  p.context_lens = make_tensor(lens.data(), DType::kI32, {1});
+  static_cast<PagedIndexerArgs&>(p) = c.args();
   p.k = k;
   p.sorted = true;
   p.indices = make_tensor(idx.data(), DType::kI32, {2, k});

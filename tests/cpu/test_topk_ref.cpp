@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/indexer_test_util.h"
+#include "cpu_test_util.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 
@@ -17,13 +18,6 @@ using namespace dsattn::testutil;
 namespace {
 
 const float kNaN = std::nanf("");
-
-Exec cpu_exec(int threads = 2) {
-  Exec ex;
-  ex.backend = Backend::kCpu;
-  ex.num_threads = threads;
-  return ex;
-}
 
 struct TopkOut {
   std::vector<int32_t> idx;
