@@ -25,6 +25,17 @@ std::vector<LayerGeometry> layers_of(const ModelPreset& p) {
   return g;
 }
 
+// The V4 compress-ratio layout: layers 0 and 1 have `lead`, then pairs (4, 128) up to layer n - 3,
+// then 4 and 0.
+void expect_v4_ratios(const std::vector<int>& r, size_t n, int lead) {
+  ASSERT_EQ(r.size(), n);
+  EXPECT_EQ(r[0], lead);
+  EXPECT_EQ(r[1], lead);
+  for (size_t i = 2; i < n - 2; ++i) EXPECT_EQ(r[i], i % 2 == 0 ? 4 : 128) << i;
+  EXPECT_EQ(r[n - 2], 4);
+  EXPECT_EQ(r[n - 1], 0);
+}
+
 }  // namespace
 
 TEST(Geometry, PresetNamesAndVerification) {
@@ -58,22 +69,12 @@ TEST(Geometry, PresetTableMatchesSpec) {
   EXPECT_EQ(flash.block_tokens, 256);
   EXPECT_EQ(flash.attn_heads, 64);
   EXPECT_EQ(flash.window, 128);
-  ASSERT_EQ(flash.compress_ratios.size(), 44u);  // 2 + 2*20 + 2
-  EXPECT_EQ(flash.compress_ratios[0], 0);
-  EXPECT_EQ(flash.compress_ratios[1], 0);
-  for (int i = 2; i < 42; ++i) EXPECT_EQ(flash.compress_ratios[i], i % 2 == 0 ? 4 : 128) << i;
-  EXPECT_EQ(flash.compress_ratios[42], 4);
-  EXPECT_EQ(flash.compress_ratios[43], 0);
+  ASSERT_NO_FATAL_FAILURE(expect_v4_ratios(flash.compress_ratios, 44, 0));  // 2 + 2*20 + 2
 
   ModelPreset pro = preset("deepseek-v4-pro");
   EXPECT_EQ(pro.topk, 1024);
   EXPECT_EQ(pro.attn_heads, 128);
-  ASSERT_EQ(pro.compress_ratios.size(), 62u);  // 2 + 2*29 + 2
-  EXPECT_EQ(pro.compress_ratios[0], 128);
-  EXPECT_EQ(pro.compress_ratios[1], 128);
-  for (int i = 2; i < 60; ++i) EXPECT_EQ(pro.compress_ratios[i], i % 2 == 0 ? 4 : 128) << i;
-  EXPECT_EQ(pro.compress_ratios[60], 4);
-  EXPECT_EQ(pro.compress_ratios[61], 0);
+  ASSERT_NO_FATAL_FAILURE(expect_v4_ratios(pro.compress_ratios, 62, 128));  // 2 + 2*29 + 2
 
   ModelPreset v41 = preset("deepseek-v4.1-flash");
   EXPECT_EQ(v41.index_heads, 32);
