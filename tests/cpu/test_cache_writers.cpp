@@ -10,10 +10,13 @@
 #include <random>
 #include <vector>
 
+#include "cpu_test_util.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 
 using namespace dsattn;
+using testutil::indexer_cache_view;
+using testutil::latent_cache_view;
 
 namespace {
 
@@ -76,6 +79,18 @@ std::vector<float> random_rows(int rows, int dim, uint32_t seed) {
   return x;
 }
 
+// Writes one f32 row kv [1, 576] to slot 0 of a one-page, one-token V3.2 latent cache whose 656
+// bytes start as kUntouched; *page receives those bytes.
+void write_one_v32_token(std::vector<float>& kv, std::vector<uint8_t>* page) {
+  page->assign(656, kUntouched);
+  int32_t slot = 0;
+  WriteLatentCacheParams p;
+  p.kv = make_tensor(kv.data(), DType::kF32, {1, 576});
+  p.slot_mapping = make_tensor(&slot, DType::kI32, {1});
+  p.cache = latent_cache_view(*page, LatentFormat::kV32Fp8, 1, 656);
+  ASSERT_TRUE(write_latent_cache(p, Exec{}).ok());
+}
+
 }  // namespace
 
 TEST(CacheWriters, IndexerFp8RoundTripWithinBound) {
@@ -87,11 +102,7 @@ TEST(CacheWriters, IndexerFp8RoundTripWithinBound) {
   WriteIndexerCacheParams p;
   p.k = make_tensor(k.data(), DType::kF32, {T, D});
   p.slot_mapping = make_tensor(slots.data(), DType::kI32, {T});
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {kPages, kStride});
-  p.cache.format = IndexerFormat::kFp8;
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = kStride;
+  p.cache = indexer_cache_view(pages, IndexerFormat::kFp8, S, D, kStride);
   Status st = write_indexer_cache(p, Exec{});
   ASSERT_TRUE(st.ok()) << st.to_string();
   for (int t = 0; t < T; ++t) {
@@ -125,11 +136,7 @@ TEST(CacheWriters, IndexerMxfp4RoundTripWithinBound) {
     WriteIndexerCacheParams p;
     p.k = make_tensor(k.data(), DType::kF32, {T, D});
     p.slot_mapping = make_tensor(slots.data(), DType::kI64, {T});
-    p.cache.pages = make_tensor(pages.data(), DType::kU8, {kPages, stride});
-    p.cache.format = IndexerFormat::kMxfp4;
-    p.cache.states_per_page = S;
-    p.cache.head_dim = D;
-    p.cache.page_stride_bytes = stride;
+    p.cache = indexer_cache_view(pages, IndexerFormat::kMxfp4, S, D, stride);
     ASSERT_TRUE(write_indexer_cache(p, Exec{}).ok());
     for (int t = 0; t < T; ++t) {
       const uint8_t* page = pages.data() + (slots[t] / S) * stride;
@@ -164,10 +171,7 @@ TEST(CacheWriters, LatentRoundTripWithinBoundBothFormatsAndDtypes) {
       WriteLatentCacheParams p;
       p.kv = dt == DType::kF32 ? make_tensor(x.data(), dt, {T, dqk}) : make_tensor(xb.data(), dt, {T, dqk});
       p.slot_mapping = make_tensor(slots.data(), DType::kI32, {T});
-      p.cache.pages = make_tensor(pages.data(), DType::kU8, {kPages, stride});
-      p.cache.format = f;
-      p.cache.tokens_per_page = P;
-      p.cache.page_stride_bytes = stride;
+      p.cache = latent_cache_view(pages, f, P, stride);
       Status st = write_latent_cache(p, Exec{});
       ASSERT_TRUE(st.ok()) << st.to_string();
       for (int t = 0; t < T; ++t) {
@@ -208,10 +212,7 @@ TEST(CacheWriters, ExactBytesZerosNaNAndOnes) {
   WriteIndexerCacheParams p;
   p.k = make_tensor(k.data(), DType::kF32, {2, D});
   p.slot_mapping = make_tensor(slots, DType::kI32, {2});
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {1, S * (D + 4)});
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = S * (D + 4);
+  p.cache = indexer_cache_view(pages, IndexerFormat::kFp8, S, D, S * (D + 4));
   ASSERT_TRUE(write_indexer_cache(p, Exec{}).ok());
   for (int d = 0; d < D; ++d) EXPECT_EQ(pages[2 * D + d], 0x00);
   EXPECT_EQ(f32_at(&pages[S * D + 4 * 2]), 1.0f);
@@ -223,16 +224,8 @@ TEST(CacheWriters, ExactBytesZerosNaNAndOnes) {
   // Latent V3.2: a zero group gets FLT_MIN (vLLM's floor); a group with amax 448 gets scale 1.0.
   std::vector<float> kv(576, 0.0f);
   for (int i = 128; i < 256; ++i) kv[i] = (i % 2 ? 448.0f : -1.0f);
-  std::vector<uint8_t> lp(656, kUntouched);
-  int32_t slot = 0;
-  WriteLatentCacheParams lpp;
-  lpp.kv = make_tensor(kv.data(), DType::kF32, {1, 576});
-  lpp.slot_mapping = make_tensor(&slot, DType::kI32, {1});
-  lpp.cache.pages = make_tensor(lp.data(), DType::kU8, {1, 656});
-  lpp.cache.format = LatentFormat::kV32Fp8;
-  lpp.cache.tokens_per_page = 1;
-  lpp.cache.page_stride_bytes = 656;
-  ASSERT_TRUE(write_latent_cache(lpp, Exec{}).ok());
+  std::vector<uint8_t> lp;
+  ASSERT_NO_FATAL_FAILURE(write_one_v32_token(kv, &lp));
   EXPECT_EQ(f32_at(&lp[512]), std::numeric_limits<float>::min());
   EXPECT_EQ(f32_at(&lp[516]), 1.0f);
   EXPECT_EQ(lp[128], 0xB8);  // -1.0
@@ -249,10 +242,7 @@ TEST(CacheWriters, MinusOneSkipsAndStridedInput) {
   WriteIndexerCacheParams p;
   p.k = make_tensor_strided(k.data(), DType::kF32, {T, D}, {80, 1});
   p.slot_mapping = make_tensor(slots, DType::kI64, {T});
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {1, S * (D + 4)});
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = S * (D + 4);
+  p.cache = indexer_cache_view(pages, IndexerFormat::kFp8, S, D, S * (D + 4));
   ASSERT_TRUE(write_indexer_cache(p, Exec{}).ok());
   for (int s = 0; s < S; ++s) {
     for (int d = 0; d < D; ++d) {
@@ -269,10 +259,7 @@ TEST(CacheWriters, OutOfRangeAndRepeatedSlotsAreErrorsAndWriteNothing) {
   std::vector<uint8_t> pages(2 * S * (D + 4), kUntouched);
   WriteIndexerCacheParams p;
   p.k = make_tensor(k.data(), DType::kF32, {3, D});
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {2, S * (D + 4)});
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = S * (D + 4);
+  p.cache = indexer_cache_view(pages, IndexerFormat::kFp8, S, D, S * (D + 4));  // 2 pages
   int32_t over[3] = {0, 8, 1};
   p.slot_mapping = make_tensor(over, DType::kI32, {3});
   Status st = write_indexer_cache(p, Exec{});
@@ -294,9 +281,7 @@ TEST(CacheWriters, OutOfRangeAndRepeatedSlotsAreErrorsAndWriteNothing) {
   WriteLatentCacheParams l;
   l.kv = make_tensor(kv.data(), DType::kF32, {1, 512});
   l.slot_mapping = make_tensor(&slot, DType::kI64, {1});
-  l.cache.pages = make_tensor(lp.data(), DType::kU8, {1, 1728});
-  l.cache.tokens_per_page = 2;
-  l.cache.page_stride_bytes = 1728;
+  l.cache = latent_cache_view(lp, LatentFormat::kV4Fp8, 2, 1728);
   EXPECT_EQ(write_latent_cache(l, Exec{}).message, "write_latent_cache: slot_mapping[0] expected -1 or in [0, 2), got 2");
   for (uint8_t b : lp) ASSERT_EQ(b, kUntouched);
 }
@@ -308,10 +293,7 @@ TEST(CacheWriters, ArgumentErrors) {
   WriteLatentCacheParams l;
   l.kv = make_tensor(kv.data(), DType::kF32, {2, 512});
   l.slot_mapping = make_tensor(slots, DType::kI32, {2});
-  l.cache.pages = make_tensor(lp.data(), DType::kU8, {1, 2 * 656});
-  l.cache.format = LatentFormat::kV32Fp8;
-  l.cache.tokens_per_page = 2;
-  l.cache.page_stride_bytes = 2 * 656;
+  l.cache = latent_cache_view(lp, LatentFormat::kV32Fp8, 2, 2 * 656);
   EXPECT_EQ(write_latent_cache(l, Exec{}).message, "write_latent_cache: kv shape expected [*, 576], got [2, 512]");
   l.kv = make_tensor(kv.data(), DType::kF16, {2, 576});
   EXPECT_EQ(write_latent_cache(l, Exec{}).message, "write_latent_cache: kv dtype expected f32 or bf16, got f16");
@@ -333,9 +315,7 @@ TEST(CacheWriters, ArgumentErrors) {
   WriteIndexerCacheParams p;
   p.k = make_tensor(k.data(), DType::kF32, {2, 128});
   p.slot_mapping = make_tensor(slots, DType::kI32, {2});
-  p.cache.pages = make_tensor(ip.data(), DType::kU8, {1, 64 * 132});
-  p.cache.states_per_page = 64;
-  p.cache.head_dim = 128;
+  p.cache = indexer_cache_view(ip, IndexerFormat::kFp8, 64, 128, 64 * 132);
   p.cache.page_stride_bytes = 64 * 132 - 4;
   EXPECT_EQ(write_indexer_cache(p, Exec{}).message,
             "write_indexer_cache: cache.page_stride_bytes expected a multiple of 4 >= 8448 (64 states of 132 bytes), got 8444");
@@ -356,16 +336,8 @@ TEST(CacheWriters, NaNCodesArePositiveWhateverTheirOrigin) {
   kv[3] = std::numeric_limits<float>::infinity();
   kv[4] = -2.0f;
   kv[130] = -std::numeric_limits<float>::quiet_NaN();
-  std::vector<uint8_t> lp(656, kUntouched);
-  int32_t slot = 0;
-  WriteLatentCacheParams p;
-  p.kv = make_tensor(kv.data(), DType::kF32, {1, 576});
-  p.slot_mapping = make_tensor(&slot, DType::kI32, {1});
-  p.cache.pages = make_tensor(lp.data(), DType::kU8, {1, 656});
-  p.cache.format = LatentFormat::kV32Fp8;
-  p.cache.tokens_per_page = 1;
-  p.cache.page_stride_bytes = 656;
-  ASSERT_TRUE(write_latent_cache(p, Exec{}).ok());
+  std::vector<uint8_t> lp;
+  ASSERT_NO_FATAL_FAILURE(write_one_v32_token(kv, &lp));
   EXPECT_EQ(lp[3], 0x7F);  // inf / inf
   EXPECT_EQ(lp[0], 0x00);  // 1 / inf = +0
   EXPECT_EQ(lp[4], 0x80);  // -2 / inf = -0

@@ -9,9 +9,12 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_test_util.h"
 #include "dsattn/ops.h"
 
 using namespace dsattn;
+using testutil::indexer_cache_view;
+using testutil::latent_cache_view;
 
 namespace {
 
@@ -46,12 +49,7 @@ void expect_image(const std::vector<uint8_t>& got, const std::vector<uint8_t>& w
 TEST(FormatsGolden, IndexerFp8Page) {
   constexpr int D = 32, S = 2, kStride = 72, kPages = 2;
   std::vector<uint8_t> pages(kPages * kStride, kUntouched);
-  IndexerCache cache;
-  cache.pages = make_tensor(pages.data(), DType::kU8, {kPages, kStride});
-  cache.format = IndexerFormat::kFp8;
-  cache.states_per_page = S;
-  cache.head_dim = D;
-  cache.page_stride_bytes = kStride;
+  const IndexerCache cache = indexer_cache_view(pages, IndexerFormat::kFp8, S, D, kStride);
 
   // Token A (f32) -> slot 0 (page 0, state 0): x[d] = (d - 16) / 4, amax 4 -> 4/448 -> scale 2^-6,
   // x / scale = 16 * (d - 16), all exact E4M3 values.
@@ -98,11 +96,7 @@ TEST(FormatsGolden, IndexerMxfp4Page) {
   constexpr int D = 64, S = 2, kStride = 72;
   std::vector<uint8_t> pages(kStride, kUntouched);
   WriteIndexerCacheParams p;
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {1, kStride});
-  p.cache.format = IndexerFormat::kMxfp4;
-  p.cache.states_per_page = S;
-  p.cache.head_dim = D;
-  p.cache.page_stride_bytes = kStride;
+  p.cache = indexer_cache_view(pages, IndexerFormat::kMxfp4, S, D, kStride);
   // Group 0: i/4 - 4 (amax 4 -> 4/6 -> scale 1, e = 127); group 1: (i - 16) * 3/32 (amax 1.5 ->
   // 0.25 -> scale 2^-2, e = 125), so x / scale = (i - 16) * 3/8.
   std::vector<float> x(D);
@@ -129,10 +123,7 @@ TEST(FormatsGolden, LatentV4Page) {
   constexpr int P = 2, kStride = 1728;
   std::vector<uint8_t> pages(kStride, kUntouched);
   WriteLatentCacheParams p;
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {1, kStride});
-  p.cache.format = LatentFormat::kV4Fp8;
-  p.cache.tokens_per_page = P;
-  p.cache.page_stride_bytes = kStride;
+  p.cache = latent_cache_view(pages, LatentFormat::kV4Fp8, P, kStride);
   // NoPE group g < 6: pattern * 2^(g-4), so the codes repeat and the scale exponent steps by one
   // (pattern amax 43.851: group 0 amax 2.74 -> 2.74/448 -> 2^-7, e = 120). Group 6: zeros (amax 0
   // -> e = 127, codes 0). RoPE: (i - 32) / 8, exact in bf16.
@@ -179,10 +170,7 @@ TEST(FormatsGolden, LatentV32Page) {
   constexpr int P = 2, kStride = 2 * 656;
   std::vector<uint8_t> pages(kStride, kUntouched);
   WriteLatentCacheParams p;
-  p.cache.pages = make_tensor(pages.data(), DType::kU8, {1, kStride});
-  p.cache.format = LatentFormat::kV32Fp8;
-  p.cache.tokens_per_page = P;
-  p.cache.page_stride_bytes = kStride;
+  p.cache = latent_cache_view(pages, LatentFormat::kV32Fp8, P, kStride);
   // NoPE group g < 3: pattern * 2^(g-2); the scale is the raw fp32 amax / 448 (group 0 amax
   // 0.280275 -> 0.0006256138), so codes repeat and scales double. Group 3: zeros -> FLT_MIN.
   std::vector<float> x(576, 0.0f);
