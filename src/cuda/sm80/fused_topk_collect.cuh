@@ -90,6 +90,9 @@ struct CollectorShared {
     } scan;
   } u;
 };
+// At N = 1 (H = 64) the Hopper kernel's layout leaves 1104 bytes for the epilogue under half an
+// SM's shared memory; more would silently drop paged_mqa_topk to one CTA per SM (1.5x slower).
+static_assert(sizeof(CollectorShared) <= 1024, "the collector's shared state must stay small (see above)");
 
 // Capacity per (slot, row) for top-k of k: 4k (see the top comment), and at least room for k
 // winners plus one full tile.
