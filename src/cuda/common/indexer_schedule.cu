@@ -43,8 +43,12 @@ __global__ void __launch_bounds__(kSchedThreads) indexer_schedule_kernel(detail:
   __shared__ int64_t warp_buf[32];
   __shared__ int64_t s_end[kSchedThreads];  // chunk group t's units end at s_end[t] (exclusive)
   const int64_t G = w.groups;
-  int64_t local = 0;
-  for (int64_t g = threadIdx.x; g < G; g += blockDim.x) local += detail::indexer_group_units(w, g);
+  int64_t local = 0, u_first = 0;  // u_first: units of group threadIdx.x, reused by the first chunk
+  for (int64_t g = threadIdx.x; g < G; g += blockDim.x) {
+    const int64_t u = detail::indexer_group_units(w, g);
+    if (g == threadIdx.x) u_first = u;
+    local += u;
+  }
   int64_t total = 0;
   block_exclusive_scan(local, &total, warp_buf);
   if (threadIdx.x == 0) detail::indexer_meta_header(meta, P, G);
@@ -58,7 +62,7 @@ __global__ void __launch_bounds__(kSchedThreads) indexer_schedule_kernel(detail:
   int64_t base = 0;
   for (int64_t c0 = 0; c0 < G; c0 += blockDim.x) {
     const int64_t g = c0 + threadIdx.x;
-    const int64_t u = g < G ? detail::indexer_group_units(w, g) : 0;
+    const int64_t u = g >= G ? 0 : (c0 == 0 ? u_first : detail::indexer_group_units(w, g));
     int64_t chunk = 0;
     const int64_t pre = block_exclusive_scan(u, &chunk, warp_buf);
     s_end[threadIdx.x] = base + pre + u;

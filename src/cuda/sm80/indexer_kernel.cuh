@@ -314,8 +314,9 @@ __device__ __forceinline__ void idx_prefetch_group_entries(const IndexerParams& 
   const int32_t pi0 = t.t0 / S;
   int64_t pi1 = static_cast<int32_t>(end - 1) / S + 1;
   if (pi1 > p.max_pages) pi1 = p.max_pages;
-  const int32_t step = p.bt_s1 == 1 ? 32 : 1;  // one prefetch per 128-byte line when contiguous
-  const int32_t n = static_cast<int32_t>((pi1 - pi0 + step - 1) / (step == 32 ? 32 : 1));
+  const int32_t log2_step = p.bt_s1 == 1 ? 5 : 0;  // one prefetch per 128-byte line when contiguous
+  const int32_t step = 1 << log2_step;
+  const int32_t n = static_cast<int32_t>((pi1 - pi0 + step - 1) >> log2_step);
   const int32_t cap = n < 2048 ? n : 2048;
   for (int32_t k = lane; k < cap; k += 32) {
     const int32_t* a = p.block_table + b * p.bt_s0 + (int64_t(pi0) + int64_t(k) * step) * p.bt_s1;
