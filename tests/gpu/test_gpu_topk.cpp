@@ -18,6 +18,8 @@ namespace dsattn {
 namespace {
 
 using testing_gpu::DeviceBuffer;
+using testing_gpu::FilterMinWidth;
+using testing_gpu::TopkTuningScope;
 using testing_gpu::is_topk;
 using testing_gpu::same_bits_or_both_nan;
 using testutil::Rng;
@@ -493,16 +495,6 @@ TEST(GpuTopk, CudaGraphReplay) {
   }
 }
 
-// Sets the width from which rows take the threshold-filter plan (any number of rows), for one scope.
-struct FilterMinWidth {
-  cuda::TopkTuning saved;
-  explicit FilterMinWidth(int v) : saved(cuda::topk_tuning()) {
-    cuda::topk_tuning().filter_min_width = v;
-    cuda::topk_tuning().filter_max_rows = 0;
-  }
-  ~FilterMinWidth() { cuda::topk_tuning() = saved; }
-};
-
 // The plan topk takes for rows x width (k) on this device.
 cuda::TopkPlan device_plan(int64_t rows, int64_t width, int k) {
   cuda::TopkDeviceLimits lim;
@@ -580,12 +572,11 @@ TEST(GpuTopk, SmallRowKernelAndSharedMemoryDirect) {
     ASSERT_LE(c.width, device_plan(c.rows, c.width, c.k).small_v * 1024) << w;
     run_case(c, v, {}, 4000 + w);
     {
-      const cuda::TopkTuning saved = cuda::topk_tuning();
+      TopkTuningScope legacy;
       cuda::topk_tuning().small_max_width = 0;
       ASSERT_EQ(device_plan(c.rows, c.width, c.k).small_v, 0) << w;
       ASSERT_TRUE(device_plan(c.rows, c.width, c.k).direct) << w;
       run_case(c, v, {}, 4000 + w);
-      cuda::topk_tuning() = saved;
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common/topk_plan.h"
+#include "gpu/topk_test_util.h"
 
 namespace dsattn {
 namespace {
@@ -13,21 +14,12 @@ namespace {
 using cuda::plan_topk;
 using cuda::TopkDeviceLimits;
 using cuda::TopkPlan;
+using testing_gpu::FilterMinWidth;
 
 // H200: 232448 bytes opt-in per block, minus the 1024 the plan reserves for static smem.
 constexpr TopkDeviceLimits kH200{132, 232448 - 1024};
 // sm_120 configuration: 99 KiB.
 constexpr TopkDeviceLimits kSm120{188, 101376 - 1024};
-
-// Sets the width from which rows take the threshold-filter plan (any number of rows), for one scope.
-struct FilterMinWidth {
-  cuda::TopkTuning saved;
-  explicit FilterMinWidth(int v) : saved(cuda::topk_tuning()) {
-    cuda::topk_tuning().filter_min_width = v;
-    cuda::topk_tuning().filter_max_rows = 0;
-  }
-  ~FilterMinWidth() { cuda::topk_tuning() = saved; }
-};
 
 TEST(GpuTopkPlan, H200HandComputed) {
   FilterMinWidth off(0);  // the direct / split plans

@@ -10,10 +10,26 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/topk_plan.h"
 #include "dsattn/ops.h"
 
 namespace dsattn {
 namespace testing_gpu {
+
+// Restores the top-k plan tuning (a process-wide setting) when the scope ends, also when an
+// ASSERT leaves the test early.
+struct TopkTuningScope {
+  cuda::TopkTuning saved = cuda::topk_tuning();
+  ~TopkTuningScope() { cuda::topk_tuning() = saved; }
+};
+
+// Sets the width from which rows take the threshold-filter plan (any number of rows), for one scope.
+struct FilterMinWidth : TopkTuningScope {
+  explicit FilterMinWidth(int v) {
+    cuda::topk_tuning().filter_min_width = v;
+    cuda::topk_tuning().filter_max_rows = 0;
+  }
+};
 
 #define DSATTN_CUDA_ASSERT(x) ASSERT_EQ((x), cudaSuccess) << #x
 
