@@ -159,15 +159,14 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   plan->chunk_len = static_cast<int>(chunk_len);
   if (C == 1) {
     plan->direct = true;
+    plan->workspace_bytes = 0;
     const int64_t small_max = std::min<int64_t>(tune.small_max_width, int64_t(kSmallMaxV) * kTopkThreads);
-    if (W <= small_max && W > 0) {
+    if (W > 0 && W <= small_max) {  // keys in registers: shared memory only for the selection
       plan->small_v = W <= 4 * kTopkThreads ? 4 : 8;
       plan->smem_final = static_cast<size_t>(sel_words(plan->k_pad)) * 4;
-      plan->workspace_bytes = 0;
-      return Status::Ok();
+    } else {
+      plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad, plan->m_cap);
     }
-    plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad, plan->m_cap);
-    plan->workspace_bytes = 0;
     return Status::Ok();
   }
   plan->direct = false;

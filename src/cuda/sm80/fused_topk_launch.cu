@@ -148,7 +148,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     f->off_hist = f->total;
     f->total = f->off_hist + align256(static_cast<size_t>(pb.rows) * fused_topk::kRowHistBins * 4);
     f->zero_bytes = f->total - f->off_hdr;
-    f->kc = (a.k + 3) & ~3;
+    f->kc = kc;
     const size_t pentries = static_cast<size_t>(pb.rows) * f->split * f->kc;
     f->off_pkey = f->total;
     f->off_pidx = f->off_pkey + align256(pentries * 4);
