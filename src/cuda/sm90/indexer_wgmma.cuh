@@ -252,11 +252,16 @@ __device__ void wg_load_group(const IndexerParams& p, const WgmmaShape& s, int64
 }
 
 // The calling warpgroup scores the 64 states [base, base + 64) of the tile for all rows of the group.
+// The rows' weights and windows are read while the MMAs run (NW = 64: 16 more live registers
+// next to the 32 accumulators; NW = 128 reads them after the wait, its 64 accumulators leave no
+// room), and the descriptors of the 4 K-steps are one base plus 32 bytes (2 units) per step.
 template <int HP, int NW>
 __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const WgmmaShape& s, const IdxTile& t,
                                                 int rows, const uint8_t* stage, const uint8_t* smem,
                                                 const WgmmaSmemLayout& L, int base, int wq, int lane) {
   constexpr int C = NW / HP;
+  constexpr bool kEarly = NW == 64;  // weights and windows loaded before the MMAs complete
+  constexpr int CW = kEarly ? C : 1;
   if (base >= t.count) return;  // uniform per warpgroup
   const int tig = lane & 3;
   const int r0 = base + 16 * wq + (lane >> 2), r1 = r0 + 8;
@@ -272,8 +277,8 @@ __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const Wg
   const float sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
   const float sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;
   const int32_t t_0 = t.t0 + r0, t_1 = t.t0 + r1;
-  const uint32_t a_base = smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * kWgHeadDim);
-  const uint32_t q_base = smem_u32(smem + L.q);
+  const uint64_t da = wgmma_desc_sw128(smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * kWgHeadDim));
+  const uint64_t db0 = wgmma_desc_sw128(smem_u32(smem + L.q));
   const float* ws = reinterpret_cast<const float*>(smem + L.w);
   const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
   float* scores = const_cast<float*>(reinterpret_cast<const float*>(smem + L.scores));
@@ -284,23 +289,40 @@ __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const Wg
     for (int i = 0; i < NW / 2; ++i) acc[i] = 0.f;
     wgmma_fence_operands(acc);
     wgmma_fence();
-    const uint32_t b_base = q_base + static_cast<uint32_t>(c * NW * kWgHeadDim);
+    // Q rows of chunk c start c * NW * 128 bytes in: a multiple of 1024, so no swizzle-phase change.
+    const uint64_t db = db0 + static_cast<uint64_t>(c * NW * kWgHeadDim / 16);
 #pragma unroll
-    for (int k = 0; k < kWgHeadDim / 32; ++k) {
-      wgmma_e4m3<NW>(acc, wgmma_desc_sw128(a_base + 32 * k), wgmma_desc_sw128(b_base + 32 * k), k > 0);
-    }
+    for (int k = 0; k < kWgHeadDim / 32; ++k) wgmma_e4m3<NW>(acc, da + 2 * k, db + 2 * k, k > 0);
     wgmma_commit();
+    float2 wv[CW][HP / 8];
+    int32_t lo[CW], hi[CW];
+    if constexpr (kEarly) {
+#pragma unroll
+      for (int j = 0; j < C; ++j) {
+        const int row = c * C + j < rows ? c * C + j : 0;
+#pragma unroll
+        for (int i = 0; i < HP / 8; ++i) wv[j][i] = *reinterpret_cast<const float2*>(ws + row * HP + 2 * tig + 8 * i);
+        lo[j] = win[row].lo;
+        hi[j] = win[row].hi;
+      }
+    }
     wgmma_wait_all();
     wgmma_fence_operands(acc);
 #pragma unroll
     for (int j = 0; j < C; ++j) {
       const int row = c * C + j;
       if (row >= rows) break;  // uniform
+      const int jw = kEarly ? j : 0;
+      if constexpr (!kEarly) {
+#pragma unroll
+        for (int i = 0; i < HP / 8; ++i) wv[0][i] = *reinterpret_cast<const float2*>(ws + row * HP + 2 * tig + 8 * i);
+        lo[0] = win[row].lo;
+        hi[0] = win[row].hi;
+      }
       float s0 = 0.f, s1 = 0.f;
-      const float* wr = ws + row * HP + 2 * tig;
 #pragma unroll
       for (int i = 0; i < HP / 8; ++i) {
-        const float2 w = *reinterpret_cast<const float2*>(wr + 8 * i);
+        const float2 w = wv[jw][i];
         const int a = 4 * (j * (HP / 8) + i);
         s0 = fmaf(fmaxf(acc[a], 0.f), w.x, s0);
         s0 = fmaf(fmaxf(acc[a + 1], 0.f), w.y, s0);
@@ -311,11 +333,10 @@ __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const Wg
       s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
       s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
       s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-      const detail::RowWindow rw = win[row];
       if (tig == 0 && in0) {
-        scores[row * wg_tile(NW) + r0] = (v0 && t_0 >= rw.lo && t_0 < rw.hi) ? s0 * sc0 : -INFINITY;
+        scores[row * wg_tile(NW) + r0] = (v0 && t_0 >= lo[jw] && t_0 < hi[jw]) ? s0 * sc0 : -INFINITY;
       } else if (tig == 1 && in1) {
-        scores[row * wg_tile(NW) + r1] = (v1 && t_1 >= rw.lo && t_1 < rw.hi) ? s1 * sc1 : -INFINITY;
+        scores[row * wg_tile(NW) + r1] = (v1 && t_1 >= lo[jw] && t_1 < hi[jw]) ? s1 * sc1 : -INFINITY;
       }
     }
   }
