@@ -45,13 +45,16 @@ constexpr int kMaxTileStates = 512;  // most states one append call may add per 
 // no state of the row whose key is <= it can be in the row's top k (0: none known).
 constexpr int kHeaderInts = 4;
 constexpr int kRowHistBins = 4096;  // row histogram: the top 12 key bits (topk_kernel's first digit)
+// Copies of each row's histogram, CTA c adding into copy c % kRowHistCopies: a row's keys crowd a
+// few bins, and every scoring CTA of a batch-1 call hits the same ones at about the same time.
+constexpr int kRowHistCopies = 8;
 
 struct CollectorBuffers {
   uint32_t* key = nullptr;
   int32_t* idx = nullptr;
   int32_t* header = nullptr;  // [slots, rows_per_slot, kHeaderInts]
-  // Optional [rows, kRowHistBins], zeroed before the scoring kernel: every appended key is counted
-  // in its row's bin, so the merge knows a bin that k of the row's states reach before it reads a
+  // Optional [rows, kRowHistCopies, kRowHistBins], zeroed before the scoring kernel: every appended
+  // key is counted in its row's bin (one of the copies), so the merge knows a bin that k of the row's states reach before it reads a
   // single candidate (few rows split into many short pieces, where no piece finds a bound).
   uint32_t* hist = nullptr;
   int ccap = 0;               // entries per (slot, row), a multiple of 4
@@ -177,7 +180,8 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
             if (b.hist != nullptr) {  // one atomic per (warp, bin): a row's keys crowd a few bins
               const uint32_t bin = key[j][v] >> 20;
               const unsigned same = __match_any_sync(mask[j][v], bin);
-              if ((same & lt) == 0u) atomicAdd(b.hist + (row0 + j) * kRowHistBins + bin, __popc(same));
+              const int64_t copy = (row0 + j) * kRowHistCopies + (blockIdx.x & (kRowHistCopies - 1));
+              if ((same & lt) == 0u) atomicAdd(b.hist + copy * kRowHistBins + bin, __popc(same));
             }
           }
         }

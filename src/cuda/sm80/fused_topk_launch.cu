@@ -146,7 +146,8 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     // Pieces this short rarely reach k candidates, so none of them finds a row bound: the row
     // histogram gives the merge one instead (level 1 then keeps ~k of the row's candidates).
     f->off_hist = f->total;
-    f->total = f->off_hist + align256(static_cast<size_t>(pb.rows) * fused_topk::kRowHistBins * 4);
+    f->total = f->off_hist + align256(static_cast<size_t>(pb.rows) * fused_topk::kRowHistCopies *
+                                      fused_topk::kRowHistBins * 4);
     f->zero_bytes = f->total - f->off_hdr;
     f->kc = kc;
     const size_t pentries = static_cast<size_t>(pb.rows) * f->split * f->kc;

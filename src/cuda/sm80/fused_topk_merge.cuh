@@ -139,9 +139,16 @@ __global__ void __launch_bounds__(kTopkThreads)
   __syncthreads();
   if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
   if (b.hist != nullptr) {  // block-uniform: the row histogram of the appended keys
+    uint32_t* hsum = fused_merge_smem + 2 * mcap;  // the region, free until the first compaction
+    for (int i = threadIdx.x; i < kRowHistBins; i += kTopkThreads) {
+      uint32_t v = 0;
+#pragma unroll
+      for (int c = 0; c < kRowHistCopies; ++c) v += __ldg(b.hist + (r * kRowHistCopies + c) * kRowHistBins + i);
+      hsum[i] = v;
+    }
     if (threadIdx.x == 0) sh.t.bin = 0xffffffffu;
     __syncthreads();
-    find_bin(b.hist + r * kRowHistBins, kBins1, k, sh.t);  // ends synced; bin unset: < k appended
+    find_bin(hsum, kBins1, k, sh.t);  // ends synced; bin unset: < k appended
     const uint32_t hb = sh.t.bin;
     // k appended states have keys >= hb << 20: every key below that is beaten k times over.
     if (threadIdx.x == 0 && hb != 0xffffffffu && hb > 0u) atomicMax(&sh.thr, (hb << 20) - 1u);
