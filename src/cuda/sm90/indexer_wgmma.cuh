@@ -6,7 +6,9 @@
 //
 // Why a second kernel: on sm_90 the e4m3 `mma.sync` of the portable path is emulated (conversions
 // plus f16 MMAs), which caps it at about a third of the copy bandwidth at 128 x 32K; Hopper's FP8
-// tensor cores are reached only through `wgmma`.
+// tensor cores are reached only through `wgmma`. This tile kernel serves paged_mqa_topk, prefill
+// and small shared-memory budgets; paged_mqa_logits runs its warp-specialized variant
+// (indexer_ws.cuh), which shares the block scoring below (wg_score_block).
 //
 // ---------------------------------------------------------------- tiles and roles
 // 256 threads = 2 warpgroups, two CTAs per SM; a tile is T = wg_tile(NW) states (384 for NW = 64,
@@ -221,29 +223,26 @@ __device__ __forceinline__ void wg_issue(const IndexerParams& p, const WgmmaShap
 }
 
 // Q (128-byte swizzled rows: 16-byte chunk c of smem row r at chunk c ^ (r % 8)), weights and row
-// windows of group g. Smem row r = j * HP + h; rows j >= rows and heads h >= H are zero.
+// windows of group g, loaded by threads [0, nthreads) (tid: this thread's rank among them). Smem row
+// r = j * HP + h of q_rows * HP; rows j >= rows and heads h >= H are zero.
 template <int HP>
-__device__ void wg_load_group(const IndexerParams& p, const WgmmaShape& s, int64_t g, int rows, uint8_t* smem,
-                              const WgmmaSmemLayout& L) {
+__device__ void wg_load_group(const IndexerParams& p, int q_rows, int64_t g, int rows, uint8_t* qs, float* ws,
+                              detail::RowWindow* win, int tid, int nthreads) {
   const int H = p.heads;
-  const int qrows = s.q_rows * HP;
-  const int tid = threadIdx.x;
-  uint8_t* qs = smem + L.q;
+  const int qrows = q_rows * HP;
   const uint8_t* qg = p.q + g * p.q_sg;
   constexpr int CH = kWgHeadDim / 16;
-  for (int idx = tid; idx < qrows * CH; idx += kWgThreads) {
+  for (int idx = tid; idx < qrows * CH; idx += nthreads) {
     const int row = idx / CH, c = idx % CH;
     const int j = row / HP, h = row % HP;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (j < rows && h < H) v = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
     *reinterpret_cast<uint4*>(qs + row * kWgHeadDim + ((c ^ (row & 7)) * 16)) = v;
   }
-  float* ws = reinterpret_cast<float*>(smem + L.w);
-  for (int idx = tid; idx < qrows; idx += kWgThreads) {
+  for (int idx = tid; idx < qrows; idx += nthreads) {
     const int j = idx / HP, h = idx % HP;
     ws[idx] = (j < rows && h < H) ? p.w[g * p.w_sg + j * p.w_sr + h * p.w_sh] : 0.0f;
   }
-  detail::RowWindow* win = reinterpret_cast<detail::RowWindow*>(smem + L.win);
   if (tid < kIdxMaxRows) {
     detail::RowWindow rw{0, 0, 0};
     if (tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
@@ -251,57 +250,87 @@ __device__ void wg_load_group(const IndexerParams& p, const WgmmaShape& s, int64
   }
 }
 
-// The calling warpgroup scores the 64 states [base, base + 64) of the tile for all rows of the group.
+// The calling warpgroup scores 64 states (the MMA's M) for all rows of the group: keys at shared
+// address a_addr (64 rows of 128 bytes, 128-byte swizzle), Q at q_addr (wg_load_group's layout),
+// weights ws and windows win of the group. Thread (warp q of the warpgroup, lane l) owns states
+// r0 = 16 q + l / 4 and r1 = r0 + 8 of the block (state t0 + r): valid v0 / v1 (in range and on a
+// loaded page) with scales sc0 / sc1. For every row, the quad's lane 0 hands the score of r0 and
+// lane 1 that of r1 to sink(row, r, value) (states r < n only): -inf outside the row's window.
 // The rows' weights and windows are read while the MMAs run (NW = 64: 16 more live registers
 // next to the 32 accumulators; NW = 128 reads them after the wait, its 64 accumulators leave no
 // room), and the descriptors of the 4 K-steps are one base plus 32 bytes (2 units) per step.
-template <int HP, int NW>
-__device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const WgmmaShape& s, const IdxTile& t,
-                                                int rows, const uint8_t* stage, const uint8_t* smem,
-                                                const WgmmaSmemLayout& L, int base, int wq, int lane) {
+// Starts the MMAs of one 64-state block against NW Q rows: acc = keys (descriptor da) x Q
+// (descriptor db), 4 K-steps of 32 committed as one group.
+template <int NW>
+__device__ __forceinline__ void wg_mma_issue(float (&acc)[NW / 2], uint64_t da, uint64_t db) {
+#pragma unroll
+  for (int i = 0; i < NW / 2; ++i) acc[i] = 0.f;
+  wgmma_fence_operands(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kWgHeadDim / 32; ++k) wgmma_e4m3<NW>(acc, da + 2 * k, db + 2 * k, k > 0);
+  wgmma_commit();
+}
+
+// The weighted ReLU head sum of the chunk's row j from completed accumulators: this thread's
+// weight pairs wv (columns 2 tig + 8 i), the row's window [lo, hi); sink(row, r, value) as in
+// wg_score_block.
+template <int HP, int NW, class Sink>
+__device__ __forceinline__ void wg_row_sum(const float (&acc)[NW / 2], int j, const float2 (&wv)[HP / 8], int32_t lo,
+                                           int32_t hi, int row, int32_t t0, int n, bool v0, bool v1, float sc0,
+                                           float sc1, int wq, int lane, Sink&& sink) {
+  const int tig = lane & 3;
+  const int r0 = 16 * wq + (lane >> 2), r1 = r0 + 8;
+  float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < HP / 8; ++i) {
+    const float2 w = wv[i];
+    const int a = 4 * (j * (HP / 8) + i);
+    s0 = fmaf(fmaxf(acc[a], 0.f), w.x, s0);
+    s0 = fmaf(fmaxf(acc[a + 1], 0.f), w.y, s0);
+    s1 = fmaf(fmaxf(acc[a + 2], 0.f), w.x, s1);
+    s1 = fmaf(fmaxf(acc[a + 3], 0.f), w.y, s1);
+  }
+  s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+  s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+  s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+  s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+  const int32_t t_0 = t0 + r0, t_1 = t0 + r1;
+  if (tig == 0 && r0 < n) {
+    sink(row, r0, (v0 && t_0 >= lo && t_0 < hi) ? s0 * sc0 : -INFINITY);
+  } else if (tig == 1 && r1 < n) {
+    sink(row, r1, (v1 && t_1 >= lo && t_1 < hi) ? s1 * sc1 : -INFINITY);
+  }
+}
+
+// This thread's weight pairs of row `row` (columns 2 tig + 8 i).
+template <int HP>
+__device__ __forceinline__ void wg_row_weights(const float* ws, int row, int tig, float2 (&wv)[HP / 8]) {
+#pragma unroll
+  for (int i = 0; i < HP / 8; ++i) wv[i] = *reinterpret_cast<const float2*>(ws + row * HP + 2 * tig + 8 * i);
+}
+
+template <int HP, int NW, class Sink>
+__device__ __forceinline__ void wg_score_block(uint32_t a_addr, uint32_t q_addr, const float* ws,
+                                               const detail::RowWindow* win, int rows, int32_t t0, int n, bool v0,
+                                               bool v1, float sc0, float sc1, int wq, int lane, Sink&& sink) {
   constexpr int C = NW / HP;
   constexpr bool kEarly = NW == 64;  // weights and windows loaded before the MMAs complete
   constexpr int CW = kEarly ? C : 1;
-  if (base >= t.count) return;  // uniform per warpgroup
   const int tig = lane & 3;
-  const int r0 = base + 16 * wq + (lane >> 2), r1 = r0 + 8;
-  const uint2 mw = *reinterpret_cast<const uint2*>(stage + L.mask_off);
-  const uint64_t mask = uint64_t(mw.y) << 32 | mw.x;
-  const float* kscale = reinterpret_cast<const float*>(stage + L.scale_off);
-  const bool in0 = r0 < t.count, in1 = r1 < t.count;
-  const bool v0 = in0 && ((mask >> (r0 >> s.log2_box)) & 1u);
-  const bool v1 = in1 && ((mask >> (r1 >> s.log2_box)) & 1u);
-  // Prefill scales come straight from global memory (a tile starts at any state, so they are not
-  // 16-byte aligned for a bulk copy); loaded here, their latency hides behind the MMAs.
-  const float* gscale = reinterpret_cast<const float*>(p.sbase) + t.t0;
-  const float sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
-  const float sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;
-  const int32_t t_0 = t.t0 + r0, t_1 = t.t0 + r1;
-  const uint64_t da = wgmma_desc_sw128(smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * kWgHeadDim));
-  const uint64_t db0 = wgmma_desc_sw128(smem_u32(smem + L.q));
-  const float* ws = reinterpret_cast<const float*>(smem + L.w);
-  const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
-  float* scores = const_cast<float*>(reinterpret_cast<const float*>(smem + L.scores));
-
+  const uint64_t da = wgmma_desc_sw128(a_addr);
+  const uint64_t db0 = wgmma_desc_sw128(q_addr);
   for (int c = 0; c * C < rows; ++c) {
     float acc[NW / 2];
-#pragma unroll
-    for (int i = 0; i < NW / 2; ++i) acc[i] = 0.f;
-    wgmma_fence_operands(acc);
-    wgmma_fence();
     // Q rows of chunk c start c * NW * 128 bytes in: a multiple of 1024, so no swizzle-phase change.
-    const uint64_t db = db0 + static_cast<uint64_t>(c * NW * kWgHeadDim / 16);
-#pragma unroll
-    for (int k = 0; k < kWgHeadDim / 32; ++k) wgmma_e4m3<NW>(acc, da + 2 * k, db + 2 * k, k > 0);
-    wgmma_commit();
+    wg_mma_issue<NW>(acc, da, db0 + static_cast<uint64_t>(c * NW * kWgHeadDim / 16));
     float2 wv[CW][HP / 8];
     int32_t lo[CW], hi[CW];
     if constexpr (kEarly) {
 #pragma unroll
       for (int j = 0; j < C; ++j) {
         const int row = c * C + j < rows ? c * C + j : 0;
-#pragma unroll
-        for (int i = 0; i < HP / 8; ++i) wv[j][i] = *reinterpret_cast<const float2*>(ws + row * HP + 2 * tig + 8 * i);
+        wg_row_weights<HP>(ws, row, tig, wv[j]);
         lo[j] = win[row].lo;
         hi[j] = win[row].hi;
       }
@@ -314,32 +343,38 @@ __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const Wg
       if (row >= rows) break;  // uniform
       const int jw = kEarly ? j : 0;
       if constexpr (!kEarly) {
-#pragma unroll
-        for (int i = 0; i < HP / 8; ++i) wv[0][i] = *reinterpret_cast<const float2*>(ws + row * HP + 2 * tig + 8 * i);
+        wg_row_weights<HP>(ws, row, tig, wv[0]);
         lo[0] = win[row].lo;
         hi[0] = win[row].hi;
       }
-      float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-      for (int i = 0; i < HP / 8; ++i) {
-        const float2 w = wv[jw][i];
-        const int a = 4 * (j * (HP / 8) + i);
-        s0 = fmaf(fmaxf(acc[a], 0.f), w.x, s0);
-        s0 = fmaf(fmaxf(acc[a + 1], 0.f), w.y, s0);
-        s1 = fmaf(fmaxf(acc[a + 2], 0.f), w.x, s1);
-        s1 = fmaf(fmaxf(acc[a + 3], 0.f), w.y, s1);
-      }
-      s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-      s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-      if (tig == 0 && in0) {
-        scores[row * wg_tile(NW) + r0] = (v0 && t_0 >= lo[jw] && t_0 < hi[jw]) ? s0 * sc0 : -INFINITY;
-      } else if (tig == 1 && in1) {
-        scores[row * wg_tile(NW) + r1] = (v1 && t_1 >= lo[jw] && t_1 < hi[jw]) ? s1 * sc1 : -INFINITY;
-      }
+      wg_row_sum<HP, NW>(acc, j, wv[jw], lo[jw], hi[jw], row, t0, n, v0, v1, sc0, sc1, wq, lane, sink);
     }
   }
+}
+
+// The calling warpgroup scores the 64 states [base, base + 64) of the tile into the score tile.
+template <int HP, int NW>
+__device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const WgmmaShape& s, const IdxTile& t,
+                                                int rows, const uint8_t* stage, const uint8_t* smem,
+                                                const WgmmaSmemLayout& L, int base, int wq, int lane) {
+  if (base >= t.count) return;  // uniform per warpgroup
+  const int r0 = base + 16 * wq + (lane >> 2), r1 = r0 + 8;
+  const uint2 mw = *reinterpret_cast<const uint2*>(stage + L.mask_off);
+  const uint64_t mask = uint64_t(mw.y) << 32 | mw.x;
+  const float* kscale = reinterpret_cast<const float*>(stage + L.scale_off);
+  const bool v0 = r0 < t.count && ((mask >> (r0 >> s.log2_box)) & 1u);
+  const bool v1 = r1 < t.count && ((mask >> (r1 >> s.log2_box)) & 1u);
+  // Prefill scales come straight from global memory (a tile starts at any state, so they are not
+  // 16-byte aligned for a bulk copy); loaded here, their latency hides behind the MMAs.
+  const float* gscale = reinterpret_cast<const float*>(p.sbase) + t.t0;
+  const float sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
+  const float sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;
+  float* scores = const_cast<float*>(reinterpret_cast<const float*>(smem + L.scores)) + base;
+  wg_score_block<HP, NW>(smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * kWgHeadDim), smem_u32(smem + L.q),
+                         reinterpret_cast<const float*>(smem + L.w),
+                         reinterpret_cast<const detail::RowWindow*>(smem + L.win), rows, t.t0 + base, t.count - base,
+                         v0, v1, sc0, sc1, wq, lane,
+                         [&](int row, int r, float v) { scores[row * wg_tile(NW) + r] = v; });
 }
 
 template <int HP, int NW, class Epi>
@@ -430,7 +465,8 @@ __device__ __forceinline__ void indexer_wgmma_body(const WgmmaMaps& maps, const 
       cur_g = t.g;
       cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
       cur_t_begin = t.t0;
-      wg_load_group<HP>(p, s, t.g, cur_rows, smem, L);
+      wg_load_group<HP>(p, s.q_rows, t.g, cur_rows, smem + L.q, reinterpret_cast<float*>(smem + L.w),
+                        reinterpret_cast<detail::RowWindow*>(smem + L.win), threadIdx.x, kWgThreads);
       fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
       __syncthreads();
     }
