@@ -33,12 +33,24 @@ namespace codec = dsattn::codec;
 #endif
 
 // The indexer kernel a call runs on (DSATTN_INDEXER_KERNEL, read per call): nullptr = default.
+// "wgmma-tiles": the Hopper kernel without its warp-specialized logits variant
+// (DSATTN_INDEXER_WS=0), i.e. the tile kernel that paged_mqa_topk and prefill always use.
 struct KernelEnv {
   explicit KernelEnv(const char* k) {
-    if (k) setenv("DSATTN_INDEXER_KERNEL", k, 1);
-    else unsetenv("DSATTN_INDEXER_KERNEL");
+    unsetenv("DSATTN_INDEXER_WS");
+    if (k && std::strcmp(k, "wgmma-tiles") == 0) {
+      setenv("DSATTN_INDEXER_KERNEL", "wgmma", 1);
+      setenv("DSATTN_INDEXER_WS", "0", 1);
+    } else if (k) {
+      setenv("DSATTN_INDEXER_KERNEL", k, 1);
+    } else {
+      unsetenv("DSATTN_INDEXER_KERNEL");
+    }
   }
-  ~KernelEnv() { unsetenv("DSATTN_INDEXER_KERNEL"); }
+  ~KernelEnv() {
+    unsetenv("DSATTN_INDEXER_KERNEL");
+    unsetenv("DSATTN_INDEXER_WS");
+  }
 };
 
 // An sm_90 device and a build with sm_90a code: the Hopper (wgmma) kernel exists here.
@@ -52,10 +64,11 @@ bool hopper() {
 }
 
 // Kernels a case runs on: where the Hopper kernel exists, the cases it takes run forced onto it
-// ("wgmma" fails loudly if it declines) and again on the portable kernel; elsewhere the default.
+// ("wgmma" fails loudly if it declines; paged logits then run the warp-specialized variant), again
+// on its tile variant and on the portable kernel; elsewhere the default.
 std::vector<const char*> kernels_for(bool hopper_eligible) {
   if (!hopper()) return {nullptr};
-  if (hopper_eligible) return {"wgmma", "portable"};
+  if (hopper_eligible) return {"wgmma", "wgmma-tiles", "portable"};
   return {"portable"};
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/common/indexer_schedule.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/sm90/indexer_wgmma_launch.h"
+#include "cuda/sm90/indexer_ws.cuh"
 
 namespace dsattn {
 namespace cuda {
@@ -66,7 +67,12 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
-  if (plan->wg.use) {
+  if (plan->wg.use) plan_wgmma_ws(*p, budget, &plan->wg);
+  if (plan->wg.ws_stages > 0) {
+    occ = 1;  // one CTA per SM; its producer warp walks the partition in stage-sized tiles
+    p->tile_states = ws_stage(plan->wg.nw);
+    p->stages = plan->wg.ws_stages;
+  } else if (plan->wg.use) {
     const cudaError_t oe = WgmmaKernelOps<LogitsEpilogue>::occupancy(plan->wg, &occ);
     DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
   } else {
@@ -108,6 +114,9 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
 
 Status launch_logits(const char* op, const LogitsPlan& plan, const IndexerParams& p, IndexerFormat fmt, int D,
                      cudaStream_t stream) {
+  if (plan.wg.ws_stages > 0) {
+    return cuda_status(launch_indexer_ws(plan.wg, p, plan.grid, stream), op, "indexer_ws_kernel launch");
+  }
   if (plan.wg.use) {
     return cuda_status(WgmmaKernelOps<LogitsEpilogue>::launch(plan.wg, p, LogitsEpilogue{}, plan.grid, stream), op,
                        "indexer_wgmma_kernel launch");

@@ -24,6 +24,10 @@ struct WgmmaPlan {
   size_t smem = 0;   // dynamic shared memory of the launch (layout + 1024 alignment slack)
   WgmmaShape shape;
   WgmmaMaps maps;
+  // The warp-specialized logits kernel (indexer_ws.cuh) instead, when ws_stages > 0: its ring
+  // depth and dynamic shared memory. One CTA per SM.
+  int ws_stages = 0;
+  size_t ws_smem = 0;
 };
 
 // Decides whether the Hopper kernel runs this problem and prepares it: an sm_90 device and sm_90a
@@ -33,6 +37,13 @@ struct WgmmaPlan {
 // DSATTN_INDEXER_KERNEL=wgmma, which turns the reason into an error.
 Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                           WgmmaPlan* plan);
+
+// After plan_wgmma_indexer chose the Hopper kernel for paged_mqa_logits: takes the
+// warp-specialized kernel (plan->ws_stages > 0) for paged decode when at least kWsMinStages
+// stages fit `budget` (DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh: benchmark / test knob).
+void plan_wgmma_ws(const IndexerParams& p, int budget, WgmmaPlan* plan);
+// Launches it (grid: one CTA per schedule partition, p.split CTAs each).
+cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
 
 // Launch and occupancy of the Hopper kernel with epilogue Epi (explicitly instantiated in
 // indexer_wgmma_inst_*.cu; other translation units declare them extern).
