@@ -27,6 +27,7 @@ struct WgmmaPlan {
   // The warp-specialized logits kernel (indexer_ws.cuh) instead, when ws_stages > 0: its ring
   // depth and dynamic shared memory. One CTA per SM.
   int ws_stages = 0;
+  int ws_stage = 0;  // states per stage
   size_t ws_smem = 0;
 };
 
@@ -41,7 +42,7 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 // After plan_wgmma_indexer chose the Hopper kernel for paged_mqa_logits: takes the
 // warp-specialized kernel (plan->ws_stages > 0) for paged decode when at least kWsMinStages
 // stages fit `budget` (DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh: benchmark / test knob).
-void plan_wgmma_ws(const IndexerParams& p, int budget, WgmmaPlan* plan);
+void plan_wgmma_ws(int budget, WgmmaPlan* plan);
 // Launches it (grid: one CTA per schedule partition, p.split CTAs each).
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
 

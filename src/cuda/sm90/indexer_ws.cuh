@@ -10,19 +10,24 @@
 // that a producer warp refills as soon as the warpgroup that read one lets go, and three consumer
 // warpgroups take stages in turn without waiting for each other (no block barrier in the loop).
 //
-// Roles (416 threads):
-//   warps 0-11: consumer warpgroups w = 0, 1, 2. Tile j of the CTA's walk (ws_stage(NW) states)
+// Roles (448 threads):
+//   warps 0-11: consumer warpgroups w = 0, 1, 2. Tile j of the CTA's walk (ws_stage() states)
 //            lives in stage j % stages and belongs to warpgroup j % 3 (stages is a multiple of 3,
 //            so a warpgroup always sees the same stages); it is scored as 64-state MMA blocks in
 //            turn. Each warpgroup keeps its own copy of the group's Q, weights and windows (they
 //            may be on different groups), loaded when its tile's group changes (named barrier
 //            1 + w, 128 threads).
-//   warp 12: producer. Walks the partition with the schedule cursor in ws_stage(NW)-state tiles;
-//            reads the block-table entries of the next batch of 32 boxes (one per lane) while it
-//            issues the current batch, so their latency hides behind the waits for free stages.
-// Per stage: mbarrier full (1 arrival: the producer, after writing the stage's WsInfo; plus the
+//   warps 12, 13: producers; warp 12 + q fills the tiles j with j % 2 == q. Each walks the
+//            partition with the schedule cursor (every other tile), reads the block-table entries
+//            of its next batch of 32 boxes (one per lane) while it issues the current batch, so
+//            their latency hides behind the waits for free stages.
+//   Before its first stage, each consumer warpgroup loads the Q of the partition's first group
+//   (at batch 1 that load would otherwise follow the first stage's keys: 1 x 64K 10.6 -> 9.5 us).
+// Per stage: mbarrier full (1 arrival: its producer, after writing the stage's WsInfo; plus the
 // copies' bytes) and empty (4 arrivals: the consuming warpgroup's warps, after their MMAs and
-// scale reads). The producer ends each warpgroup's walk with a stage whose info has g = -1.
+// scale reads). The producers end each warpgroup's walk with a stage whose info has g = -1 (ring
+// positions T, T + 1, T + 2 after the CTA's T tiles; the two producers add up T through shared
+// memory).
 // Boxes: as in indexer_wgmma.cuh, a tile is covered by boxes of g = gcd(S, 64) states (3-D
 // tensor-map copy of the keys + bulk copy of the scales); a box on an invalid page is not copied
 // and its states score -inf (WsInfo::mask).
@@ -33,7 +38,8 @@
 //   3 x 256                       180 us    346 us   (N = 2: 48 KB of Q leave 3 stages)
 //   3 x 128                       224 us    298 us
 //   2 x 128                       226 us    350 us
-// so 3 consumers, 256-state stages for NW = 64 (N = 1) and 128 for NW = 128.
+// so 3 consumers, 256-state stages when a warpgroup's Q is one 64-column block (N = 1 at H = 64),
+// else 128. (N = 2 as two 64-column chunks instead of one NW = 128 MMA: 295 against 299 us.)
 #pragma once
 #include "cuda/sm90/indexer_wgmma.cuh"
 
@@ -41,13 +47,18 @@ namespace dsattn {
 namespace cuda {
 
 constexpr int kWsConsumers = 3;                      // consumer warpgroups
-constexpr int kWsThreads = 128 * kWsConsumers + 32;  // + the producer warp
-constexpr int kWsProducerWarp = 4 * kWsConsumers;
+// Producer warps; tiles alternate between them. One warp's ~200 instructions per stage (cursor,
+// entries, a serialized copy per box) held S = 32 pages (8 boxes per stage) back: 128 x 32K
+// 193 -> 170 us with two, 32 x 32K S = 64 60.8 -> 57 us.
+constexpr int kWsProducers = 2;
+constexpr int kWsThreads = 128 * kWsConsumers + 32 * kWsProducers;
+constexpr int kWsProducerWarp = 4 * kWsConsumers;   // the first producer warp
+constexpr int kWsProducerBarrier = 1 + kWsConsumers;  // named barrier of the producer warps
 // States per stage: the producer's per-stage work (cursor step, block-table entries, copies,
 // barrier) is ~200 instructions on one warp; at 64 states per stage it could not keep up. NW = 128
 // (twice the Q per warpgroup) takes 128 so that the ring stays deep enough.
-__host__ __device__ constexpr int ws_stage(int nw) { return nw == 64 ? 256 : 128; }
-constexpr int kWsMaxStage = 256;
+// 256 states when a warpgroup's Q is one 64-column block (8 KiB), else 128.
+__host__ __device__ constexpr int ws_stage(int q_rows, int hp) { return q_rows * hp <= 64 ? 256 : 128; }
 constexpr int kWsMaxStages = 18;
 constexpr int kWsMinStages = 2 * kWsConsumers;
 
@@ -76,6 +87,7 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
   L.w = off; off += L.w_bytes * kWsConsumers;
   L.win_bytes = idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
   L.win = off; off += L.win_bytes * kWsConsumers;
+  off += 16;  // the producers' tile counts (kWsProducers ints) right below the infos
   L.info = off; off += sizeof(WsInfo) * size_t(stages);
   L.full = off; off += 8 * size_t(stages);
   L.empty = off; off += 8 * size_t(stages);
@@ -87,19 +99,27 @@ __device__ __forceinline__ void ws_named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The producer warp: the partition's kStage-state tiles, in order, into stages 0, 1, 2, ...
+// Producer warp q of kWsProducers: the partition's kStage-state tiles in order into stages 0, 1,
+// 2, ...; producer q takes the tiles j with j % kWsProducers == q.
 template <int kStage>
 __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerParams& p, const WgmmaShape& s,
-                                           int stages, uint8_t* smem, const WsSmemLayout& L, int lane) {
+                                           int stages, uint8_t* smem, const WsSmemLayout& L, int q, int lane) {
   const int g = 1 << s.log2_box;
   const int nb = kStage >> s.log2_box;  // boxes per tile: 2 .. 32
   const int per = 32 / nb;                // tiles per batch: lane l holds box l % nb of tile l / nb
   const uint32_t nb_mask = nb == 32 ? 0xffffffffu : (1u << nb) - 1u;
   WsInfo* info = reinterpret_cast<WsInfo*>(smem + L.info);
   const uint32_t full0 = smem_u32(smem + L.full), empty0 = smem_u32(smem + L.empty);
+  // CTA c of a partition split over `split` CTAs takes its tiles c, c + split, ...; of those,
+  // producer q takes every kWsProducers-th starting at its q-th.
   const int split = p.split > 1 ? p.split : 1;
   IdxCursor lc;
-  lc.init(p, blockIdx.x / split, blockIdx.x % split);
+  {
+    IndexerParams pq = p;
+    pq.split = split * kWsProducers;
+    lc.init(pq, blockIdx.x / split, blockIdx.x % split + q * split);
+  }
+  int ntiles = 0;
   int32_t pf_g = -1;
   // A batch: up to `per` blocks; this lane's block (if any) and its box's block-table entry.
   struct Batch {
@@ -143,11 +163,12 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   };
   Batch cur, nxt;
   fetch(cur);
-  int st = 0;
+  int st = q;  // stage of ring position j = q + kWsProducers * i (stages > kWsProducers)
   uint32_t ph = 0;
   auto advance = [&] {
-    if (++st == stages) {
-      st = 0;
+    st += kWsProducers;
+    if (st >= stages) {
+      st -= stages;
       ph ^= 1u;
     }
   };
@@ -182,17 +203,34 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         mbar_arrive(full);  // after every lane's expect_tx (the ballot above ordered them)
       }
       advance();
+      ++ntiles;
     }
     cur = nxt;
   }
-  // One end marker per consumer warpgroup (the next two blocks would have been theirs).
-  for (int w = 0; w < kWsConsumers; ++w) {
+  // One end marker per consumer warpgroup, at ring positions T, T + 1, T + 2 (T: all tiles of the
+  // CTA; each producer takes the positions it owns).
+  int total = ntiles;
+  if (kWsProducers > 1) {
+    int* counts = reinterpret_cast<int*>(smem + L.info) - kWsProducers;  // scratch below the infos
+    if (lane == 0) counts[q] = ntiles;
+    ws_named_sync(kWsProducerBarrier, 32 * kWsProducers);
+    total = 0;
+    for (int i = 0; i < kWsProducers; ++i) total += counts[i];
+  }
+  for (int j = total; j < total + kWsConsumers; ++j) {
+    if (j % kWsProducers != q) continue;
+    // This producer's next position is its ntiles-th: q + kWsProducers * ntiles; skip to j.
+    while (q + kWsProducers * ntiles < j) {
+      advance();
+      ++ntiles;
+    }
     mbar_wait(empty0 + 8 * st, ph ^ 1u);
     if (lane == 0) {
       info[st] = WsInfo{-1, 0, 0, 0u};
       mbar_arrive(full0 + 8 * st);
     }
     advance();
+    ++ntiles;
   }
 }
 
@@ -216,18 +254,29 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   int32_t cur_g = -1;
   int rows = 0;
   int64_t row0 = 0;
+  auto load_group = [&](int32_t g) {
+    cur_g = g;
+    rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
+    row0 = int64_t(g) * p.work.rows_per_group;
+    wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
+    fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
+    ws_named_sync(1 + wg, 128);
+  };
+  {
+    // Load the Q of the partition's first group while the producer starts the pipeline (at batch 1
+    // the Q load would otherwise wait for the first stage's keys): usually the group of this
+    // warpgroup's first tile; if not, the loop reloads.
+    const int split = p.split > 1 ? p.split : 1;
+    const int32_t g0 = p.meta[detail::kIndexerMetaHeader + 2 * (blockIdx.x / split)];
+    if (g0 >= 0 && g0 < p.work.groups) load_group(g0);
+  }
   for (;;) {
     mbar_wait(full0 + 8 * st, ph);
     const WsInfo in = info[st];
     if (in.g < 0) break;  // uniform
     if (in.g != cur_g) {
       ws_named_sync(1 + wg, 128);  // every thread is done with the previous group's weights / windows
-      cur_g = in.g;
-      rows = static_cast<int>(detail::indexer_group_rows(p.work, cur_g));
-      row0 = int64_t(cur_g) * p.work.rows_per_group;
-      wg_load_group<HP>(p, s.q_rows, cur_g, rows, qs, ws, win, tid, 128);
-      fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
-      ws_named_sync(1 + wg, 128);
+      load_group(in.g);
     }
 #pragma unroll 1
     for (int b = 0; b < kStage / 64; ++b) {
@@ -255,14 +304,13 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   }
 }
 
-template <int HP, int NW>
+template <int HP, int NW, int kStage>
 __global__ void __launch_bounds__(kWsThreads, 1)
     indexer_ws_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s) {
 #if DSATTN_SM90A_DEVICE
   extern __shared__ __align__(1024) uint8_t ws_smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws_smem_raw) + 1023) & ~uintptr_t(1023));
   const int stages = s.stages;
-  constexpr int kStage = ws_stage(NW);
   const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -273,8 +321,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     mbar_fence_init();
   }
   __syncthreads();
-  if (warp == kWsProducerWarp) {
-    ws_produce<kStage>(maps, p, s, stages, smem, L, lane);
+  if (warp >= kWsProducerWarp) {
+    ws_produce<kStage>(maps, p, s, stages, smem, L, warp - kWsProducerWarp, lane);
   } else {
     ws_consume<HP, NW, kStage>(p, s, stages, smem, L, warp >> 2, warp & 3, lane);
   }
