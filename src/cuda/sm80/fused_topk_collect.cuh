@@ -97,6 +97,21 @@ struct CollectorShared {
 // SM's shared memory; more would silently drop paged_mqa_topk to one CTA per SM (1.5x slower).
 static_assert(sizeof(CollectorShared) <= 1024, "the collector's shared state must stay small (see above)");
 
+// The threads that run a collector together: the whole CTA (the tile kernels), or one warpgroup
+// (the warp-specialized Hopper kernel, named barrier `id`). Every collector function below is
+// called by all threads of the group with the same arguments.
+struct CtaGroup {
+  __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x); }
+  __device__ __forceinline__ int size() const { return static_cast<int>(blockDim.x); }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+struct WarpgroupGroup {
+  int id;  // named barrier, 1..15
+  __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x & 127); }
+  __device__ __forceinline__ int size() const { return 128; }
+  __device__ __forceinline__ void sync() const { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+};
+
 // Capacity per (slot, row) for top-k of k: 4k (see the top comment), and at least room for k
 // winners plus one full tile.
 __host__ __device__ inline int collector_ccap(int k) {
@@ -105,19 +120,21 @@ __host__ __device__ inline int collector_ccap(int k) {
 }
 
 // Starts a piece: every row empty, threshold 0 (everything enters). Block-wide; ends synced.
-__device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
-  if (threadIdx.x < kMaxPieceRows) {
-    sh.row[threadIdx.x].thr = kAbsentKey;
-    sh.row[threadIdx.x].bound = kAbsentKey;
-    sh.row[threadIdx.x].cnt = 0;
+template <class G = CtaGroup>
+__device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows, const G& grp = G()) {
+  const int t = grp.rank();
+  if (t < kMaxPieceRows) {
+    sh.row[t].thr = kAbsentKey;
+    sh.row[t].bound = kAbsentKey;
+    sh.row[t].cnt = 0;
   }
   (void)rows;
-  __syncthreads();
+  grp.sync();
 }
 
 // Block-wide ordered append of a score tile: rows [0, rows), states t0 + q for q < n, scores at
 // scores[j * ld + q] (shared memory), state t0 + q valid for row j when it lies in
-// [win[j].lo, win[j].hi). A step covers kSub x blockDim states (thread t: states t, t + blockDim,
+// [win[j].lo, win[j].hi). A step covers kSub x (group size) states (thread t: states t, t + size,
 // ...): every warp filters its states of every row against the row's threshold (a ballot per row
 // and sub-step), one barrier publishes the per-(row, sub-step, warp) counts, then each warp with
 // survivors writes them at the row's count plus the counts before it in state order; warp 0
@@ -125,16 +142,17 @@ __device__ __forceinline__ void collector_begin(CollectorShared& sh, int rows) {
 // call and the next use of the counts or of warp_app (the indexer's B1 / B2 are).
 // kRows: compile-time upper bound on rows (1 for the common N = 1 decode: no per-row guards);
 // kSub: sub-steps per barrier (2 for N = 1: a 384-state tile on 256 threads in one step).
-template <int kRows, int kSub>
+template <int kRows, int kSub, class G>
 __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                       int64_t row0, int rows, int t0, int n, const float* scores,
-                                                      int ld, const detail::RowWindow* win) {
+                                                      int ld, const detail::RowWindow* win, const G& grp) {
   static_assert(kRows * kSub <= kMaxPieceRows, "warp_app holds kMaxPieceRows (row, sub-step) pairs");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
+  const int tid = grp.rank(), nthreads = grp.size();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int nwarps = nthreads >> 5;
   const unsigned lt = (1u << lane) - 1u;
-  for (int q0 = 0; q0 < n; q0 += kSub * blockDim.x) {
-    if (q0 > 0) __syncthreads();  // previous step's counts and warp_app consumed
+  for (int q0 = 0; q0 < n; q0 += kSub * nthreads) {
+    if (q0 > 0) grp.sync();  // previous step's counts and warp_app consumed
     unsigned mask[kRows][kSub];
     uint32_t key[kRows][kSub];
     int cnt[kRows];
@@ -151,7 +169,7 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
         cnt[j] = st.cnt;
 #pragma unroll
         for (int v = 0; v < kSub; ++v) {
-          const int q = q0 + v * blockDim.x + threadIdx.x;
+          const int q = q0 + v * nthreads + tid;
           bool app = false;
           if (q < n && t0 + q >= win[j].lo && t0 + q < win[j].hi) {
             key[j][v] = topk_key(scores[j * ld + q]);
@@ -162,7 +180,7 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
         }
       }
     }
-    __syncthreads();
+    grp.sync();
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       if (j >= rows) break;
@@ -176,7 +194,7 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
             const int pos = cnt[j] + done + before + __popc(mask[j][v] & lt);
             const int64_t base = b.offset(slot, j);
             b.key[base + pos] = key[j][v];
-            b.idx[base + pos] = t0 + q0 + v * blockDim.x + threadIdx.x;
+            b.idx[base + pos] = t0 + q0 + v * nthreads + tid;
             if (b.hist != nullptr) {  // one atomic per (warp, bin): a row's keys crowd a few bins
               const uint32_t bin = key[j][v] >> 20;
               const unsigned same = __match_any_sync(mask[j][v], bin);
@@ -193,43 +211,46 @@ __device__ __forceinline__ void collector_append_rows(const CollectorBuffers& b,
 }
 
 // row0: the global query row of the piece's row 0 (rows of a group are consecutive).
+template <class G = CtaGroup>
 __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                        int64_t row0, int rows, int t0, int n, const float* scores,
-                                                       int ld, const detail::RowWindow* win) {
+                                                       int ld, const detail::RowWindow* win, const G& grp = G()) {
   if (rows == 1) {
-    collector_append_rows<1, 2>(b, sh, slot, row0, 1, t0, n, scores, ld, win);
+    collector_append_rows<1, 2>(b, sh, slot, row0, 1, t0, n, scores, ld, win, grp);
   } else {
-    collector_append_rows<kMaxPieceRows, 1>(b, sh, slot, row0, rows, t0, n, scores, ld, win);
+    collector_append_rows<kMaxPieceRows, 1>(b, sh, slot, row0, rows, t0, n, scores, ld, win, grp);
   }
 }
 
 // Exclusive prefix over the block (thread order) of v, and the block total in *total. Up to
 // kCollectorMaxWarps warps. Ends synced.
-__device__ __forceinline__ int collector_block_scan(int v, CollectorShared& sh, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+template <class G>
+__device__ __forceinline__ int collector_block_scan(int v, CollectorShared& sh, int* total, const G& grp) {
+  const int lane = grp.rank() & 31, warp = grp.rank() >> 5, nwarps = grp.size() >> 5;
   int incl = v;
   for (int o = 1; o < 32; o <<= 1) {
     const int y = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += y;
   }
   if (lane == 31) sh.u.scan.tot[warp] = incl;
-  __syncthreads();
+  grp.sync();
   int before = 0, all = 0;
   for (int w = 0; w < nwarps; ++w) {
     const int t = sh.u.scan.tot[w];
     before += w < warp ? t : 0;
     all += t;
   }
-  __syncthreads();
+  grp.sync();
   *total = all;
   return before + incl - v;
 }
 
 // Warp 0 finds, in the nb-bin digit histogram (scanned from the top), the bin of the k_rem-th
 // largest: sh.bin, and sh.above = the count in higher bins.
-__device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int nb, int k_rem) {
-  const int lane = threadIdx.x & 31;
-  if ((threadIdx.x >> 5) != 0) return;
+template <class G>
+__device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int nb, int k_rem, const G& grp) {
+  const int lane = grp.rank() & 31;
+  if ((grp.rank() >> 5) != 0) return;
   const int per = nb >= 32 ? nb / 32 : 1;
   const int hi = nb - 1 - lane * per;  // this lane's highest bin (< 0: none)
   int local = 0;
@@ -280,18 +301,20 @@ __device__ __forceinline__ void collector_load8(const T* src, int base, int n, T
 // buffer: thread t owns runs of kCompactPer consecutive entries, a block scan of the (greater,
 // equal) counts gives every winner its place. In place is safe: a winner's place is at most its
 // position, and a step's entries are all loaded before the scan's barrier lets any thread write.
-// All threads call it with the same arguments (after a __syncthreads that published the counts).
+// All threads call it with the same arguments (after a group barrier that published the counts).
 // Not inlined and register-light: it runs once per ~k appended states, and the Hopper scoring
 // kernel it is called from must stay within 128 registers (two CTAs per SM); holding the buffer
 // in registers made that kernel spill around the call.
-inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                  int j, int incoming) {
+template <class G>
+__device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int j,
+                                               int incoming, const G& grp) {
+  const int tid = grp.rank(), nthreads = grp.size();
   const CollectorRow st = sh.row[j];
   const int n = st.cnt;
   const int k = b.k;
   uint32_t* keys = b.key + b.offset(slot, j);
   int32_t* idxs = b.idx + b.offset(slot, j);
-  const int step = kCompactPer * static_cast<int>(blockDim.x);
+  const int step = kCompactPer * nthreads;
   const int limit = k + (b.ccap - k - incoming) / 2;
   uint32_t prefix = 0;
   int k_rem = k;
@@ -301,10 +324,10 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
     const int width = pass < 4 ? 7 : 4;
     const int shift = 25 - 7 * pass < 0 ? 0 : 25 - 7 * pass;  // 25, 18, 11, 4, 0
     const int nb = 1 << width;
-    for (int i = threadIdx.x; i < kDigitBins; i += blockDim.x) sh.u.hist[i] = 0;
-    __syncthreads();
+    for (int i = tid; i < kDigitBins; i += nthreads) sh.u.hist[i] = 0;
+    grp.sync();
     for (int c0 = 0; c0 < n; c0 += step) {  // warp-uniform: hist_add needs all lanes
-      const int base = c0 + kCompactPer * threadIdx.x;
+      const int base = c0 + kCompactPer * tid;
       uint32_t key[kCompactPer];
       collector_load8(keys, base, n, key);
 #pragma unroll
@@ -313,13 +336,13 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
         topk_detail::hist_add(sh.u.hist, (key[u] >> shift) & (nb - 1), act);
       }
     }
-    __syncthreads();
-    collector_find_bin(sh, nb, k_rem);
-    __syncthreads();
+    grp.sync();
+    collector_find_bin(sh, nb, k_rem, grp);
+    grp.sync();
     prefix |= sh.bin << shift;
     k_rem -= sh.above;
     const int in_bin = static_cast<int>(sh.u.hist[sh.bin]);
-    __syncthreads();  // sh.bin / sh.above / hist are rewritten by the next pass
+    grp.sync();  // sh.bin / sh.above / hist are rewritten by the next pass
     if (pass == 1 && prefix != 0u && (k - k_rem) + in_bin <= limit) {  // block-uniform
       approx = true;
       kept = (k - k_rem) + in_bin;
@@ -331,7 +354,7 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
   const int need = approx ? 0 : k_rem;
   int g_run = 0, e_run = 0;  // winners of earlier steps: greater / equal to T
   for (int c0 = 0; c0 < n; c0 += step) {
-    const int base = c0 + kCompactPer * threadIdx.x;
+    const int base = c0 + kCompactPer * tid;
     uint32_t key[kCompactPer];
     int32_t idx[kCompactPer];
     collector_load8(keys, base, n, key);
@@ -344,7 +367,7 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
     }
     // Counts per step stay below 2^16 (kCompactPer x 256 threads), so both prefixes share one scan.
     int step_total = 0;
-    const int packed = collector_block_scan((e << 16) | g, sh, &step_total);
+    const int packed = collector_block_scan((e << 16) | g, sh, &step_total, grp);
     int g_before = g_run + (packed & 0xffff), e_before = e_run + (packed >> 16);
     g_run += step_total & 0xffff;
     e_run += step_total >> 16;
@@ -359,34 +382,38 @@ inline __device__ __noinline__ void collector_compact(const CollectorBuffers& b,
       }
     }
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
+  grp.sync();
+  if (tid == 0) {
     sh.row[j].cnt = kept;
     sh.row[j].thr = T;
     // Approximate: >= k kept keys are > T. Exact: k kept keys are >= T, but a state of another
     // piece with key T may have a smaller index and win the tie, so only keys < T are ruled out.
     sh.row[j].bound = approx ? T : T - 1u;
   }
-  __syncthreads();
+  grp.sync();
 }
 
 // Block-wide: makes room for `incoming` more entries in each of rows [0, rows). Call between
-// __syncthreads-separated append phases.
+// barrier-separated append phases.
+template <class G = CtaGroup>
 __device__ __forceinline__ void collector_reserve(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
-                                                  int rows, int incoming) {
+                                                  int rows, int incoming, const G& grp = G()) {
   for (int j = 0; j < rows; ++j) {
-    if (sh.row[j].cnt + incoming > b.ccap) collector_compact(b, sh, slot, j, incoming);
+    if (sh.row[j].cnt + incoming > b.ccap) collector_compact(b, sh, slot, j, incoming, grp);
   }
 }
 
 // Ends a piece: publishes (count, row bound) of rows [0, rows). Block-wide.
-__device__ __forceinline__ void collector_end(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int rows) {
-  __syncthreads();
-  if (threadIdx.x < rows) {
-    int32_t* h = b.header_of(slot, threadIdx.x);
-    h[0] = sh.row[threadIdx.x].cnt;
+template <class G = CtaGroup>
+__device__ __forceinline__ void collector_end(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int rows,
+                                              const G& grp = G()) {
+  grp.sync();
+  const int t = grp.rank();
+  if (t < rows) {
+    int32_t* h = b.header_of(slot, t);
+    h[0] = sh.row[t].cnt;
     h[1] = 0;
-    h[2] = static_cast<int32_t>(sh.row[threadIdx.x].bound);
+    h[2] = static_cast<int32_t>(sh.row[t].bound);
   }
 }
 

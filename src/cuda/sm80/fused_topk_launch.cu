@@ -16,6 +16,7 @@
 #include "cuda/sm80/fused_topk_merge.cuh"
 #include "cuda/sm80/indexer_launch.h"
 #include "cuda/sm90/indexer_wgmma_launch.h"
+#include "cuda/sm90/indexer_ws.cuh"
 
 namespace dsattn {
 namespace cuda {
@@ -53,8 +54,10 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 struct FusedPlan {
   IndexerParams p;
   IndexerConfig cfg;
-  WgmmaPlan wg;  // wg.use: the Hopper kernel scores (cfg unused)
+  WgmmaPlan wg;  // wg.use: the Hopper kernel scores (cfg unused); wg.ws_stages > 0: its
+                 // warp-specialized variant, ws_grid CTAs
   int partitions = 0;
+  int ws_grid = 0;
   bool own_schedule = false;
   int64_t slots = 0;
   int ccap = 0, k_pad = 0, m_cap = 0, mcap = 0;
@@ -86,13 +89,23 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     }
     f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
   } else {
-    int occ = 0;
-    const cudaError_t e = f->wg.use ? WgmmaKernelOps<TopkEpilogue>::occupancy(f->wg, &occ)
-                                    : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-                                        return ops.occupancy(f->cfg.warps * 32, f->cfg.smem, &occ);
-                                      });
-    DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-    f->partitions = sms * std::max(1, std::min(occ, 4));
+    // Own schedule: on Hopper the warp-specialized kernel when it fits (one CTA per SM, each
+    // consumer warpgroup scoring its own partition); a caller schedule keeps the tile kernel.
+    if (f->wg.use) plan_wgmma_ws(f->p, budget, true, &f->wg);
+    if (f->wg.ws_stages > 0) {
+      f->ws_grid = sms;
+      f->partitions = sms * kWsConsumers;
+      f->p.tile_states = f->wg.ws_stage;
+      f->p.split = 1;
+    } else {
+      int occ = 0;
+      const cudaError_t e = f->wg.use ? WgmmaKernelOps<TopkEpilogue>::occupancy(f->wg, &occ)
+                                      : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
+                                          return ops.occupancy(f->cfg.warps * 32, f->cfg.smem, &occ);
+                                        });
+      DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+      f->partitions = sms * std::max(1, std::min(occ, 4));
+    }
     f->own_schedule = true;
     meta_bytes = align256(indexer_schedule_workspace(f->partitions));
   }
@@ -195,10 +208,15 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   // Pieces that never run (no tile survives the state limit) must read as empty.
   if (f.off_hist != 0) epi.buf.hist = reinterpret_cast<uint32_t*>(ws + f.off_hist);
   DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(epi.buf.header, 0, f.zero_bytes, stream));
-  const cudaError_t e = f.wg.use ? WgmmaKernelOps<TopkEpilogue>::launch(f.wg, f.p, epi, f.partitions, stream)
-                                 : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-                                     return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream);
-                                   });
+  cudaError_t e;
+  if (f.wg.ws_stages > 0) {
+    e = launch_indexer_ws_topk(f.wg, f.p, epi.buf, f.ws_grid, stream);
+  } else if (f.wg.use) {
+    e = WgmmaKernelOps<TopkEpilogue>::launch(f.wg, f.p, epi, f.partitions, stream);
+  } else {
+    e = with_topk_ops(a.cache.format, pb.head_dim,
+                      [&](auto ops) { return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream); });
+  }
   DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "indexer_kernel<TopkEpilogue> launch"));
 
   MetaSlots slots;

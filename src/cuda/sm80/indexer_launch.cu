@@ -13,7 +13,6 @@
 #include "cuda/common/indexer_schedule.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/sm90/indexer_wgmma_launch.h"
-#include "cuda/sm90/indexer_ws.cuh"
 
 namespace dsattn {
 namespace cuda {
@@ -67,7 +66,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
-  if (plan->wg.use) plan_wgmma_ws(budget, &plan->wg);
+  if (plan->wg.use) plan_wgmma_ws(*p, budget, false, &plan->wg);
   if (plan->wg.ws_stages > 0) {
     occ = 1;  // one CTA per SM; its producer warp walks the partition in stage-sized tiles
     p->tile_states = plan->wg.ws_stage;

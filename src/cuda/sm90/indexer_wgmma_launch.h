@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "cuda/sm80/fused_topk_collect.cuh"
 #include "cuda/sm90/indexer_wgmma.cuh"
 #include "dsattn/status.h"
 
@@ -39,12 +40,17 @@ struct WgmmaPlan {
 Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                           WgmmaPlan* plan);
 
-// After plan_wgmma_indexer chose the Hopper kernel for paged_mqa_logits: takes the
-// warp-specialized kernel (plan->ws_stages > 0) for paged decode when at least kWsMinStages
-// stages fit `budget` (DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh: benchmark / test knob).
-void plan_wgmma_ws(int budget, WgmmaPlan* plan);
-// Launches it (grid: one CTA per schedule partition, p.split CTAs each).
+// After plan_wgmma_indexer chose the Hopper kernel for paged decode: takes the warp-specialized
+// kernel (plan->ws_stages > 0; one CTA per SM) when at least kWsMinStages stages fit `budget`
+// with the logits (topk = false) or top-k collector (topk = true) scratch.
+// DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh (benchmark / test knob).
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan);
+// paged_mqa_logits on it (grid: one CTA per schedule partition, p.split CTAs each).
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
+// paged_mqa_topk's scoring on it: grid CTAs, warpgroup w of CTA c scores partition 3 c + w (the
+// schedule has 3 x grid partitions, p.split = 1) into the candidate buffers `buf`.
+cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
+                                   const fused_topk::CollectorBuffers& buf, int grid, cudaStream_t stream);
 
 // Launch and occupancy of the Hopper kernel with epilogue Epi (explicitly instantiated in
 // indexer_wgmma_inst_*.cu; other translation units declare them extern).

@@ -1,37 +1,34 @@
-// Warp-specialized Hopper indexer kernel for paged_mqa_logits (decode: paged FP8 cache, D = 128,
-// logits epilogue). Same formula, MMAs, head sum, schedule and output as indexer_wgmma.cuh (the
-// scores are bitwise identical, so paged_mqa_topk, which keeps that kernel, selects from the same
-// numbers); what differs is how the copies and the MMAs meet.
+// Warp-specialized Hopper indexer kernel for paged decode (paged FP8 cache, D = 128): the logits
+// of paged_mqa_logits, and the scores + top-k candidates of paged_mqa_topk. Same formula, MMAs,
+// head sum and schedule as indexer_wgmma.cuh (scores are bitwise identical: both score 64-state
+// blocks with wg_score_block); what differs is how the copies and the MMAs meet.
 //
 // Why: indexer_wgmma.cuh runs two CTAs per SM, each with two 384-state stages, and all 256 threads
 // of a CTA pass two barriers per tile. One stage is always being computed on, so an SM has about
 // two tiles (100 KB) of keys in flight, and a tile cannot be refilled before the whole CTA is done
-// with it: ~66% of the copy bandwidth at 128 x 32K. Here one CTA per SM keeps a ring of stages
-// that a producer warp refills as soon as the warpgroup that read one lets go, and three consumer
-// warpgroups take stages in turn without waiting for each other (no block barrier in the loop).
+// with it: ~66% of the copy bandwidth at 128 x 32K. Here one CTA per SM has three consumer
+// warpgroups, each with its own producer warp and ring of stages: a producer refills a stage as
+// soon as its warpgroup lets go of it, and no barrier spans more than one warpgroup.
 //
-// Roles (448 threads):
-//   warps 0-11: consumer warpgroups w = 0, 1, 2. Tile j of the CTA's walk (ws_stage() states)
-//            lives in stage j % stages and belongs to warpgroup j % 3 (stages is a multiple of 3,
-//            so a warpgroup always sees the same stages); it is scored as 64-state MMA blocks in
-//            turn. Each warpgroup keeps its own copy of the group's Q, weights and windows (they
-//            may be on different groups), loaded when its tile's group changes (named barrier
-//            1 + w, 128 threads).
-//   warps 12, 13: producers; warp 12 + q fills the tiles j with j % 2 == q. Each walks the
-//            partition with the schedule cursor (every other tile), reads the block-table entries
-//            of its next batch of 32 boxes (one per lane) while it issues the current batch, so
-//            their latency hides behind the waits for free stages.
-//   Before its first stage, each consumer warpgroup loads the Q of the partition's first group
-//   (at batch 1 that load would otherwise follow the first stage's keys: 1 x 64K 10.6 -> 9.5 us).
-// Per stage: mbarrier full (1 arrival: its producer, after writing the stage's WsInfo; plus the
-// copies' bytes) and empty (4 arrivals: the consuming warpgroup's warps, after their MMAs and
-// scale reads). The producers end each warpgroup's walk with a stage whose info has g = -1 (ring
-// positions T, T + 1, T + 2 after the CTA's T tiles; the two producers add up T through shared
-// memory).
+// Roles (480 threads):
+//   warps 0-11: consumer warpgroups w = 0, 1, 2. Warpgroup w reads stages w, w + 3, w + 6, ...
+//            (its ring) and scores each tile as 64-state MMA blocks in turn. It keeps its own copy
+//            of the group's Q, weights and windows, loaded when its tile's group changes (named
+//            barrier 1 + w, 128 threads); before its first stage it loads the Q of its first
+//            group (at batch 1 that load would otherwise follow the first stage's keys).
+//   warps 12-14: producers; warp 12 + w fills ring w. It walks its tiles with the schedule
+//            cursor, reads the block-table entries of its next batch of 32 boxes (one per lane)
+//            while it issues the current batch, so their latency hides behind the waits for free
+//            stages, and ends the ring with a stage whose info has g = -1.
+// Which tiles a warpgroup gets is the epilogue's choice (WsLogits: the CTA's partition dealt
+//   round robin, tile j to warpgroup j % 3; WsTopk: partition 3 c + w, contiguous, because the
+//   top-k collector keeps per-piece candidates in state order).
+// Per stage: mbarrier full (1 arrival: the producer, after writing the stage's WsInfo; plus the
+// copies' bytes) and empty (4 arrivals: the warpgroup's warps, after their MMAs and scale reads).
 // Boxes: as in indexer_wgmma.cuh, a tile is covered by boxes of g = gcd(S, 64) states (3-D
 // tensor-map copy of the keys + bulk copy of the scales); a box on an invalid page is not copied
 // and its states score -inf (WsInfo::mask).
-// Shape, measured on an H200 at 128 x 32K (H = 64, 64-state pages), same run:
+// Shape, measured on an H200 at 128 x 32K (H = 64, 64-state pages, logits):
 //   consumers x stage states     N = 1     N = 2
 //   2 x 64 (producer-bound)       334 us
 //   2 x 256                       195 us    334 us
@@ -39,26 +36,27 @@
 //   3 x 128                       224 us    298 us
 //   2 x 128                       226 us    350 us
 // so 3 consumers, 256-state stages when a warpgroup's Q is one 64-column block (N = 1 at H = 64),
-// else 128. (N = 2 as two 64-column chunks instead of one NW = 128 MMA: 295 against 299 us.)
+// else 128. One producer warp for all three (~200 instructions per stage, a serialized copy per
+// box) held S = 32 pages back (128 x 32K 193 us; two: 170 us; three: the same within noise).
+// N = 2 as two 64-column chunks instead of one NW = 128 MMA: 295 against 299 us (dropped).
 #pragma once
+#include "cuda/sm80/fused_topk_collect.cuh"
 #include "cuda/sm90/indexer_wgmma.cuh"
 
 namespace dsattn {
 namespace cuda {
 
-constexpr int kWsConsumers = 3;                      // consumer warpgroups
-// Producer warps; tiles alternate between them. One warp's ~200 instructions per stage (cursor,
-// entries, a serialized copy per box) held S = 32 pages (8 boxes per stage) back: 128 x 32K
-// 193 -> 170 us with two, 32 x 32K S = 64 60.8 -> 57 us.
-constexpr int kWsProducers = 2;
-constexpr int kWsThreads = 128 * kWsConsumers + 32 * kWsProducers;
+constexpr int kWsConsumers = 3;                      // consumer warpgroups = producer warps = rings
+constexpr int kWsThreads = 160 * kWsConsumers;
 constexpr int kWsProducerWarp = 4 * kWsConsumers;   // the first producer warp
-constexpr int kWsProducerBarrier = 1 + kWsConsumers;  // named barrier of the producer warps
-// States per stage: the producer's per-stage work (cursor step, block-table entries, copies,
-// barrier) is ~200 instructions on one warp; at 64 states per stage it could not keep up. NW = 128
-// (twice the Q per warpgroup) takes 128 so that the ring stays deep enough.
-// 256 states when a warpgroup's Q is one 64-column block (8 KiB), else 128.
-__host__ __device__ constexpr int ws_stage(int q_rows, int hp) { return q_rows * hp <= 64 ? 256 : 128; }
+// States per stage (a multiple of 64, the MMA's M): the producer's per-stage work (cursor step,
+// block-table entries, copies, barrier) is ~200 instructions, so stages are long; 256 when a
+// warpgroup's Q is one 64-column block (8 KiB; N = 1 at H = 64), else 128 (twice the Q per
+// warpgroup: the ring must stay deep enough). The top-k epilogue's scratch (the staged scores and
+// the collector) leaves room for only three 256-state stages at N = 1, so it takes 192.
+__host__ __device__ constexpr int ws_stage(int q_rows, int hp, bool topk) {
+  return q_rows * hp <= 64 ? (topk ? 192 : 256) : 128;
+}
 constexpr int kWsMaxStages = 18;
 constexpr int kWsMinStages = 2 * kWsConsumers;
 
@@ -71,12 +69,13 @@ struct WsInfo {
 };
 
 struct WsSmemLayout {
-  size_t keys, q, q_bytes, scales, w, w_bytes, win, win_bytes, info, full, empty, total;
+  size_t keys, q, q_bytes, scales, w, w_bytes, win, win_bytes, epi, epi_bytes, info, full, empty, total;
 };
 
 // Offsets from a 1024-byte aligned base. keys: [stages][stage][128] (each stage 1024-aligned: the
 // 128-byte swizzle); q: one [q_rows * HP][128] buffer per consumer warpgroup (1024-aligned).
-__host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, int q_rows, int hp) {
+// epi_bytes: the epilogue's scratch per warpgroup.
+__host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, int q_rows, int hp, size_t epi_bytes) {
   WsSmemLayout L{};
   size_t off = 0;
   L.keys = off; off += size_t(stages) * stage * kWgHeadDim;
@@ -87,7 +86,8 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
   L.w = off; off += L.w_bytes * kWsConsumers;
   L.win_bytes = idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
   L.win = off; off += L.win_bytes * kWsConsumers;
-  off += 16;  // the producers' tile counts (kWsProducers ints) right below the infos
+  L.epi_bytes = idx_align16(epi_bytes);
+  L.epi = off; off += L.epi_bytes * kWsConsumers;
   L.info = off; off += sizeof(WsInfo) * size_t(stages);
   L.full = off; off += 8 * size_t(stages);
   L.empty = off; off += 8 * size_t(stages);
@@ -99,27 +99,18 @@ __device__ __forceinline__ void ws_named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Producer warp q of kWsProducers: the partition's kStage-state tiles in order into stages 0, 1,
-// 2, ...; producer q takes the tiles j with j % kWsProducers == q.
+// Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
+// w, w + 3, ..., then the end marker.
 template <int kStage>
 __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerParams& p, const WgmmaShape& s,
-                                           int stages, uint8_t* smem, const WsSmemLayout& L, int q, int lane) {
+                                           int stages, uint8_t* smem, const WsSmemLayout& L, IdxCursor& lc, int w,
+                                           int lane) {
   const int g = 1 << s.log2_box;
   const int nb = kStage >> s.log2_box;  // boxes per tile: 2 .. 32
   const int per = 32 / nb;                // tiles per batch: lane l holds box l % nb of tile l / nb
   const uint32_t nb_mask = nb == 32 ? 0xffffffffu : (1u << nb) - 1u;
   WsInfo* info = reinterpret_cast<WsInfo*>(smem + L.info);
   const uint32_t full0 = smem_u32(smem + L.full), empty0 = smem_u32(smem + L.empty);
-  // CTA c of a partition split over `split` CTAs takes its tiles c, c + split, ...; of those,
-  // producer q takes every kWsProducers-th starting at its q-th.
-  const int split = p.split > 1 ? p.split : 1;
-  IdxCursor lc;
-  {
-    IndexerParams pq = p;
-    pq.split = split * kWsProducers;
-    lc.init(pq, blockIdx.x / split, blockIdx.x % split + q * split);
-  }
-  int ntiles = 0;
   int32_t pf_g = -1;
   // A batch: up to `per` blocks; this lane's block (if any) and its box's block-table entry.
   struct Batch {
@@ -163,10 +154,10 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   };
   Batch cur, nxt;
   fetch(cur);
-  int st = q;  // stage of ring position j = q + kWsProducers * i (stages > kWsProducers)
+  int st = w;
   uint32_t ph = 0;
   auto advance = [&] {
-    st += kWsProducers;
+    st += kWsConsumers;
     if (st >= stages) {
       st -= stages;
       ph ^= 1u;
@@ -203,44 +194,98 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         mbar_arrive(full);  // after every lane's expect_tx (the ballot above ordered them)
       }
       advance();
-      ++ntiles;
     }
     cur = nxt;
   }
-  // One end marker per consumer warpgroup, at ring positions T, T + 1, T + 2 (T: all tiles of the
-  // CTA; each producer takes the positions it owns).
-  int total = ntiles;
-  if (kWsProducers > 1) {
-    int* counts = reinterpret_cast<int*>(smem + L.info) - kWsProducers;  // scratch below the infos
-    if (lane == 0) counts[q] = ntiles;
-    ws_named_sync(kWsProducerBarrier, 32 * kWsProducers);
-    total = 0;
-    for (int i = 0; i < kWsProducers; ++i) total += counts[i];
-  }
-  for (int j = total; j < total + kWsConsumers; ++j) {
-    if (j % kWsProducers != q) continue;
-    // This producer's next position is its ntiles-th: q + kWsProducers * ntiles; skip to j.
-    while (q + kWsProducers * ntiles < j) {
-      advance();
-      ++ntiles;
-    }
-    mbar_wait(empty0 + 8 * st, ph ^ 1u);
-    if (lane == 0) {
-      info[st] = WsInfo{-1, 0, 0, 0u};
-      mbar_arrive(full0 + 8 * st);
-    }
-    advance();
-    ++ntiles;
+  mbar_wait(empty0 + 8 * st, ph ^ 1u);
+  if (lane == 0) {
+    info[st] = WsInfo{-1, 0, 0, 0u};
+    mbar_arrive(full0 + 8 * st);
   }
 }
 
-// Consumer warpgroup wg: tiles wg, wg + 3, ... of the walk, each as kStage / 64 MMA blocks in
-// turn (the other warpgroup's MMAs overlap this one's head sums). Pipelining the blocks inside a
-// warpgroup with two accumulator sets (block b + 1's MMAs during block b's head sums) measured
-// slower (H200, 128 x 32K: 207 us against 195).
-template <int HP, int NW, int kStage>
+// Epilogues of the warp-specialized kernel. Members other than finish() are called by the 128
+// threads of one consumer warpgroup w (which owns the object's scratch); store() by the lanes that
+// hold a score (wg_score_block's sink).
+//   static size_t smem_bytes(const IndexerParams&, int stage)   scratch per warpgroup
+//   static int partition(const IndexerParams&, int w)            partition of w's first tile
+//   static void cursor(const IndexerParams&, int w, IdxCursor*)  the tiles of ring w
+//   void begin(uint8_t* scratch, int w, int stage, int rows_per_group)
+//   void group_begin(int rows) / group_end(int64_t g, int rows)  (group_end only after >= 1 tile)
+//   void store(p, row, r, t, v, row0, win)    score of group row `row`, tile state r (state t)
+//   void tile_end(p, rows, row0, t0, count, win)  after the tile's stage was released
+//   void finish(p)                            every thread of the CTA, at the end
+
+// paged_mqa_logits: scores straight to the logits; the CTA's partition (split over p.split CTAs)
+// dealt round robin to the three rings.
+struct WsLogits {
+  __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return 0; }
+  __device__ static int partition(const IndexerParams& p, int) { return blockIdx.x / (p.split > 1 ? p.split : 1); }
+  __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) {
+    const int split = p.split > 1 ? p.split : 1;
+    IndexerParams pq = p;
+    pq.split = split * kWsConsumers;  // CTA c takes tiles c, c + split, ...; ring w every third of those
+    lc->init(pq, blockIdx.x / split, blockIdx.x % split + w * split);
+  }
+  __device__ void begin(uint8_t*, int, int, int) {}
+  __device__ void group_begin(int) {}
+  __device__ void group_end(int64_t, int) {}
+  __device__ __forceinline__ void store(const IndexerParams& p, int row, int, int32_t t, float v, int64_t row0,
+                                        const detail::RowWindow* win) {
+    const int64_t col = int64_t(t) - win[row].col_off;
+    if (col >= 0 && col < p.out_width) LogitsEpilogue::store(p, row0 + row, col, v);
+  }
+  __device__ void tile_end(const IndexerParams&, int, int64_t, int32_t, int, const detail::RowWindow*) {}
+  __device__ void finish(const IndexerParams& p) { LogitsEpilogue{}.finish(p); }
+};
+
+// paged_mqa_topk: warpgroup w of CTA c is partition 3 c + w (a contiguous piece per group, as the
+// collector needs: slot = partition + group) and runs a top-k collector on its own tiles, scores
+// staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
+struct WsTopk {
+  fused_topk::CollectorBuffers buf;
+  fused_topk::CollectorShared* sh = nullptr;
+  float* scores = nullptr;
+  int ld = 0;
+  int64_t part = 0;
+  fused_topk::WarpgroupGroup grp{1};
+
+  __host__ __device__ static size_t smem_bytes(const IndexerParams& p, int stage) {
+    return idx_align16(size_t(p.work.rows_per_group) * stage * 4) + sizeof(fused_topk::CollectorShared);
+  }
+  __device__ static int partition(const IndexerParams&, int w) { return kWsConsumers * blockIdx.x + w; }
+  __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) { lc->init(p, partition(p, w), 0); }
+  __device__ void begin(uint8_t* scratch, int w, int stage, int rows_per_group) {
+    ld = stage;
+    scores = reinterpret_cast<float*>(scratch);
+    sh = reinterpret_cast<fused_topk::CollectorShared*>(scratch + idx_align16(size_t(rows_per_group) * stage * 4));
+    part = kWsConsumers * int64_t(blockIdx.x) + w;
+    grp.id = 1 + w;
+  }
+  __device__ void group_begin(int rows) { fused_topk::collector_begin(*sh, rows, grp); }
+  __device__ void group_end(int64_t g, int rows) { fused_topk::collector_end(buf, *sh, part + g, rows, grp); }
+  __device__ __forceinline__ void store(const IndexerParams&, int row, int r, int32_t, float v, int64_t,
+                                        const detail::RowWindow*) {
+    scores[row * ld + r] = v;
+  }
+  __device__ void tile_end(const IndexerParams& p, int rows, int64_t row0, int32_t t0, int count,
+                           const detail::RowWindow* win) {
+    const int64_t slot = part + row0 / p.work.rows_per_group;
+    grp.sync();  // the tile's scores; the counts of the previous append
+    fused_topk::collector_reserve(buf, *sh, slot, rows, count, grp);
+    fused_topk::collector_append_block(buf, *sh, slot, row0, rows, t0, count, scores, ld, win, grp);
+    grp.sync();  // the scores may be rewritten; the counts are published
+  }
+  __device__ void finish(const IndexerParams&) {}
+};
+
+// Consumer warpgroup wg: the tiles of its ring, each as kStage / 64 MMA blocks in turn (the other
+// warpgroups' MMAs overlap this one's head sums). Pipelining the blocks inside a warpgroup with
+// two accumulator sets (block b + 1's MMAs during block b's head sums) measured slower (H200,
+// 128 x 32K: 207 us against 195 at 2 x 256).
+template <int HP, int NW, int kStage, class Epi>
 __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaShape& s, int stages, uint8_t* smem,
-                                           const WsSmemLayout& L, int wg, int wq, int lane) {
+                                           const WsSmemLayout& L, Epi& epi, int wg, int wq, int lane) {
   const WsInfo* info = reinterpret_cast<const WsInfo*>(smem + L.info);
   const uint32_t full0 = smem_u32(smem + L.full), empty0 = smem_u32(smem + L.empty);
   uint8_t* qs = smem + L.q + wg * L.q_bytes;
@@ -254,20 +299,22 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   int32_t cur_g = -1;
   int rows = 0;
   int64_t row0 = 0;
+  bool had_tile = false;  // the current group has had a tile here (its piece exists)
   auto load_group = [&](int32_t g) {
     cur_g = g;
+    had_tile = false;
     rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
     row0 = int64_t(g) * p.work.rows_per_group;
     wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
     fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
     ws_named_sync(1 + wg, 128);
+    epi.group_begin(rows);
   };
   {
-    // Load the Q of the partition's first group while the producer starts the pipeline (at batch 1
-    // the Q load would otherwise wait for the first stage's keys): usually the group of this
-    // warpgroup's first tile; if not, the loop reloads.
-    const int split = p.split > 1 ? p.split : 1;
-    const int32_t g0 = p.meta[detail::kIndexerMetaHeader + 2 * (blockIdx.x / split)];
+    // The Q of the first group of this warpgroup's partition, loaded while the producer starts
+    // the pipeline (at batch 1 it would otherwise wait for the first stage's keys): usually the
+    // group of the first tile; if not, the loop reloads.
+    const int32_t g0 = p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)];
     if (g0 >= 0 && g0 < p.work.groups) load_group(g0);
   }
   for (;;) {
@@ -275,6 +322,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     const WsInfo in = info[st];
     if (in.g < 0) break;  // uniform
     if (in.g != cur_g) {
+      if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
       ws_named_sync(1 + wg, 128);  // every thread is done with the previous group's weights / windows
       load_group(in.g);
     }
@@ -290,28 +338,30 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
       const int32_t t0 = in.t0 + base;
       wg_score_block<HP, NW>(keys0 + static_cast<uint32_t>((st * kStage + base) * kWgHeadDim), smem_u32(qs), ws, win,
                              rows, t0, in.count - base, v0, v1, sc0, sc1, wq, lane, [&](int row, int r, float v) {
-                               const int64_t col = int64_t(t0) + r - win[row].col_off;
-                               if (col >= 0 && col < p.out_width) LogitsEpilogue::store(p, row0 + row, col, v);
+                               epi.store(p, row, base + r, t0 + r, v, row0, win);
                              });
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's MMAs completed, its scales were read
+    epi.tile_end(p, rows, row0, in.t0, in.count, win);
+    had_tile = true;
     st += kWsConsumers;
     if (st >= stages) {
       st -= stages;
       ph ^= 1u;
     }
   }
+  if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
 }
 
-template <int HP, int NW, int kStage>
+template <int HP, int NW, int kStage, class Epi>
 __global__ void __launch_bounds__(kWsThreads, 1)
-    indexer_ws_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s) {
+    indexer_ws_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
 #if DSATTN_SM90A_DEVICE
   extern __shared__ __align__(1024) uint8_t ws_smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws_smem_raw) + 1023) & ~uintptr_t(1023));
   const int stages = s.stages;
-  const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP);
+  const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, Epi::smem_bytes(p, kStage));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
@@ -322,13 +372,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   __syncthreads();
   if (warp >= kWsProducerWarp) {
-    ws_produce<kStage>(maps, p, s, stages, smem, L, warp - kWsProducerWarp, lane);
+    const int w = warp - kWsProducerWarp;
+    IdxCursor lc;
+    Epi::cursor(p, w, &lc);
+    ws_produce<kStage>(maps, p, s, stages, smem, L, lc, w, lane);
   } else {
-    ws_consume<HP, NW, kStage>(p, s, stages, smem, L, warp >> 2, warp & 3, lane);
+    const int w = warp >> 2;
+    epi.begin(smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);
+    ws_consume<HP, NW, kStage>(p, s, stages, smem, L, epi, w, warp & 3, lane);
   }
-  LogitsEpilogue{}.finish(p);  // -inf on the columns no block covers (independent of the above)
+  epi.finish(p);
 #else
-  (void)maps; (void)p; (void)s;
+  (void)maps; (void)p; (void)s; (void)epi;
   __trap();  // never launched: the host picks this kernel only where sm_90a code exists
 #endif
 }

@@ -1,6 +1,7 @@
 // Host side of the warp-specialized Hopper logits kernel (indexer_ws.cuh): ring depth and launch.
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
@@ -8,7 +9,7 @@
 namespace dsattn {
 namespace cuda {
 
-void plan_wgmma_ws(int budget, WgmmaPlan* plan) {
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan) {
   plan->ws_stages = 0;
   plan->ws_smem = 0;
   if (!plan->use || plan->shape.prefill) return;
@@ -16,8 +17,9 @@ void plan_wgmma_ws(int budget, WgmmaPlan* plan) {
     if (std::atoi(env) == 0) return;
   }
   const WgmmaShape& s = plan->shape;
-  const int stage = ws_stage(s.q_rows, s.hp);
-  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp).total + 1024; };
+  const int stage = ws_stage(s.q_rows, s.hp, topk);
+  const size_t epi = topk ? WsTopk::smem_bytes(p, stage) : WsLogits::smem_bytes(p, stage);
+  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
   // A multiple of the consumer count: consumer w always takes stages w, w + kWsConsumers, ...
   int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
   while (stages >= kWsMinStages && need(stages) > static_cast<size_t>(budget)) stages -= kWsConsumers;
@@ -28,33 +30,46 @@ void plan_wgmma_ws(int budget, WgmmaPlan* plan) {
 }
 
 namespace {
-template <class Fn>
+template <class Epi, class Fn>
 cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
-  // ws_stage(): 256 exactly when NW = 64.
-  if (plan.nw == 64 && plan.ws_stage == 256) {
-    if (hp == 16) return fn(indexer_ws_kernel<16, 64, 256>);
-    if (hp == 32) return fn(indexer_ws_kernel<32, 64, 256>);
-    if (hp == 64) return fn(indexer_ws_kernel<64, 64, 256>);
+  // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
+  constexpr int kStage64 = ws_stage(1, 64, std::is_same<Epi, WsTopk>::value);
+  if (plan.nw == 64 && plan.ws_stage == kStage64) {
+    if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi>);
+    if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi>);
+    if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi>);
   } else if (plan.nw == 128 && plan.ws_stage == 128) {
-    if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128>);
-    if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128>);
-    if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128>);
+    if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
+    if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
+    if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi>);
   }
   return cudaErrorInvalidValue;
+}
+
+template <class Epi>
+cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream) {
+  WgmmaShape s = plan.shape;
+  s.stages = plan.ws_stages;
+  s.tile = plan.ws_stage;
+  return with_ws_kernel<Epi>(plan, [&](auto kern) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
+    if (e != cudaSuccess) return e;
+    kern<<<grid, kWsThreads, plan.ws_smem, stream>>>(plan.maps, p, s, epi);
+    return cudaGetLastError();
+  });
 }
 }  // namespace
 
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream) {
-  WgmmaShape s = plan.shape;
-  s.stages = plan.ws_stages;
-  s.tile = plan.ws_stage;
-  return with_ws_kernel(plan, [&](auto kern) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
-    if (e != cudaSuccess) return e;
-    kern<<<grid, kWsThreads, plan.ws_smem, stream>>>(plan.maps, p, s);
-    return cudaGetLastError();
-  });
+  return launch_ws(plan, p, WsLogits{}, grid, stream);
+}
+
+cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
+                                   const fused_topk::CollectorBuffers& buf, int grid, cudaStream_t stream) {
+  WsTopk epi;
+  epi.buf = buf;
+  return launch_ws(plan, p, epi, grid, stream);
 }
 
 }  // namespace cuda
