@@ -230,10 +230,10 @@ struct WsLogits {
   __device__ void begin(uint8_t*, int, int, int) {}
   __device__ void group_begin(int) {}
   __device__ void group_end(int64_t, int) {}
+  // Paged decode (the only mode this kernel runs): output column = state (col_off is 0).
   __device__ __forceinline__ void store(const IndexerParams& p, int row, int, int32_t t, float v, int64_t row0,
-                                        const detail::RowWindow* win) {
-    const int64_t col = int64_t(t) - win[row].col_off;
-    if (col >= 0 && col < p.out_width) LogitsEpilogue::store(p, row0 + row, col, v);
+                                        const detail::RowWindow*) {
+    if (t < p.out_width) LogitsEpilogue::store(p, row0 + row, t, v);
   }
   __device__ void tile_end(const IndexerParams&, int, int64_t, int32_t, int, const detail::RowWindow*) {}
   __device__ void finish(const IndexerParams& p) { LogitsEpilogue{}.finish(p); }
@@ -319,7 +319,11 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   }
   for (;;) {
     mbar_wait(full0 + 8 * st, ph);
-    const WsInfo in = info[st];
+    WsInfo in;
+    {
+      const uint4 v = lds128(smem_u32(info + st));
+      in = WsInfo{static_cast<int32_t>(v.x), static_cast<int32_t>(v.y), static_cast<int32_t>(v.z), v.w};
+    }
     if (in.g < 0) break;  // uniform
     if (in.g != cur_g) {
       if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
@@ -333,8 +337,9 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
       const int q0 = base + 16 * wq + (lane >> 2), q1 = q0 + 8;  // this thread's states of the tile
       const bool v0 = q0 < in.count && ((in.mask >> (q0 >> s.log2_box)) & 1u);
       const bool v1 = q1 < in.count && ((in.mask >> (q1 >> s.log2_box)) & 1u);
-      const float sc0 = v0 ? scales[st * kStage + q0] : 0.f;
-      const float sc1 = v1 ? scales[st * kStage + q1] : 0.f;
+      const uint32_t sa = smem_u32(scales + st * kStage);
+      const float sc0 = v0 ? __uint_as_float(lds32(sa + 4 * q0)) : 0.f;
+      const float sc1 = v1 ? __uint_as_float(lds32(sa + 4 * q1)) : 0.f;
       const int32_t t0 = in.t0 + base;
       wg_score_block<HP, NW>(keys0 + static_cast<uint32_t>((st * kStage + base) * kWgHeadDim), smem_u32(qs), ws, win,
                              rows, t0, in.count - base, v0, v1, sc0, sc1, wq, lane, [&](int row, int r, float v) {
