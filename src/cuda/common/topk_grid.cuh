@@ -250,14 +250,24 @@ __global__ void __launch_bounds__(kTopkThreads)
   find_bin(region, kBins2, k_rem, sh);
   const uint32_t p2 = (b1 << 10) | sh.bin;  // key >> 10
   k_rem -= sh.above;
-  for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-  __syncthreads();
+  // As in find_threshold_rest: the whole 22-bit bin needed (usually one key) skips the third digit.
+  const bool whole_bin = p2 > 0u && static_cast<int>(region[sh.bin]) == k_rem;
+  uint32_t T_key;
+  int need;
+  if (whole_bin) {  // block-uniform; the scan below orders the read of region before its reuse
+    T_key = (p2 << 10) - 1u;
+    need = 0;
+  } else {
+    __syncthreads();  // region[sh.bin] read before it is zeroed
+    for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
+    __syncthreads();
 #pragma unroll
-  for (int v = 0; v < V; ++v) hist_add(region, key[v] & (kBins2 - 1), base + v < len && (key[v] >> 10) == p2);
-  __syncthreads();
-  find_bin(region, kBins2, k_rem, sh);
-  const uint32_t T_key = (p2 << 10) | sh.bin;
-  const int need = k_rem - sh.above;
+    for (int v = 0; v < V; ++v) hist_add(region, key[v] & (kBins2 - 1), base + v < len && (key[v] >> 10) == p2);
+    __syncthreads();
+    find_bin(region, kBins2, k_rem, sh);
+    T_key = (p2 << 10) | sh.bin;
+    need = k_rem - sh.above;
+  }
   int g = 0, e = 0;
 #pragma unroll
   for (int v = 0; v < V; ++v) {

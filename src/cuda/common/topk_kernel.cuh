@@ -210,6 +210,15 @@ __device__ __forceinline__ void find_threshold_rest(const uint32_t* keys, int n,
   find_bin(hist, kBins2, k_rem, sh);
   const uint32_t p2 = (b1 << 10) | sh.bin;  // key >> 10
   k_rem -= sh.above;
+  // Every key of the 22-bit bin is needed (usually one key is left): the threshold is the bin's
+  // lower bound - 1 and the third digit is skipped. p2 > 0: not among the absent / NaN keys.
+  const bool whole_bin = p2 > 0u && static_cast<int>(hist[sh.bin]) == k_rem;
+  __syncthreads();  // hist[sh.bin] read before the third digit or the caller rewrites hist
+  if (whole_bin) {
+    *T_out = (p2 << 10) - 1u;
+    *need_out = 0;
+    return;
+  }
   for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) hist[i] = 0;
   __syncthreads();
   for (int base = 0; base < n; base += kTopkThreads) {
