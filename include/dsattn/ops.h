@@ -136,6 +136,9 @@ Status topk(const TopkParams& p, const Exec& ex);
 
 // ---------------------------------------------------------------- fused indexer + top-k
 // paged_mqa_logits followed by topk without writing the [R, max_context] logits anywhere.
+// Performance note (sm_90): without `schedule` the call computes its own, sized for the
+// warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
+// partition per SM) runs the tile kernel instead, same results, ~10 % slower at large batch.
 struct PagedMqaTopkParams : PagedIndexerArgs {
   int k = 0;
   TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding
