@@ -95,10 +95,6 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
   return L;
 }
 
-__device__ __forceinline__ void ws_named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
 // w, w + 3, ..., then the end marker.
 template <int kStage>
@@ -213,7 +209,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 //   void begin(uint8_t* scratch, int w, int stage, int rows_per_group)
 //   void group_begin(int rows) / group_end(int64_t g, int rows)  (group_end only after >= 1 tile)
 //   void store(p, row, r, t, v, row0, win)    score of group row `row`, tile state r (state t)
-//   void tile_end(p, rows, row0, t0, count, win)  after the tile's stage was released
+//   void tile_end(p, g, rows, row0, t0, count, win)  after the tile's stage was released
 //   void finish(p)                            every thread of the CTA, at the end
 
 // paged_mqa_logits: scores straight to the logits; the CTA's partition (split over p.split CTAs)
@@ -235,7 +231,7 @@ struct WsLogits {
                                         const detail::RowWindow*) {
     if (t < p.out_width) LogitsEpilogue::store(p, row0 + row, t, v);
   }
-  __device__ void tile_end(const IndexerParams&, int, int64_t, int32_t, int, const detail::RowWindow*) {}
+  __device__ void tile_end(const IndexerParams&, int64_t, int, int64_t, int32_t, int, const detail::RowWindow*) {}
   __device__ void finish(const IndexerParams& p) { LogitsEpilogue{}.finish(p); }
 };
 
@@ -268,9 +264,9 @@ struct WsTopk {
                                         const detail::RowWindow*) {
     scores[row * ld + r] = v;
   }
-  __device__ void tile_end(const IndexerParams& p, int rows, int64_t row0, int32_t t0, int count,
+  __device__ void tile_end(const IndexerParams&, int64_t g, int rows, int64_t row0, int32_t t0, int count,
                            const detail::RowWindow* win) {
-    const int64_t slot = part + row0 / p.work.rows_per_group;
+    const int64_t slot = part + g;
     grp.sync();  // the tile's scores; the counts of the previous append
     fused_topk::collector_reserve(buf, *sh, slot, rows, count, grp);
     fused_topk::collector_append_block(buf, *sh, slot, row0, rows, t0, count, scores, ld, win, grp);
@@ -294,6 +290,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   const float* scales = reinterpret_cast<const float*>(smem + L.scales);
   const uint32_t keys0 = smem_u32(smem + L.keys);
   const int tid = threadIdx.x & 127;
+  const fused_topk::WarpgroupGroup grp{1 + wg};  // named barrier of this warpgroup
   int st = wg;
   uint32_t ph = 0;
   int32_t cur_g = -1;
@@ -307,7 +304,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     row0 = int64_t(g) * p.work.rows_per_group;
     wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
     fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
-    ws_named_sync(1 + wg, 128);
+    grp.sync();
     epi.group_begin(rows);
   };
   {
@@ -327,7 +324,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     if (in.g < 0) break;  // uniform
     if (in.g != cur_g) {
       if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
-      ws_named_sync(1 + wg, 128);  // every thread is done with the previous group's weights / windows
+      grp.sync();  // every thread is done with the previous group's weights / windows
       load_group(in.g);
     }
 #pragma unroll 1
@@ -348,7 +345,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's MMAs completed, its scales were read
-    epi.tile_end(p, rows, row0, in.t0, in.count, win);
+    epi.tile_end(p, cur_g, rows, row0, in.t0, in.count, win);
     had_tile = true;
     st += kWsConsumers;
     if (st >= stages) {
