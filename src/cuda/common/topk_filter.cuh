@@ -62,24 +62,7 @@ struct FilterShared {
 // Exclusive prefix over the block (thread order) for any block size up to 1024; *total = sum.
 // Ends synced.
 __device__ __forceinline__ int filter_block_scan(int v, FilterShared& sh, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  int incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) sh.warp_sum[warp] = incl;
-  __syncthreads();
-  int before = 0, tot = 0;
-  for (int w = 0; w < nwarps; ++w) {
-    const int s = sh.warp_sum[w];
-    before += w < warp ? s : 0;
-    tot += s;
-  }
-  __syncthreads();
-  *total = tot;
-  return before + incl - v;
+  return group_exclusive_scan(v, sh.warp_sum, total, CtaGroup());
 }
 
 // Bin of the k_rem-th largest in hist[0, nbins) (shared memory, scanned from the top bin down; the

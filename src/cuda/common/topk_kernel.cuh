@@ -90,6 +90,45 @@ __device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool acti
   }
 }
 
+// The threads that run a block-level routine together: the whole CTA, or one warpgroup (the
+// warp-specialized Hopper indexer, named barrier `id`). Routines taking one are called by all
+// threads of the group with the same arguments.
+struct CtaGroup {
+  __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x); }
+  __device__ __forceinline__ int size() const { return static_cast<int>(blockDim.x); }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+struct WarpgroupGroup {
+  int id;  // named barrier, 1..15
+  __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x & 127); }
+  __device__ __forceinline__ int size() const { return 128; }
+  __device__ __forceinline__ void sync() const { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+};
+
+// Exclusive prefix over the group (rank order) of v, and the group total in *total, for groups of
+// any size up to 1024; warp_tot: shared scratch of one int per warp of the group. Ends synced.
+template <class G>
+__device__ __forceinline__ int group_exclusive_scan(int v, int* warp_tot, int* total, const G& grp) {
+  const int lane = grp.rank() & 31, warp = grp.rank() >> 5, nwarps = grp.size() >> 5;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_tot[warp] = incl;
+  grp.sync();
+  int before = 0, all = 0;
+  for (int w = 0; w < nwarps; ++w) {
+    const int t = warp_tot[w];
+    before += w < warp ? t : 0;
+    all += t;
+  }
+  grp.sync();
+  *total = all;
+  return before + incl - v;
+}
+
 // Exclusive prefix sum over the block (thread order); every thread gets its own prefix.
 __device__ __forceinline__ int block_exclusive_scan(int v, TopkShared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

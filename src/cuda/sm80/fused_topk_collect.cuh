@@ -97,20 +97,11 @@ struct CollectorShared {
 // SM's shared memory; more would silently drop paged_mqa_topk to one CTA per SM (1.5x slower).
 static_assert(sizeof(CollectorShared) <= 1024, "the collector's shared state must stay small (see above)");
 
-// The threads that run a collector together: the whole CTA (the tile kernels), or one warpgroup
-// (the warp-specialized Hopper kernel, named barrier `id`). Every collector function below is
-// called by all threads of the group with the same arguments.
-struct CtaGroup {
-  __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x); }
-  __device__ __forceinline__ int size() const { return static_cast<int>(blockDim.x); }
-  __device__ __forceinline__ void sync() const { __syncthreads(); }
-};
-struct WarpgroupGroup {
-  int id;  // named barrier, 1..15
-  __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x & 127); }
-  __device__ __forceinline__ int size() const { return 128; }
-  __device__ __forceinline__ void sync() const { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-};
+// The threads that run a collector together (topk_kernel.cuh): the whole CTA (the tile kernels)
+// or one warpgroup (the warp-specialized Hopper kernel). Every collector function below is called
+// by all threads of the group with the same arguments.
+using topk_detail::CtaGroup;
+using topk_detail::WarpgroupGroup;
 
 // Capacity per (slot, row) for top-k of k: 4k (see the top comment), and at least room for k
 // winners plus one full tile.
@@ -226,23 +217,7 @@ __device__ __forceinline__ void collector_append_block(const CollectorBuffers& b
 // kCollectorMaxWarps warps. Ends synced.
 template <class G>
 __device__ __forceinline__ int collector_block_scan(int v, CollectorShared& sh, int* total, const G& grp) {
-  const int lane = grp.rank() & 31, warp = grp.rank() >> 5, nwarps = grp.size() >> 5;
-  int incl = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) sh.u.scan.tot[warp] = incl;
-  grp.sync();
-  int before = 0, all = 0;
-  for (int w = 0; w < nwarps; ++w) {
-    const int t = sh.u.scan.tot[w];
-    before += w < warp ? t : 0;
-    all += t;
-  }
-  grp.sync();
-  *total = all;
-  return before + incl - v;
+  return topk_detail::group_exclusive_scan(v, sh.u.scan.tot, total, grp);
 }
 
 // Warp 0 finds, in the nb-bin digit histogram (scanned from the top), the bin of the k_rem-th
