@@ -27,7 +27,7 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--shape ROWSxWIDTH ...]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
@@ -42,7 +42,7 @@ int topk_usage(int rc = 2) {
 
 int run_topk(const std::vector<std::string>& args) {
   int k = 2048, iters = 50;
-  bool sorted = false, bf16 = false;
+  bool sorted = false, bf16 = false, flush = true;
   std::vector<TopkShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -57,6 +57,8 @@ int run_topk(const std::vector<std::string>& args) {
       iters = std::max(1, std::atoi(args[++i].c_str()));
     } else if (a == "--sorted") {
       sorted = true;
+    } else if (a == "--no-flush") {
+      flush = false;
     } else if (a == "--max-direct" && has_next) {
       cuda::topk_tuning().max_direct = std::atoi(args[++i].c_str());
     } else if (a == "--min-chunk" && has_next) {
@@ -83,10 +85,12 @@ int run_topk(const std::vector<std::string>& args) {
   }
   BenchContext ctx;
   if (!ctx.init()) return 1;
+  ctx.flush_l2 = flush;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
-  std::printf("topk k=%d %s%s, L2 flushed before each call, median of %d; GB/s and %% copy from the graph time\n\n", k, bf16 ? "bf16" : "f32",
-              sorted ? " sorted" : "", iters);
+  std::printf("topk k=%d %s%s, %s, median of %d; GB/s and %% copy from the graph time\n", k, bf16 ? "bf16" : "f32",
+              sorted ? " sorted" : "", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+  std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%10s %9s %12s %10s %10s %8s %9s %12s  %s\n", "rows", "width", "logits MB", "eager us", "graph us",
               "GB/s", "% copy", "workspace MB", "plan");
   const size_t esz = bf16 ? 2 : 4;
@@ -182,7 +186,7 @@ __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64
 
 int fused_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--shape BxCTXxNxSxHxD ...]\n"
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--shape BxCTXxNxSxHxD ...]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n");
   return rc;
 }
@@ -191,6 +195,7 @@ int fused_usage(int rc = 2) {
 
 int run_fused(const std::vector<std::string>& args) {
   int k = 2048, iters = 30;
+  bool flush = true;
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -203,6 +208,8 @@ int run_fused(const std::vector<std::string>& args) {
       k = std::atoi(args[++i].c_str());
     } else if (a == "--iters" && has_next) {
       iters = std::max(1, std::atoi(args[++i].c_str()));
+    } else if (a == "--no-flush") {
+      flush = false;
     } else if (a == "--shape" && has_next) {
       FusedShape f{};
       if (std::sscanf(args[++i].c_str(), "%dx%dx%dx%dx%dx%d", &f.B, &f.ctx, &f.N, &f.S, &f.H, &f.D) != 6) {
@@ -223,12 +230,14 @@ int run_fused(const std::vector<std::string>& args) {
   }
   BenchContext ctx;
   if (!ctx.init()) return 1;
+  ctx.flush_l2 = flush;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
-  std::printf("indexer + top-k, k=%d, FP8 cache, L2 flushed before each call, median of %d CUDA-graph replays\n"
+  std::printf("indexer + top-k, k=%d, FP8 cache, %s, median of %d CUDA-graph replays\n"
               "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
-              "and the logits for the unfused path)\n\n",
-              k, iters);
+              "and the logits for the unfused path)\n",
+              k, flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+  std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s\n", "B x ctx x N x S x H x D", "logits us",
               "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same");
   for (const FusedShape& sh : shapes) {

@@ -55,6 +55,8 @@ inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234) {
   bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed);
 }
 
+__global__ void bench_empty_kernel() {}
+
 struct BenchContext {
   std::string device_name;
   int num_sms = 0;
@@ -62,6 +64,7 @@ struct BenchContext {
   size_t flush_bytes = 0;   // > L2 size
   void* flush = nullptr;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
+  bool flush_l2 = true;     // flush L2 before every timed call (--no-flush clears it)
 
   ~BenchContext() {
     if (flush) cudaFree(flush);
@@ -105,7 +108,7 @@ struct BenchContext {
   // call. graph = true: fn is captured once into a CUDA graph and the replays are timed (no host
   // launch overhead, as in a serving engine's decode graph).
   template <typename Fn>
-  float time_median_us(int iters, Fn fn, bool graph = true, bool flush_l2 = true) {
+  float time_median_us(int iters, Fn fn, bool graph = true) {
     cudaStream_t st = nullptr;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     fn(st);  // warm-up (module load, smem attributes)
@@ -140,6 +143,12 @@ struct BenchContext {
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) std::fprintf(stderr, "CUDA error while timing: %s\n", cudaGetErrorString(err));
     return t[t.size() / 2];
+  }
+
+  // The floor of time_median_us: one empty kernel timed the same way (graph launch + events, L2
+  // flushed as set), so short calls can be read against what any launch costs.
+  float launch_floor_us(int iters) {
+    return time_median_us(iters, [](cudaStream_t s) { bench_empty_kernel<<<1, 32, 0, s>>>(); });
   }
 };
 

@@ -113,6 +113,14 @@ __device__ __forceinline__ void finish_row(uint32_t* sel_key, int* sel_pos, int 
   }
 }
 
+// One output entry j of row r: position idx of `src` (its value read back from src).
+template <typename T>
+__device__ __forceinline__ void write_winner(const T* src, int32_t idx, int j, int64_t r, const TopkOutputs& out) {
+  out.indices[r * out.indices_ld + j] = idx;
+  if (out.values) out.values[r * out.values_ld + j] = to_float(src[idx]);
+  if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
+}
+
 // A row of len <= k positions: all of them, in order, then finish_row. Block-wide.
 template <typename T>
 __device__ __forceinline__ void finish_short_row(const T* src, int len, int k, int k_pad, bool sorted, uint32_t* sel_key,
@@ -210,9 +218,41 @@ __global__ void __launch_bounds__(kTopkThreads)
 // holds the keys of positions [t V, t V + V) in registers, three radix digits (bits 31..20,
 // 19..10, 9..0) with shared-memory histograms find the k-th key T and how many keys equal to T
 // to take, and one block scan of the per-thread (greater, equal) counts places the k winners in
-// index order. topk_final_kernel stages the keys in shared memory and compacts them to a short
-// list first, about twice the barrier chain (H200, k = 2048, 1 x 8K: 13.6 us against 11.8).
+// index order; unsorted, they go straight to the outputs. topk_final_kernel stages the keys in
+// shared memory and compacts them to a short list first, about twice the barrier chain (H200,
+// k = 2048, 1 x 8K: 13.6 us against 11.8). Phase timing (clock64, H200, 1 x 8K) of this kernel:
+// every barrier-separated phase of the 1024-thread block costs 1000-3000 cycles, so the kernel
+// keeps phases few: 16-byte loads of each thread's run, one warp-wide bin test per V keys
+// (hist_add_v) and no staging pass for unsorted output.
 constexpr int kSmallMaxV = 8;  // keys per thread of topk_small_kernel at most (see TopkTuning)
+
+// Keys of the V positions [p, p + V) of a row; vector loads when the run is whole and `aligned`
+// (the row start is 16-byte aligned, so every run of V elements is V * sizeof(T)-byte aligned).
+template <typename T, int V>
+__device__ __forceinline__ void load_run_keys(const T* __restrict__ p, int avail, bool aligned, uint32_t (&key)[V]) {
+  constexpr int kBytes = V * static_cast<int>(sizeof(T));
+  static_assert(kBytes % 8 == 0, "runs of whole 8-byte words");
+  if (aligned && avail >= V) {
+    if constexpr (kBytes % 16 == 0) {
+      uint4 raw[kBytes / 16];
+#pragma unroll
+      for (int i = 0; i < kBytes / 16; ++i) raw[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+      for (int v = 0; v < V; ++v) key[v] = key_of(e[v]);
+    } else {
+      uint2 raw[kBytes / 8];
+#pragma unroll
+      for (int i = 0; i < kBytes / 8; ++i) raw[i] = __ldg(reinterpret_cast<const uint2*>(p) + i);
+      const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+      for (int v = 0; v < V; ++v) key[v] = key_of(e[v]);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) key[v] = v < avail ? key_of(p[v]) : kAbsentKey;
+  }
+}
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kTopkThreads)
@@ -233,19 +273,28 @@ __global__ void __launch_bounds__(kTopkThreads)
   for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
   const int base = threadIdx.x * V;
   uint32_t key[V];
+  load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
+  bool act[V];
+  uint32_t bin[V];
 #pragma unroll
-  for (int v = 0; v < V; ++v) key[v] = base + v < len ? key_of(src[base + v]) : kAbsentKey;
+  for (int v = 0; v < V; ++v) {
+    act[v] = base + v < len;
+    bin[v] = key[v] >> 20;
+  }
   __syncthreads();  // histogram zeroed
-#pragma unroll
-  for (int v = 0; v < V; ++v) hist_add(region, key[v] >> 20, base + v < len);
+  hist_add_v<V>(region, bin, act);
   __syncthreads();
   find_bin(region, kBins1, k, sh);  // ends synced
   const uint32_t b1 = sh.bin;
   int k_rem = k - sh.above;
   for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-  __syncthreads();
 #pragma unroll
-  for (int v = 0; v < V; ++v) hist_add(region, (key[v] >> 10) & (kBins2 - 1), base + v < len && (key[v] >> 20) == b1);
+  for (int v = 0; v < V; ++v) {
+    act[v] = base + v < len && (key[v] >> 20) == b1;
+    bin[v] = (key[v] >> 10) & (kBins2 - 1);
+  }
+  __syncthreads();
+  hist_add_v<V>(region, bin, act);
   __syncthreads();
   find_bin(region, kBins2, k_rem, sh);
   const uint32_t p2 = (b1 << 10) | sh.bin;  // key >> 10
@@ -260,9 +309,13 @@ __global__ void __launch_bounds__(kTopkThreads)
   } else {
     __syncthreads();  // region[sh.bin] read before it is zeroed
     for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-    __syncthreads();
 #pragma unroll
-    for (int v = 0; v < V; ++v) hist_add(region, key[v] & (kBins2 - 1), base + v < len && (key[v] >> 10) == p2);
+    for (int v = 0; v < V; ++v) {
+      act[v] = base + v < len && (key[v] >> 10) == p2;
+      bin[v] = key[v] & (kBins2 - 1);
+    }
+    __syncthreads();
+    hist_add_v<V>(region, bin, act);
     __syncthreads();
     find_bin(region, kBins2, k_rem, sh);
     T_key = (p2 << 10) | sh.bin;
@@ -278,6 +331,26 @@ __global__ void __launch_bounds__(kTopkThreads)
   // also end the last find_bin's reads of the histogram before sel_key / sel_pos overwrite it.
   const int packed = block_exclusive_scan((e << 16) | g, sh);
   int g_before = packed & 0xffff, e_before = packed >> 16;
+  if (!sorted) {
+    // Unsorted: the k winners (index order) go straight to the outputs; no staging pass. This
+    // thread's winners take consecutive places from w (keys > T, then the first `need` == T).
+    int w = g_before + min(e_before, need);
+    int32_t* o_idx = out.indices + r * out.indices_ld;
+    const bool extra = out.values != nullptr || out.slots != nullptr;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const bool sel = base + v < len && (key[v] > T_key || (key[v] == T_key && e_before++ < need));
+      if (sel) {
+        if (extra) {
+          write_winner(src, base + v, w, r, out);
+        } else {
+          o_idx[w] = base + v;
+        }
+        ++w;
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     if (base + v >= len) continue;

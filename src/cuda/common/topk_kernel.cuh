@@ -90,6 +90,34 @@ __device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool acti
   }
 }
 
+// hist_add for V keys per lane at once: one warp-wide test (two reductions) for all V x 32 keys
+// instead of one per key. When every active key of the warp falls in one bin, one lane adds the
+// count; otherwise each active key adds 1. All 32 lanes must call it together.
+template <int V>
+__device__ __forceinline__ void hist_add_v(uint32_t* hist, const uint32_t (&bin)[V], const bool (&active)[V]) {
+  uint32_t lo = 0xffffffffu, hi = 0u;
+  int n = 0;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    if (active[v]) {
+      lo = min(lo, bin[v]);
+      hi = max(hi, bin[v]);
+      ++n;
+    }
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lo == hi) {  // at least one active key, all in bin lo
+    const unsigned total = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(n));
+    if ((threadIdx.x & 31) == 0) atomicAdd(&hist[lo], total);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (active[v]) atomicAdd(&hist[bin[v]], 1u);
+    }
+  }
+}
+
 // The threads that run a block-level routine together: the whole CTA, or one warpgroup (the
 // warp-specialized Hopper indexer, named barrier `id`). Routines taking one are called by all
 // threads of the group with the same arguments.
