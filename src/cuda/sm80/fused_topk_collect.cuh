@@ -57,6 +57,12 @@ struct CollectorBuffers {
   // key is counted in its row's bin (one of the copies), so the merge knows a bin that k of the row's states reach before it reads a
   // single candidate (few rows split into many short pieces, where no piece finds a bound).
   uint32_t* hist = nullptr;
+  // Split merge only (fused_topk_merge.cuh), zeroed with the row histogram: level 1 records per
+  // row (valid, hb, above) = the row histogram's bin of the k-th key and the count above it, and
+  // counts the key bits 19..10 of every entry it keeps from bin hb in hist2 [rows, 1024]; level 2
+  // then knows the k-th key's 22-bit bin before it reads a candidate.
+  uint32_t* hist2 = nullptr;
+  int32_t* rec = nullptr;  // [rows, 4]
   int ccap = 0;               // entries per (slot, row), a multiple of 4
   int rows_per_slot = 1;
   int k = 0;

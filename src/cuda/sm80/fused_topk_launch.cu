@@ -66,8 +66,9 @@ struct FusedPlan {
   // Split merge (few rows with many pieces): `split` level-1 CTAs per row, their outputs here.
   int split = 1, kc = 0;
   size_t off_pkey = 0, off_pidx = 0, off_phdr = 0;
-  // Row histograms (split merge only), right after the headers so one memset zeroes both.
-  size_t off_hist = 0, zero_bytes = 0;
+  // Row histograms and level 1's records (split merge only), right after the headers so one
+  // memset zeroes all of them.
+  size_t off_hist = 0, off_hist2 = 0, off_rec = 0, zero_bytes = 0;
 };
 
 Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
@@ -161,6 +162,10 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     f->off_hist = f->total;
     f->total = f->off_hist + align256(static_cast<size_t>(pb.rows) * fused_topk::kRowHistCopies *
                                       fused_topk::kRowHistBins * 4);
+    f->off_hist2 = f->total;
+    f->total = f->off_hist2 + align256(static_cast<size_t>(pb.rows) * topk_detail::kBins2 * 4);
+    f->off_rec = f->total;
+    f->total = f->off_rec + align256(static_cast<size_t>(pb.rows) * 4 * 4);
     f->zero_bytes = f->total - f->off_hdr;
     f->kc = kc;
     const size_t pentries = static_cast<size_t>(pb.rows) * f->split * f->kc;
@@ -234,6 +239,9 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
     part.ccap = f.kc;
     part.rows_per_slot = 1;
     part.k = a.k;
+    // Level 1 writes the records and hist2 (epi.buf), level 2 reads them (part).
+    epi.buf.hist2 = part.hist2 = reinterpret_cast<uint32_t*>(ws + f.off_hist2);
+    epi.buf.rec = part.rec = reinterpret_cast<int32_t*>(ws + f.off_rec);
     auto level1 = fused_topk::fused_topk_merge_kernel<MetaSlots, true>;
     DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(level1, f.merge_smem, kOp));
     level1<<<dim3(static_cast<unsigned>(pb.rows), static_cast<unsigned>(f.split)), topk_detail::kTopkThreads,

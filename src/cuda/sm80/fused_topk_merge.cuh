@@ -105,6 +105,15 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
 
 extern __shared__ __align__(16) uint32_t fused_merge_smem[];
 
+// Output entry j of row r from a candidate (key, state index): its value decoded from the key (the
+// fused path's scores only ever existed as keys), as finish_row writes it.
+__device__ __forceinline__ void write_fused_winner(uint32_t key, int32_t idx, int j, int64_t r,
+                                                   const topk_detail::TopkOutputs& out) {
+  out.indices[r * out.indices_ld + j] = idx;
+  if (out.values) out.values[r * out.values_ld + j] = topk_detail::key_to_float(key);
+  if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
+}
+
 // grid (R) (kPartial: (R, C), see SplitSlots). Dynamic smem: [keys mcap][idx mcap]
 // [region_words(k_pad, m_cap)] u32.
 // The threshold starts at the best row bound of the row's pieces. Slots are read in rounds of up to
@@ -125,42 +134,85 @@ __global__ void __launch_bounds__(kTopkThreads)
   int j, len;
   slots.get(r, &s0, &s1, &j, &len);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // Start from the best row bound any piece of the row found (header word 2): keys at or below
-  // it cannot be in the top k, so most candidates of the other pieces never enter the buffer.
-  uint32_t row_bound = kAbsentKey;
-  for (int64_t s = s0 + threadIdx.x; s < s1; s += kTopkThreads) {
-    row_bound = max(row_bound, static_cast<uint32_t>(b.header_of(s, j)[2]));
-  }
-  for (int o = 16; o > 0; o >>= 1) row_bound = max(row_bound, __shfl_xor_sync(0xffffffffu, row_bound, o));
   if (threadIdx.x == 0) {
     sh.cnt = 0;
     sh.thr = kAbsentKey;
+    sh.t.bin = 0xffffffffu;
   }
   __syncthreads();
-  if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
-  if (b.hist != nullptr) {  // block-uniform: the row histogram of the appended keys
+  // Split level 2 with level 1's records: the k-th key's 22-bit bin p2 from hist2. When the row
+  // needs every key of it (the usual case: it holds one key), every key > T = (p2 << 10) - 1 is
+  // a winner and there are exactly k of them, so the threshold is exact and no selection is left.
+  bool exact = false;
+  if (!kPartial && b.rec != nullptr) {  // block-uniform
+    const int4 rc = __ldg(reinterpret_cast<const int4*>(b.rec + r * 4));
+    const uint32_t hb = static_cast<uint32_t>(rc.y);
+    if (rc.x != 0 && hb > 0u) {
+      uint32_t* h2 = fused_merge_smem + 2 * mcap;  // the region, free until the first compaction
+      for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) h2[i] = __ldg(b.hist2 + r * kBins2 + i);
+      __syncthreads();
+      const int k_rem = k - rc.z;
+      find_bin(h2, kBins2, k_rem, sh.t);  // ends synced; bin unset: fewer kept than needed
+      const uint32_t b2 = sh.t.bin;
+      if (b2 != 0xffffffffu && static_cast<int>(h2[b2]) == k_rem - sh.t.above) {
+        exact = true;
+        if (threadIdx.x == 0) sh.thr = (((hb << 10) | b2) << 10) - 1u;
+      }
+      __syncthreads();
+    }
+  }
+  // Start from the best row bound any piece of the row found (header word 2): keys at or below
+  // it cannot be in the top k, so most candidates of the other pieces never enter the buffer.
+  // Level 1 (row histogram) and an exact level 2 have a better bound already.
+  if (!exact && !(kPartial && b.hist != nullptr)) {  // block-uniform
+    uint32_t row_bound = kAbsentKey;
+    for (int64_t s = s0 + threadIdx.x; s < s1; s += kTopkThreads) {
+      row_bound = max(row_bound, static_cast<uint32_t>(b.header_of(s, j)[2]));
+    }
+    for (int o = 16; o > 0; o >>= 1) row_bound = max(row_bound, __shfl_xor_sync(0xffffffffu, row_bound, o));
+    if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
+  }
+  uint32_t hb = 0xffffffffu;  // level 1: the row histogram's bin of the k-th key (unset: < k keys)
+  if (kPartial && b.hist != nullptr) {  // block-uniform: the row histogram of the appended keys
     uint32_t* hsum = fused_merge_smem + 2 * mcap;  // the region, free until the first compaction
-    for (int i = threadIdx.x; i < kRowHistBins; i += kTopkThreads) {
-      uint32_t v = 0;
+    {  // all kRowHistCopies x 4 loads of a thread in flight at once: one memory round trip
+      static_assert(kRowHistBins == 4 * kTopkThreads, "four bins per thread");
+      const uint32_t* h = b.hist + r * kRowHistCopies * kRowHistBins + threadIdx.x;
+      uint32_t v[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int c = 0; c < kRowHistCopies; ++c) v += __ldg(b.hist + (r * kRowHistCopies + c) * kRowHistBins + i);
-      hsum[i] = v;
+      for (int c = 0; c < kRowHistCopies; ++c) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] += __ldg(h + c * kRowHistBins + q * kTopkThreads);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) hsum[threadIdx.x + q * kTopkThreads] = v[q];
     }
     if (threadIdx.x == 0) sh.t.bin = 0xffffffffu;
     __syncthreads();
     find_bin(hsum, kBins1, k, sh.t);  // ends synced; bin unset: < k appended
-    const uint32_t hb = sh.t.bin;
+    hb = sh.t.bin;
     // k appended states have keys >= hb << 20: every key below that is beaten k times over.
-    if (threadIdx.x == 0 && hb != 0xffffffffu && hb > 0u) atomicMax(&sh.thr, (hb << 20) - 1u);
+    if (threadIdx.x == 0 && hb != 0xffffffffu && hb > 0u) {
+      atomicMax(&sh.thr, (hb << 20) - 1u);
+      if (b.rec != nullptr && blockIdx.y == 0) {
+        *reinterpret_cast<int4*>(b.rec + r * 4) = make_int4(1, static_cast<int>(hb), sh.t.above, 0);
+      }
+    }
   }
   __syncthreads();
-  row_bound = sh.thr;
+  const uint32_t row_bound = sh.thr;
+  // Level 1 with records: entries kept from bin hb count in hist2 (before any compaction here,
+  // so level 2's exactness test counts every key that could reach its threshold).
+  uint32_t* hist2_row = kPartial && b.hist2 != nullptr && hb != 0xffffffffu && hb > 0u ? b.hist2 + r * kBins2 : nullptr;
   if (kPartial) {  // share c of C = gridDim.y
     const int64_t ns = s1 - s0, per = (ns + gridDim.y - 1) / gridDim.y;
     const int64_t a = s0 + per * blockIdx.y;
     s0 = a < s1 ? a : s1;
     s1 = a + per < s1 ? a + per : s1;
   }
+  // An exact unsorted level 2 writes its winners straight to the outputs as they stream in (the
+  // buffer still gets them: should the count not come out at k, the usual finish rewrites all).
+  const bool direct = !kPartial && exact && !sorted;
   uint32_t* keys = fused_merge_smem;
   int32_t* idx = reinterpret_cast<int32_t*>(fused_merge_smem + mcap);
   uint32_t* region = fused_merge_smem + 2 * mcap;
@@ -243,7 +295,9 @@ __global__ void __launch_bounds__(kTopkThreads)
           if (e < cntv[u] && kk[e] > thr) {
             keys[p] = kk[e];
             idx[p] = ii[e];
+            if (direct) write_fused_winner(kk[e], ii[e], p, r, out);
             ++p;
+            if (hist2_row != nullptr && (kk[e] >> 20) == hb) atomicAdd(hist2_row + ((kk[e] >> 10) & (kBins2 - 1)), 1u);
           }
         }
       }
@@ -285,6 +339,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     }
   } else {
     (void)part;
+    if (direct && cnt == k) return;  // every output written by the stream
     if (cnt <= k) {
       // Short rows (every state is a candidate) or exactly k candidates: all of them, in order.
       for (int q = threadIdx.x; q < cnt; q += kTopkThreads) {
