@@ -226,6 +226,18 @@ __global__ void __launch_bounds__(kTopkThreads)
 // (hist_add_v) and no staging pass for unsorted output.
 constexpr int kSmallMaxV = 8;  // keys per thread of topk_small_kernel at most (see TopkTuning)
 
+// Keys of V elements at p through V * sizeof(T) / sizeof(W) loads of word type W (uint4, uint2).
+template <typename W, typename T, int V>
+__device__ __forceinline__ void load_keys_as(const T* __restrict__ p, uint32_t (&key)[V]) {
+  constexpr int kWords = V * static_cast<int>(sizeof(T)) / static_cast<int>(sizeof(W));
+  W raw[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) raw[i] = __ldg(reinterpret_cast<const W*>(p) + i);
+  const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int v = 0; v < V; ++v) key[v] = key_of(e[v]);
+}
+
 // Keys of the V positions [p, p + V) of a row; vector loads when the run is whole and `aligned`
 // (the row start is 16-byte aligned, so every run of V elements is V * sizeof(T)-byte aligned).
 template <typename T, int V>
@@ -234,19 +246,9 @@ __device__ __forceinline__ void load_run_keys(const T* __restrict__ p, int avail
   static_assert(kBytes % 8 == 0, "runs of whole 8-byte words");
   if (aligned && avail >= V) {
     if constexpr (kBytes % 16 == 0) {
-      uint4 raw[kBytes / 16];
-#pragma unroll
-      for (int i = 0; i < kBytes / 16; ++i) raw[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
-      const T* e = reinterpret_cast<const T*>(raw);
-#pragma unroll
-      for (int v = 0; v < V; ++v) key[v] = key_of(e[v]);
+      load_keys_as<uint4>(p, key);
     } else {
-      uint2 raw[kBytes / 8];
-#pragma unroll
-      for (int i = 0; i < kBytes / 8; ++i) raw[i] = __ldg(reinterpret_cast<const uint2*>(p) + i);
-      const T* e = reinterpret_cast<const T*>(raw);
-#pragma unroll
-      for (int v = 0; v < V; ++v) key[v] = key_of(e[v]);
+      load_keys_as<uint2>(p, key);
     }
   } else {
 #pragma unroll

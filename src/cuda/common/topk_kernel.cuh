@@ -239,16 +239,20 @@ __device__ __forceinline__ uint32_t* load_keys(const T* __restrict__ src, int n,
       const int v = base + u * kTopkThreads + threadIdx.x;
       const bool act = v < nvec;
       const T* e = reinterpret_cast<const T*>(&raw[u]);
-      uint32_t k4[V];
+      uint32_t k4[V], bin[V];
+      bool on[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) k4[j] = key_of(e[j]);
+      for (int j = 0; j < V; ++j) {
+        k4[j] = key_of(e[j]);
+        bin[j] = k4[j] >> 20;
+        on[j] = act;
+      }
       if (act) {
         uint4* dst = reinterpret_cast<uint4*>(keys + head + v * V);
 #pragma unroll
         for (int j = 0; j < V; j += 4) dst[j / 4] = make_uint4(k4[j], k4[j + 1], k4[j + 2], k4[j + 3]);
       }
-#pragma unroll
-      for (int j = 0; j < V; ++j) hist_add(hist, k4[j] >> 20, act);
+      hist_add_v<V>(hist, bin, on);
     }
   }
   const int tail0 = head + nvec * V;
