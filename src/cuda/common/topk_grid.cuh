@@ -416,6 +416,16 @@ __global__ void __launch_bounds__(kTopkThreads)
       keys = load_keys(src, n, keys_base, region);
     }
     __syncthreads();
+    if (!sorted && out.values == nullptr && out.slots == nullptr) {  // indices only: written directly
+      int32_t* o = out.indices + r * out.indices_ld;
+      if (kFromCands) {
+        const int32_t* ci = cand_idx + r * cand_n;
+        select_topk_to(keys, n, k, k_pad, m_cap, region, sh, o, [&](int p) { return ci[p]; });
+      } else {
+        select_topk_to(keys, n, k, k_pad, m_cap, region, sh, o, [](int p) { return p; });
+      }
+      return;
+    }
     select_topk(keys, n, k, k_pad, m_cap, region, sh);
     if (kFromCands) {
       for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = cand_idx[r * cand_n + sel_pos[j]];

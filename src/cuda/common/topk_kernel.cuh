@@ -459,6 +459,34 @@ __device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, 
   __syncthreads();
 }
 
+// select_topk for unsorted index-only output: the k winners' indices, map(position), go in
+// position order straight to out_idx (global memory, k entries); no staging in sel_key / sel_pos.
+// Same preconditions as select_topk; ends synced.
+template <typename Map>
+__device__ __forceinline__ void select_topk_to(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
+                                               uint32_t* region, TopkShared& sh, int32_t* out_idx, Map map) {
+  uint32_t* sel_key = region;  // scratch: select_in_order_by writes keys here as well
+  uint32_t* ml_key = region + sel_words(k_pad);
+  int* ml_pos = reinterpret_cast<int*>(ml_key + m_cap);
+  find_bin(region, kBins1, k, sh);
+  const uint32_t b1 = sh.bin;
+  const int above1 = sh.above;
+  const int m = above1 + static_cast<int>(region[b1]);
+  __syncthreads();  // everyone has read sh and region[b1]
+  uint32_t T;
+  int need;
+  if (m > m_cap || b1 == 0) {
+    find_threshold_rest(keys, n, b1, k - above1, region, sh, &T, &need);
+    select_in_order_by(keys, n, T, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, out_idx,
+                       [&](int i) { return map(i); });
+    return;
+  }
+  compact_ge(keys, n, b1 << 20, ml_key, ml_pos, sh);
+  find_threshold_rest(ml_key, m, b1, k - above1, region, sh, &T, &need);
+  select_in_order_by(ml_key, m, T, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, out_idx,
+                     [&](int i) { return map(ml_pos[i]); });
+}
+
 // Ranks (key, index) pairs: true when a ranks strictly below b (smaller key, or equal key and
 // larger index). Index -1 / INT_MAX padding carries key 0 and so ranks last.
 __device__ __forceinline__ bool ranks_below(uint32_t ka, int ia, uint32_t kb, int ib) {

@@ -320,6 +320,11 @@ __global__ void __launch_bounds__(kTopkThreads)
       hist_add(region, (i < cnt ? keys[i] : 0u) >> 20, i < cnt);
     }
     __syncthreads();
+    if (!kPartial && !sorted && out.values == nullptr && out.slots == nullptr) {  // indices only: direct
+      select_topk_to(keys, cnt, k, k_pad, m_cap, region, sh.t, out.indices + r * out.indices_ld,
+                     [&](int p) { return idx[p]; });
+      return;
+    }
     select_topk(keys, cnt, k, k_pad, m_cap, region, sh.t);
   }
   const int n_sel = cnt < k ? cnt : k;
