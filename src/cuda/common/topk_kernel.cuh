@@ -428,14 +428,16 @@ __device__ __forceinline__ void select_in_order(const uint32_t* keys, int n, uin
 }
 
 // Full block-level selection: keys (already in smem with the 12-bit histogram in region, synced)
-// -> the k winners in position order in sel_key = region, sel_pos = region + k_pad. Requires
-// n >= k. Usual case: only the keys at or above the first digit's threshold bin (about k plus one
-// bin) move to the mlist, and digits 2-3 and the ordered write run over that short list; when it
-// would overflow (heavy ties, a threshold among NaNs) everything runs over the full keys.
-__device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
-                                            uint32_t* region, TopkShared& sh, uint32_t* T_out = nullptr) {
+// -> the k winners in position order: keys in sel_key = region, indices map(position) in out_idx
+// (shared or global memory, k entries). Requires n >= k. Usual case: only the keys at or above the
+// first digit's threshold bin (about k plus one bin) move to the mlist, and digits 2-3 and the
+// ordered write run over that short list; when it would overflow (heavy ties, a threshold among
+// NaNs) everything runs over the full keys. Ends synced.
+template <typename Map>
+__device__ __forceinline__ void select_topk_by(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
+                                               uint32_t* region, TopkShared& sh, int* out_idx, Map map,
+                                               uint32_t* T_out = nullptr) {
   uint32_t* sel_key = region;
-  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
   uint32_t* ml_key = region + sel_words(k_pad);
   int* ml_pos = reinterpret_cast<int*>(ml_key + m_cap);
   find_bin(region, kBins1, k, sh);
@@ -448,43 +450,29 @@ __device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, 
   if (m > m_cap || b1 == 0) {
     find_threshold_rest(keys, n, b1, k - above1, region, sh, &T, &need);
     if (T_out) *T_out = T;
-    select_in_order(keys, n, T, need, sel_key, sel_pos, sh);
-    return;
-  }
-  compact_ge(keys, n, b1 << 20, ml_key, ml_pos, sh);
-  find_threshold_rest(ml_key, m, b1, k - above1, region, sh, &T, &need);
-  if (T_out) *T_out = T;
-  select_in_order(ml_key, m, T, need, sel_key, sel_pos, sh);
-  for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = ml_pos[sel_pos[j]];
-  __syncthreads();
-}
-
-// select_topk for unsorted index-only output: the k winners' indices, map(position), go in
-// position order straight to out_idx (global memory, k entries); no staging in sel_key / sel_pos.
-// Same preconditions as select_topk; ends synced.
-template <typename Map>
-__device__ __forceinline__ void select_topk_to(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
-                                               uint32_t* region, TopkShared& sh, int32_t* out_idx, Map map) {
-  uint32_t* sel_key = region;  // scratch: select_in_order_by writes keys here as well
-  uint32_t* ml_key = region + sel_words(k_pad);
-  int* ml_pos = reinterpret_cast<int*>(ml_key + m_cap);
-  find_bin(region, kBins1, k, sh);
-  const uint32_t b1 = sh.bin;
-  const int above1 = sh.above;
-  const int m = above1 + static_cast<int>(region[b1]);
-  __syncthreads();  // everyone has read sh and region[b1]
-  uint32_t T;
-  int need;
-  if (m > m_cap || b1 == 0) {
-    find_threshold_rest(keys, n, b1, k - above1, region, sh, &T, &need);
     select_in_order_by(keys, n, T, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, out_idx,
                        [&](int i) { return map(i); });
     return;
   }
   compact_ge(keys, n, b1 << 20, ml_key, ml_pos, sh);
   find_threshold_rest(ml_key, m, b1, k - above1, region, sh, &T, &need);
+  if (T_out) *T_out = T;
   select_in_order_by(ml_key, m, T, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, out_idx,
                      [&](int i) { return map(ml_pos[i]); });
+}
+
+// select_topk_by into the block's own arrays: sel_key = region, sel_pos = region + k_pad (positions).
+__device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
+                                            uint32_t* region, TopkShared& sh, uint32_t* T_out = nullptr) {
+  select_topk_by(keys, n, k, k_pad, m_cap, region, sh, reinterpret_cast<int*>(region + k_pad), [](int p) { return p; },
+                 T_out);
+}
+
+// Unsorted index-only output: the winners' indices map(position) straight to out_idx (global).
+template <typename Map>
+__device__ __forceinline__ void select_topk_to(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
+                                               uint32_t* region, TopkShared& sh, int32_t* out_idx, Map map) {
+  select_topk_by(keys, n, k, k_pad, m_cap, region, sh, out_idx, map);
 }
 
 // Ranks (key, index) pairs: true when a ranks strictly below b (smaller key, or equal key and
