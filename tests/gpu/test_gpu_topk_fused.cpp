@@ -48,6 +48,8 @@ struct FusedCase {
   bool graph = false;
   int smem_budget = 0;     // Exec::smem_budget_bytes (101376: the sm_120 configuration)
   int schedule_parts = 0;  // > 0: caller-supplied schedule from schedule_metadata(num_sms = this)
+  bool values = true;      // false: indices only (with slots = false: the direct-write paths)
+  bool zero_keys = false;  // every key (and scale) zero: all scores tie at 0, the first k win
 };
 
 struct GpuInputs {
@@ -92,7 +94,7 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
   p.k = c.k;
   p.sorted = c.sorted;
   p.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
-  p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
+  if (c.values) p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
   if (c.slots) p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
   Exec ex;
   ex.backend = Backend::kCuda;
@@ -181,7 +183,7 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   tp.k = c.k;
   tp.sorted = c.sorted;
   tp.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
-  tp.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
+  if (c.values) tp.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
   if (c.slots) {
     tp.block_table = g.args.block_table;
     tp.states_per_page = c.spec.states_per_page;
@@ -207,7 +209,9 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   o->val.resize(n);
   o->slots.resize(n);
   ASSERT_TRUE(idx.download(o->idx.data(), n * 4));
-  ASSERT_TRUE(val.download(o->val.data(), n * 4));
+  if (c.values) {
+    ASSERT_TRUE(val.download(o->val.data(), n * 4));
+  }
   if (c.slots) {
     ASSERT_TRUE(slots.download(o->slots.data(), n * 4));
   }
@@ -216,6 +220,11 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
 void run_fused_case(const FusedCase& c) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   PagedCase pc = testutil::make_paged_case(c.spec);
+  if (c.zero_keys) {
+    std::fill(pc.cache.pages.begin(), pc.cache.pages.end(), uint8_t{0});
+    for (auto& v : pc.cache.key_values) std::fill(v.begin(), v.end(), 0.0f);
+    for (auto& v : pc.cache.key_scales) std::fill(v.begin(), v.end(), 0.0f);
+  }
   GpuInputs g;
   upload_case(pc, &g);
   if (::testing::Test::HasFatalFailure()) return;
@@ -241,6 +250,16 @@ void run_fused_case(const FusedCase& c) {
       ++bad;
       continue;
     }
+    if (c.zero_keys) {  // every score ties: the first min(k, len) states, in order, then -1
+      for (int j = 0; j < c.k; ++j) {
+        const int32_t want = j < len ? j : -1;
+        if (fi[j] != want) {
+          ADD_FAILURE() << "row " << r << " (all scores tie) slot " << j << ": index " << fi[j] << ", want " << want;
+          ++bad;
+          break;
+        }
+      }
+    }
     const int64_t b = pc.row_req[static_cast<size_t>(r)];
     for (int j = 0; j < c.k; ++j) {
       const size_t o = static_cast<size_t>(r * c.k + j);
@@ -250,7 +269,7 @@ void run_fused_case(const FusedCase& c) {
         ++bad;
         break;
       }
-      const float fv = fused.val[o], uv = unfused.val[o];
+      const float fv = c.values ? fused.val[o] : 0.0f, uv = c.values ? unfused.val[o] : 0.0f;
       if (!(fv == uv || (std::isnan(fv) && std::isnan(uv)))) {
         ADD_FAILURE() << "row " << r << " slot " << j << ": fused score " << fv << ", unfused " << uv;
         ++bad;
@@ -347,6 +366,41 @@ TEST(GpuFusedTopk, GraphReplay) {
   c.k = 512;
   c.graph = true;
   c.spec = spec(IndexerFormat::kFp8, 4, 2, 32, 128, 64, {4000, 300, 2500, 9000}, 61);
+  run_fused_case(c);
+}
+
+// Indices only (no scores, no slot ids): the merges write the winners straight to the output.
+// One long row (split merge, exact level-2 threshold) and 80 rows (one merge CTA per row, its own
+// selection), against the reference and the unfused path.
+TEST(GpuFusedTopk, IndicesOnly) {
+  FusedCase c;
+  c.values = false;
+  c.slots = false;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 101);
+  run_fused_case(c);
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 80; ++b) lens.push_back(b % 4 == 3 ? 2000 : 6000 + 997 * (b % 7));
+  c.spec = spec(IndexerFormat::kFp8, 80, 1, 16, 128, 64, lens, 102);
+  run_fused_case(c);
+}
+
+// Every score ties (zero keys): the first k states win, in order. One row spread over hundreds of
+// pieces (split merge: the k-th key's 22-bit bin holds every state, so level 2 cannot take its
+// exact-threshold path and selects), and a few rows, sorted and unsorted.
+TEST(GpuFusedTopk, AllScoresTie) {
+  FusedCase c;
+  c.zero_keys = true;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {9000}, 111);
+  run_fused_case(c);
+  c.sorted = true;
+  run_fused_case(c);
+  c.sorted = false;
+  c.values = false;
+  c.slots = false;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 3, 2, 32, 128, 64, {5000, 300, 1200}, 112);
   run_fused_case(c);
 }
 
