@@ -1,4 +1,5 @@
 #include "cuda/common/indexer_schedule.h"
+#include "cuda/common/warp_scan.cuh"
 
 namespace dsattn {
 namespace cuda {
@@ -9,21 +10,11 @@ constexpr int kSchedThreads = 1024;
 // Exclusive scan of v over the block; returns the prefix and stores the block total in *total.
 __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total, int64_t* warp_buf) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int64_t x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int64_t y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
+  int64_t x = warp_inclusive_scan(v);
   if (lane == 31) warp_buf[warp] = x;
   __syncthreads();
   if (warp == 0) {
-    int64_t s = lane < nw ? warp_buf[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int64_t y = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += y;
-    }
+    int64_t s = warp_inclusive_scan(lane < nw ? warp_buf[lane] : 0);
     if (lane < nw) warp_buf[lane] = s;  // inclusive prefix of warp sums
   }
   __syncthreads();

@@ -269,12 +269,7 @@ __global__ void __launch_bounds__(kFilterThreads)
       c[q] = i < nc ? prefix[i] : 0;
       s += c[q];
     }
-    int incl = s;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
-    }
+    int incl = warp_inclusive_scan(s);
     int run = incl - s;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {

@@ -23,6 +23,8 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "cuda/common/warp_scan.cuh"
+
 namespace dsattn {
 namespace cuda {
 namespace topk_detail {
@@ -138,12 +140,7 @@ struct WarpgroupGroup {
 template <class G>
 __device__ __forceinline__ int group_exclusive_scan(int v, int* warp_tot, int* total, const G& grp) {
   const int lane = grp.rank() & 31, warp = grp.rank() >> 5, nwarps = grp.size() >> 5;
-  int incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
+  int incl = warp_inclusive_scan(v);
   if (lane == 31) warp_tot[warp] = incl;
   grp.sync();
   int before = 0, all = 0;
@@ -160,21 +157,11 @@ __device__ __forceinline__ int group_exclusive_scan(int v, int* warp_tot, int* t
 // Exclusive prefix sum over the block (thread order); every thread gets its own prefix.
 __device__ __forceinline__ int block_exclusive_scan(int v, TopkShared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
+  int x = warp_inclusive_scan(v);
   if (lane == 31) sh.warp_scan[warp] = x;
   __syncthreads();
   if (warp == 0) {
-    int w = sh.warp_scan[lane];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
+    int w = warp_inclusive_scan(sh.warp_scan[lane]);
     sh.warp_scan[lane] = w;  // inclusive over warps
   }
   __syncthreads();

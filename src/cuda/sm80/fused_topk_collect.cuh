@@ -236,11 +236,7 @@ __device__ __forceinline__ void collector_find_bin(CollectorShared& sh, int nb, 
   const int hi = nb - 1 - lane * per;  // this lane's highest bin (< 0: none)
   int local = 0;
   for (int q = 0; q < per && hi >= 0; ++q) local += sh.u.hist[hi - q];
-  int incl = local;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
+  int incl = warp_inclusive_scan(local);
   int cum = incl - local;
   if (hi >= 0 && cum < k_rem && cum + local >= k_rem) {
     for (int q = 0; q < per; ++q) {

@@ -225,18 +225,10 @@ __global__ void __launch_bounds__(kTopkThreads)
         const int32_t* h = b.header_of(s, j);
         n = min(max(h[0], 0), b.ccap);
       }
-      int incl = n;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
+      int incl = warp_inclusive_scan(n);
       const bool fits = s < s1 && incl <= mcap - sh.cnt;  // incl grows with lane: a prefix fits
       const int m = __popc(__ballot_sync(0xffffffffu, fits));
-      int vincl = (n + 3) >> 2;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, vincl, o);
-        if (lane >= o) vincl += y;
-      }
+      int vincl = warp_inclusive_scan((n + 3) >> 2);
       sh.slot_end[lane] = incl;
       sh.slot_vend[lane] = vincl;
       if (lane == 0) sh.round_n = m;
