@@ -75,6 +75,17 @@ struct TopkOutputs {
   int next_n = 1;
   int states_per_page = 0;
 
+  // Entry j of row r: index idx (-1: padding), its value value() when values are requested (-inf
+  // for padding; value is not called then) and its slot id.
+  template <typename ValueFn>
+  __device__ __forceinline__ void write(int64_t r, int j, int32_t idx, ValueFn value) const {
+    indices[r * indices_ld + j] = idx;
+    if (values) values[r * values_ld + j] = idx >= 0 ? value() : -__int_as_float(0x7f800000);
+    if (slots) slots[r * slots_ld + j] = slot_of(r, idx);
+  }
+  // Unsorted output of indices only: winners can go straight to `indices` as they are selected.
+  __device__ __forceinline__ bool indices_only(bool sorted) const { return !sorted && !values && !slots; }
+
   __device__ __forceinline__ int32_t slot_of(int64_t r, int32_t idx) const {
     if (idx < 0) return -1;
     const int64_t b = row_request ? row_request[r * rr_stride] : r / next_n;
@@ -103,22 +114,8 @@ __device__ __forceinline__ void finish_row(uint32_t* sel_key, int* sel_pos, int 
   if (sorted) sort_desc(sel_key, sel_pos, k_pad);
   for (int j = threadIdx.x; j < k; j += kTopkThreads) {
     const int32_t idx = j < count ? sel_pos[j] : -1;
-    out.indices[r * out.indices_ld + j] = idx;
-    if (out.values) {
-      float v = -__int_as_float(0x7f800000);
-      if (idx >= 0) v = src ? to_float(src[idx]) : key_to_float(sel_key[j]);
-      out.values[r * out.values_ld + j] = v;
-    }
-    if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
+    out.write(r, j, idx, [&] { return src ? to_float(src[idx]) : key_to_float(sel_key[j]); });
   }
-}
-
-// One output entry j of row r: position idx of `src` (its value read back from src).
-template <typename T>
-__device__ __forceinline__ void write_winner(const T* src, int32_t idx, int j, int64_t r, const TopkOutputs& out) {
-  out.indices[r * out.indices_ld + j] = idx;
-  if (out.values) out.values[r * out.values_ld + j] = to_float(src[idx]);
-  if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
 }
 
 // A row of len <= k positions: all of them, in order, then finish_row. Block-wide.
@@ -337,19 +334,10 @@ __global__ void __launch_bounds__(kTopkThreads)
     // Unsorted: the k winners (index order) go straight to the outputs; no staging pass. This
     // thread's winners take consecutive places from w (keys > T, then the first `need` == T).
     int w = g_before + min(e_before, need);
-    int32_t* o_idx = out.indices + r * out.indices_ld;
-    const bool extra = out.values != nullptr || out.slots != nullptr;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const bool sel = base + v < len && (key[v] > T_key || (key[v] == T_key && e_before++ < need));
-      if (sel) {
-        if (extra) {
-          write_winner(src, base + v, w, r, out);
-        } else {
-          o_idx[w] = base + v;
-        }
-        ++w;
-      }
+      if (sel) out.write(r, w++, base + v, [&] { return to_float(src[base + v]); });
     }
     return;
   }
@@ -416,21 +404,17 @@ __global__ void __launch_bounds__(kTopkThreads)
       keys = load_keys(src, n, keys_base, region);
     }
     __syncthreads();
-    if (!sorted && out.values == nullptr && out.slots == nullptr) {  // indices only: written directly
-      int32_t* o = out.indices + r * out.indices_ld;
-      if (kFromCands) {
-        const int32_t* ci = cand_idx + r * cand_n;
-        select_topk_to(keys, n, k, k_pad, m_cap, region, sh, o, [&](int p) { return ci[p]; });
-      } else {
-        select_topk_to(keys, n, k, k_pad, m_cap, region, sh, o, [](int p) { return p; });
-      }
-      return;
-    }
-    select_topk(keys, n, k, k_pad, m_cap, region, sh);
+    // The winners' indices (candidates: their state indices) go to sel_pos, or straight to the
+    // output when it takes indices only.
+    const bool direct = out.indices_only(sorted);
+    int* dst = direct ? out.indices + r * out.indices_ld : sel_pos;
     if (kFromCands) {
-      for (int j = threadIdx.x; j < k; j += kTopkThreads) sel_pos[j] = cand_idx[r * cand_n + sel_pos[j]];
+      const int32_t* ci = cand_idx + r * cand_n;
+      select_topk_by(keys, n, k, k_pad, m_cap, region, sh, dst, [&](int p) { return ci[p]; });
+    } else {
+      select_topk_by(keys, n, k, k_pad, m_cap, region, sh, dst, [](int p) { return p; });
     }
-    __syncthreads();
+    if (direct) return;
   }
   finish_row(sel_key, sel_pos, count, k, k_pad, sorted, src, r, out);
 }

@@ -455,13 +455,6 @@ __device__ __forceinline__ void select_topk(const uint32_t* keys, int n, int k, 
                  T_out);
 }
 
-// Unsorted index-only output: the winners' indices map(position) straight to out_idx (global).
-template <typename Map>
-__device__ __forceinline__ void select_topk_to(const uint32_t* keys, int n, int k, int k_pad, int m_cap,
-                                               uint32_t* region, TopkShared& sh, int32_t* out_idx, Map map) {
-  select_topk_by(keys, n, k, k_pad, m_cap, region, sh, out_idx, map);
-}
-
 // Ranks (key, index) pairs: true when a ranks strictly below b (smaller key, or equal key and
 // larger index). Index -1 / INT_MAX padding carries key 0 and so ranks last.
 __device__ __forceinline__ bool ranks_below(uint32_t ka, int ia, uint32_t kb, int ib) {

@@ -72,9 +72,9 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
   }
   __syncthreads();
   uint32_t T;
-  select_topk(keys, n, k, k_pad, m_cap, region, sh.t, &T);
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);  // the winners' candidate indices
+  select_topk_by(keys, n, k, k_pad, m_cap, region, sh.t, sel_pos, [&](int p) { return idx[p]; }, &T);
   const uint32_t* sel_key = region;
-  const int* sel_pos = reinterpret_cast<const int*>(region + k_pad);
   // Gather first (sel_pos[j] >= j: writing in place would race), then write back.
   constexpr int kPer = kMaxK / kTopkThreads;
   uint32_t kk[kPer];
@@ -84,7 +84,7 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
     const int j = threadIdx.x + q * kTopkThreads;
     if (j < k) {
       kk[q] = sel_key[j];
-      ii[q] = idx[sel_pos[j]];
+      ii[q] = sel_pos[j];
     }
   }
   __syncthreads();
@@ -104,15 +104,6 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
 }
 
 extern __shared__ __align__(16) uint32_t fused_merge_smem[];
-
-// Output entry j of row r from a candidate (key, state index): its value decoded from the key (the
-// fused path's scores only ever existed as keys), as finish_row writes it.
-__device__ __forceinline__ void write_fused_winner(uint32_t key, int32_t idx, int j, int64_t r,
-                                                   const topk_detail::TopkOutputs& out) {
-  out.indices[r * out.indices_ld + j] = idx;
-  if (out.values) out.values[r * out.values_ld + j] = topk_detail::key_to_float(key);
-  if (out.slots) out.slots[r * out.slots_ld + j] = out.slot_of(r, idx);
-}
 
 // grid (R) (kPartial: (R, C), see SplitSlots). Dynamic smem: [keys mcap][idx mcap]
 // [region_words(k_pad, m_cap)] u32.
@@ -172,7 +163,9 @@ __global__ void __launch_bounds__(kTopkThreads)
     for (int o = 16; o > 0; o >>= 1) row_bound = max(row_bound, __shfl_xor_sync(0xffffffffu, row_bound, o));
     if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
   }
-  uint32_t hb = 0xffffffffu;  // level 1: the row histogram's bin of the k-th key (unset: < k keys)
+  // Level 1: the row histogram's bin of the k-th key; unset when fewer than k keys were appended
+  // or the bin is that of the absent / NaN keys (no bound from it).
+  uint32_t hb = 0xffffffffu;
   if (kPartial && b.hist != nullptr) {  // block-uniform: the row histogram of the appended keys
     uint32_t* hsum = fused_merge_smem + 2 * mcap;  // the region, free until the first compaction
     {  // all kRowHistCopies x 4 loads of a thread in flight at once: one memory round trip
@@ -190,9 +183,9 @@ __global__ void __launch_bounds__(kTopkThreads)
     if (threadIdx.x == 0) sh.t.bin = 0xffffffffu;
     __syncthreads();
     find_bin(hsum, kBins1, k, sh.t);  // ends synced; bin unset: < k appended
-    hb = sh.t.bin;
+    if (sh.t.bin > 0u) hb = sh.t.bin;  // unset stays 0xffffffff
     // k appended states have keys >= hb << 20: every key below that is beaten k times over.
-    if (threadIdx.x == 0 && hb != 0xffffffffu && hb > 0u) {
+    if (threadIdx.x == 0 && hb != 0xffffffffu) {
       atomicMax(&sh.thr, (hb << 20) - 1u);
       if (b.rec != nullptr && blockIdx.y == 0) {
         *reinterpret_cast<int4*>(b.rec + r * 4) = make_int4(1, static_cast<int>(hb), sh.t.above, 0);
@@ -203,7 +196,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   const uint32_t row_bound = sh.thr;
   // Level 1 with records: entries kept from bin hb count in hist2 (before any compaction here,
   // so level 2's exactness test counts every key that could reach its threshold).
-  uint32_t* hist2_row = kPartial && b.hist2 != nullptr && hb != 0xffffffffu && hb > 0u ? b.hist2 + r * kBins2 : nullptr;
+  uint32_t* hist2_row = kPartial && b.hist2 != nullptr && hb != 0xffffffffu ? b.hist2 + r * kBins2 : nullptr;
   if (kPartial) {  // share c of C = gridDim.y
     const int64_t ns = s1 - s0, per = (ns + gridDim.y - 1) / gridDim.y;
     const int64_t a = s0 + per * blockIdx.y;
@@ -287,7 +280,8 @@ __global__ void __launch_bounds__(kTopkThreads)
           if (e < cntv[u] && kk[e] > thr) {
             keys[p] = kk[e];
             idx[p] = ii[e];
-            if (direct) write_fused_winner(kk[e], ii[e], p, r, out);
+            // Values decoded from the keys: the fused path's scores only ever existed as keys.
+            if (direct) out.write(r, p, ii[e], [&] { return key_to_float(kk[e]); });
             ++p;
             if (hist2_row != nullptr && (kk[e] >> 20) == hb) atomicAdd(hist2_row + ((kk[e] >> 10) & (kBins2 - 1)), 1u);
           }
@@ -312,12 +306,11 @@ __global__ void __launch_bounds__(kTopkThreads)
       hist_add(region, (i < cnt ? keys[i] : 0u) >> 20, i < cnt);
     }
     __syncthreads();
-    if (!kPartial && !sorted && out.values == nullptr && out.slots == nullptr) {  // indices only: direct
-      select_topk_to(keys, cnt, k, k_pad, m_cap, region, sh.t, out.indices + r * out.indices_ld,
-                     [&](int p) { return idx[p]; });
-      return;
-    }
-    select_topk(keys, cnt, k, k_pad, m_cap, region, sh.t);
+    // The winners' state indices go to sel_pos, or straight to the output when it takes indices only.
+    const bool to_out = !kPartial && out.indices_only(sorted);
+    select_topk_by(keys, cnt, k, k_pad, m_cap, region, sh.t, to_out ? out.indices + r * out.indices_ld : sel_pos,
+                   [&](int p) { return idx[p]; });
+    if (to_out) return;
   }
   const int n_sel = cnt < k ? cnt : k;
   if constexpr (kPartial) {
@@ -326,7 +319,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     const int64_t o = part.offset(ps, 0);
     for (int q = threadIdx.x; q < n_sel; q += kTopkThreads) {
       part.key[o + q] = cnt > k ? sel_key[q] : keys[q];
-      part.idx[o + q] = idx[cnt > k ? sel_pos[q] : q];
+      part.idx[o + q] = cnt > k ? sel_pos[q] : idx[q];
     }
     if (threadIdx.x == 0) {
       int32_t* h = part.header_of(ps, 0);
@@ -343,8 +336,6 @@ __global__ void __launch_bounds__(kTopkThreads)
         sel_key[q] = keys[q];
         sel_pos[q] = idx[q];
       }
-    } else {
-      for (int q = threadIdx.x; q < k; q += kTopkThreads) sel_pos[q] = idx[sel_pos[q]];
     }
     __syncthreads();
     const int count = len < k ? len : k;
