@@ -444,5 +444,22 @@ TEST(GpuFusedTopk, CallerSchedule) {
   }
 }
 
+// Pieces much longer than the collector's buffer on the scoring kernel the op picks (Hopper: the
+// warp-specialized one; k = 64: 576 entries, ~1100 states per piece), so every piece compacts while
+// scoring, with and without the row histograms (6 rows: split merge; 140 rows: one merge CTA per
+// row), against the reference and the unfused path. The other cases' pieces are too short to.
+TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
+  FusedCase c;
+  c.k = 64;
+  c.spec = spec(IndexerFormat::kFp8, 6, 1, 32, 128, 64, {120000, 90000, 65, 64, 70000, 100000}, 121);
+  run_fused_case(c);
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 140; ++b) lens.push_back(b % 5 == 4 ? 63 : 3000 + 211 * (b % 9));
+  c.k = 100;
+  c.sorted = true;
+  c.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, lens, 122);
+  run_fused_case(c);
+}
+
 }  // namespace
 }  // namespace dsattn

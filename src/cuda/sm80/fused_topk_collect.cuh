@@ -25,6 +25,7 @@
 // the launch.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "common/indexer_work.h"
 #include "cuda/common/topk_kernel.cuh"
@@ -281,10 +282,12 @@ __device__ __forceinline__ void collector_load8(const T* src, int base, int n, T
 // All threads call it with the same arguments (after a group barrier that published the counts).
 // Not inlined and register-light: it runs once per ~k appended states, and the Hopper scoring
 // kernel it is called from must stay within 128 registers (two CTAs per SM); holding the buffer
-// in registers made that kernel spill around the call.
+// in registers made that kernel spill around the call. How it takes its arguments matters
+// (collector_reserve): by reference, it takes the address of the caller's copy, which then lives
+// in local memory; by value, the caller keeps the buffers in registers across the call.
 template <class G>
-__device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int j,
-                                               int incoming, const G& grp) {
+__device__ __forceinline__ void collector_compact_body(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
+                                                       int j, int incoming, const G& grp) {
   const int tid = grp.rank(), nthreads = grp.size();
   const CollectorRow st = sh.row[j];
   const int n = st.cnt;
@@ -370,13 +373,32 @@ __device__ __noinline__ void collector_compact(const CollectorBuffers& b, Collec
   grp.sync();
 }
 
+template <class G>
+__device__ __noinline__ void collector_compact(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int j,
+                                               int incoming, const G& grp) {
+  collector_compact_body(b, sh, slot, j, incoming, grp);
+}
+__device__ __noinline__ inline void collector_compact_wg(const CollectorBuffers b, CollectorShared& sh, int64_t slot,
+                                                         int j, int incoming, const WarpgroupGroup grp) {
+  collector_compact_body(b, sh, slot, j, incoming, grp);
+}
+
 // Block-wide: makes room for `incoming` more entries in each of rows [0, rows). Call between
-// barrier-separated append phases.
+// barrier-separated append phases. The warp-specialized kernel (one warpgroup) passes by value: by
+// reference, its whole epilogue object lived in local memory and was read and written there on
+// every tile (H200, paged_mqa_topk 128 x 32K: ~281 -> ~260 us). The tile kernels pass by
+// reference: by value they spill more around the call (128 x 32K, Hopper tile kernel: 305 -> 351 us).
 template <class G = CtaGroup>
 __device__ __forceinline__ void collector_reserve(const CollectorBuffers& b, CollectorShared& sh, int64_t slot,
                                                   int rows, int incoming, const G& grp = G()) {
   for (int j = 0; j < rows; ++j) {
-    if (sh.row[j].cnt + incoming > b.ccap) collector_compact(b, sh, slot, j, incoming, grp);
+    if (sh.row[j].cnt + incoming > b.ccap) {
+      if constexpr (std::is_same<G, WarpgroupGroup>::value) {
+        collector_compact_wg(b, sh, slot, j, incoming, grp);
+      } else {
+        collector_compact(b, sh, slot, j, incoming, grp);
+      }
+    }
   }
 }
 
