@@ -308,13 +308,15 @@ __device__ __forceinline__ void collector_compact_body(const CollectorBuffers& b
     grp.sync();
     for (int c0 = 0; c0 < n; c0 += step) {  // warp-uniform: hist_add needs all lanes
       const int base = c0 + kCompactPer * tid;
-      uint32_t key[kCompactPer];
+      uint32_t key[kCompactPer], bin[kCompactPer];
+      bool act[kCompactPer];
       collector_load8(keys, base, n, key);
 #pragma unroll
       for (int u = 0; u < kCompactPer; ++u) {
-        const bool act = base + u < n && (pass == 0 || (key[u] >> (shift + width)) == (prefix >> (shift + width)));
-        topk_detail::hist_add(sh.u.hist, (key[u] >> shift) & (nb - 1), act);
+        act[u] = base + u < n && (pass == 0 || (key[u] >> (shift + width)) == (prefix >> (shift + width)));
+        bin[u] = (key[u] >> shift) & (nb - 1);
       }
+      topk_detail::hist_add_v(sh.u.hist, bin, act);  // one warp-wide bin test per run
     }
     grp.sync();
     collector_find_bin(sh, nb, k_rem, grp);
