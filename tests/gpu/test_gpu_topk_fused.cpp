@@ -444,6 +444,20 @@ TEST(GpuFusedTopk, CallerSchedule) {
   }
 }
 
+// Tens of rows of a dozen or so pieces each (the split merge with a few level-1 CTAs per row and
+// the row histograms), N = 1 and N = 2, against the reference and the unfused path.
+TEST(GpuFusedTopk, TensOfRows) {
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 24; ++b) lens.push_back(b % 6 == 5 ? 300 : 2000 + 1499 * (b % 7));
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 24, 1, 16, 128, 64, lens, 131);
+  run_fused_case(c);
+  c.sorted = true;
+  c.spec = spec(IndexerFormat::kFp8, 24, 2, 16, 128, 32, lens, 132);
+  run_fused_case(c);
+}
+
 // Pieces much longer than the collector's buffer on the scoring kernel the op picks (Hopper: the
 // warp-specialized one; k = 64: 576 entries, ~1100 states per piece), so every piece compacts while
 // scoring, with and without the row histograms (6 rows: split merge; 140 rows: one merge CTA per

@@ -135,12 +135,14 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   // No piece holds more states than its partition's share of the schedule units (the schedule
   // balances units; the block table bounds every context), so short pieces (small batches) need
   // less; a longer piece (an unbalanced caller schedule) only compacts more often.
+  bool short_pieces = false;  // no piece compacts, so none finds a row bound
   {
     const int64_t units = (pb.max_pages * pb.states_per_page + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
     const int64_t total = f->p.work.groups * units;
     const int64_t piece_max = (total + f->partitions - 1) / std::max(f->partitions, 1) * detail::kIndexerUnit;
     const int64_t fit = std::max<int64_t>(ccap_min, (piece_max + 3) & ~int64_t(3));
     if (fit < f->ccap) f->ccap = static_cast<int>(fit);
+    short_pieces = piece_max <= f->ccap;
   }
   f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad, f->m_cap);
   const size_t entries = static_cast<size_t>(f->slots) * rps * f->ccap;
@@ -153,9 +155,13 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   // Few rows, each spread over many pieces (batch-1 decode: every piece is shorter than k, so the
   // merge sees the whole context): one merge CTA per row would stream all of it alone. Split each
   // row's slots over `split` CTAs of about 32 slots (one round) each, then merge their top-ks.
+  // Rows of 8..32 pieces too short to compact (32 x 32K: ~13 pieces of ~2.6K states; none finds a
+  // row bound, so one CTA would stream and select the whole row): about 4 pieces per CTA, and the
+  // row histogram's bound lets level 1 keep only ~k / split of them. (Pieces that compact find
+  // bounds, and the histogram's atomics would only cost: 32 x 128K stays one CTA per row.)
   const int64_t per_row = (f->slots + f->p.work.groups - 1) / std::max<int64_t>(f->p.work.groups, 1);
-  if (pb.rows * 2 <= sms && per_row > 32) {
-    const int64_t want = (per_row + 31) / 32;
+  if (pb.rows * 2 <= sms && (per_row > 32 || (per_row >= 8 && short_pieces))) {
+    const int64_t want = per_row > 32 ? (per_row + 31) / 32 : (per_row + 3) / 4;
     f->split = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(want, std::max<int64_t>(2, sms / pb.rows))));
     // Pieces this short rarely reach k candidates, so none of them finds a row bound: the row
     // histogram gives the merge one instead (level 1 then keeps ~k of the row's candidates).
