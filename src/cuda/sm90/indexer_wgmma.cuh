@@ -185,7 +185,7 @@ __device__ __forceinline__ void wg_issue(const IndexerParams& p, const WgmmaShap
                                          uint32_t bar, int lane) {
   const int g = 1 << s.log2_box;
   const int nb = (pd.t.count + g - 1) >> s.log2_box;
-  if (lane == 0) fence_proxy_async_smem();  // the stage was last read through ld.shared
+  fence_proxy_async_smem();  // the stage was last read through ld.shared; every issuing lane fences
   __syncwarp();
   uint32_t mask[2];
 #pragma unroll

@@ -24,7 +24,7 @@
 //   round robin, tile j to warpgroup j % 3; WsTopk: partition 3 c + w, contiguous, because the
 //   top-k collector keeps per-piece candidates in state order).
 // Per stage: mbarrier full (1 arrival: the producer, after writing the stage's WsInfo; plus the
-// copies' bytes) and empty (4 arrivals: the warpgroup's warps, after their MMAs and scale reads).
+// copies' bytes) and empty (128 arrivals: the warpgroup's threads, after their MMAs and reads).
 // Boxes: as in indexer_wgmma.cuh, a tile is covered by boxes of g = gcd(S, 64) states (3-D
 // tensor-map copy of the keys + bulk copy of the scales); a box on an invalid page is not copied
 // and its states score -inf (WsInfo::mask).
@@ -171,7 +171,10 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         const int64_t page = (cur.raw >= 0 && cur.raw < p.num_pages) ? cur.raw : -1;
         ok = page >= 0;
         if (ok) {
-          if (box == 0) fence_proxy_async_smem();  // the stage's scales were last read through ld.shared
+          // The stage's scales were last read through ld.shared (before the consumers' release
+          // this lane acquired): every lane that issues a copy into it fences on its own, since
+          // a proxy fence orders only the executing thread's accesses.
+          fence_proxy_async_smem();
           const uint32_t keys = smem_u32(smem + L.keys) + static_cast<uint32_t>((st * kStage + box * g) * kWgHeadDim);
           const uint32_t scales = smem_u32(smem + L.scales) + static_cast<uint32_t>((st * kStage + box * g) * 4);
           mbar_expect_tx(full, static_cast<uint32_t>(g * (kWgHeadDim + 4)));
@@ -343,8 +346,9 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
                                epi.store(p, row, base + r, t0 + r, v, row0, win);
                              });
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * st);  // this warp's MMAs completed, its scales were read
+    // Every thread releases its own reads of the stage (info, scales; its warp's MMAs completed):
+    // an arrival releases only the arriving thread's accesses.
+    mbar_arrive(empty0 + 8 * st);
     epi.tile_end(p, cur_g, rows, row0, in.t0, in.count, win);
     had_tile = true;
     st += kWsConsumers;
@@ -368,7 +372,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       mbar_init(smem_u32(smem + L.full) + 8 * i, 1);
-      mbar_init(smem_u32(smem + L.empty) + 8 * i, 4);  // the consuming warpgroup's warps
+      mbar_init(smem_u32(smem + L.empty) + 8 * i, 128);  // the consuming warpgroup's threads
     }
     mbar_fence_init();
   }
