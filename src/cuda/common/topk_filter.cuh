@@ -302,52 +302,12 @@ __global__ void __launch_bounds__(kFilterThreads)
   }
 }
 
-// Streaming twin of select_in_order_by over a global row (keys computed on the fly).
+// select_in_order over a global row (keys computed on the fly).
 template <typename T>
 __device__ __forceinline__ void stream_select_in_order(const T* __restrict__ src, int n, uint32_t thr, int need,
                                                        uint32_t* out_key, int* out_pos, TopkShared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned lt = (1u << lane) - 1u;
-  const int seg = ((n + kTopkWarps - 1) / kTopkWarps + 31) & ~31;
-  const int lo = warp * seg;
-  const int hi = min(n, lo + seg);
-  int n_gt = 0, n_eq = 0;
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const uint32_t key = i < hi ? key_of(src[i]) : 0u;
-    n_gt += __popc(__ballot_sync(0xffffffffu, i < hi && key > thr));
-    n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == thr));
-  }
-  if (lane == 0) {
-    sh.warp_gt[warp] = n_gt;
-    sh.warp_eq[warp] = n_eq;
-  }
-  __syncthreads();
-  int gt_before = lane < warp ? sh.warp_gt[lane] : 0;
-  int eq_before = lane < warp ? sh.warp_eq[lane] : 0;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    gt_before += __shfl_xor_sync(0xffffffffu, gt_before, o);
-    eq_before += __shfl_xor_sync(0xffffffffu, eq_before, o);
-  }
-  int sel_before = gt_before + min(eq_before, need);
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const uint32_t key = i < hi ? key_of(src[i]) : 0u;
-    const bool gt = i < hi && key > thr;
-    const bool eq = i < hi && key == thr;
-    const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
-    const bool sel = gt || (eq && eq_before + __popc(eq_mask & lt) < need);
-    const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
-    if (sel) {
-      const int pos = sel_before + __popc(sel_mask & lt);
-      out_key[pos] = key;
-      out_pos[pos] = i;
-    }
-    eq_before += __popc(eq_mask);
-    sel_before += __popc(sel_mask);
-  }
-  __syncthreads();
+  select_in_order_keyed([&](int i) { return key_of(src[i]); }, n, thr, need, kTopkWarps, sh.warp_gt, sh.warp_eq,
+                        out_key, out_pos, [](int i) { return i; });
 }
 
 // Histogram (kBins2 bins, zeroed and synced by the caller) of the 10-bit digit at `shift` of the

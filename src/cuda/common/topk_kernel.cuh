@@ -356,13 +356,15 @@ __device__ __forceinline__ int winner_pos(uint32_t key, uint32_t T, int need, in
 }
 
 // Writes the selected elements ({key > T} plus the first `need` with key == T, ties kept in position
-// order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i. Run by
-// `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch of >= nwarps ints. Warp w
-// owns a contiguous segment, so the output order is the position order. Ends synced.
-template <typename IdxOf>
-__device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, uint32_t T, int need, int nwarps,
-                                                   int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
-                                                   IdxOf idx_of) {
+// order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i whose
+// key is key_at(i). Run by `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch
+// of >= nwarps ints. Warp w owns a contiguous segment, so the output order is the position order.
+// Ends synced. key_at reads shared keys (select_in_order_by) or a global row (the filter's
+// stream_select_in_order); it is called twice per element.
+template <typename KeyAt, typename IdxOf>
+__device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint32_t T, int need, int nwarps,
+                                                      int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
+                                                      IdxOf idx_of) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned lt = (1u << lane) - 1u;
   const int seg = ((n + nwarps - 1) / nwarps + 31) & ~31;
@@ -371,7 +373,7 @@ __device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, 
   int n_gt = 0, n_eq = 0;
   for (int base = lo; base < hi; base += 32) {
     const int i = base + lane;
-    const uint32_t key = i < hi ? keys[i] : 0u;
+    const uint32_t key = i < hi ? key_at(i) : 0u;
     n_gt += __popc(__ballot_sync(0xffffffffu, i < hi && key > T));
     n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == T));
   }
@@ -390,7 +392,7 @@ __device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, 
   int sel_before = gt_before + min(eq_before, need);
   for (int base = lo; base < hi; base += 32) {
     const int i = base + lane;
-    const uint32_t key = i < hi ? keys[i] : 0u;
+    const uint32_t key = i < hi ? key_at(i) : 0u;
     const bool gt = i < hi && key > T;
     const bool eq = i < hi && key == T;
     const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
@@ -405,6 +407,15 @@ __device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, 
     sel_before += __popc(sel_mask);
   }
   __syncthreads();
+}
+
+// select_in_order_keyed over keys in shared memory.
+template <typename IdxOf>
+__device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, uint32_t T, int need, int nwarps,
+                                                   int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
+                                                   IdxOf idx_of) {
+  select_in_order_keyed([&](int i) { return keys[i]; }, n, T, need, nwarps, warp_gt, warp_eq, out_key, out_idx,
+                        idx_of);
 }
 
 // select_in_order_by over the standalone top-k block: out_idx = the element's position.
