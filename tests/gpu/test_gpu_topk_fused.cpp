@@ -119,6 +119,9 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
   Status s = paged_mqa_topk_workspace(p, ex, &ws);
   ASSERT_TRUE(s.ok()) << s.to_string();
   DeviceBuffer d_ws(ws);
+  // Caller-owned scratch holds anything: poisoned, a candidate entry the op read without writing
+  // it first would show up as a wrong index.
+  DSATTN_CUDA_ASSERT(cudaMemset(d_ws.ptr, 0xff, ws));
   ex.workspace = d_ws.ptr;
   ex.workspace_bytes = ws;
   if (c.graph) {
