@@ -188,22 +188,28 @@ TEST(GpuFusedCollect, LongRowsManyPieces) {
   run_collect_case(c, normals(rng, c.rows * c.width), {300000, 123457});
 }
 
-TEST(GpuFusedCollect, TiesNanInf) {
+// Six rows: constant, all NaN, -inf among NaN, coarse ties, a quarter +inf, normals.
+std::vector<float> tie_rows(Rng& rng, int width) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = normals(rng, 6 * int64_t(width));
+  for (int i = 0; i < width; ++i) {
+    v[i] = 0.5f;                                   // constant
+    v[width + i] = nan;                            // all NaN
+    v[2 * width + i] = (i % 9 == 0) ? -inf : nan;  // -inf above NaN
+    v[3 * width + i] = static_cast<float>(i % 5);  // coarse ties
+    if (i % 4 == 0) v[4 * width + i] = inf;
+  }
+  return v;
+}
+
+TEST(GpuFusedCollect, TiesNanInf) {
   Rng rng(33);
   CollectCase c;
   c.rows = 6;
   c.width = 20000;
   c.k = 1024;
   c.pieces = 4;
-  std::vector<float> v = normals(rng, c.rows * c.width);
-  for (int i = 0; i < c.width; ++i) {
-    v[i] = 0.5f;                                   // constant
-    v[c.width + i] = nan;                          // all NaN
-    v[2 * c.width + i] = (i % 9 == 0) ? -inf : nan;  // -inf above NaN
-    v[3 * c.width + i] = static_cast<float>(i % 5);  // coarse ties
-    if (i % 4 == 0) v[4 * c.width + i] = inf;
-  }
+  std::vector<float> v = tie_rows(rng, c.width);
   std::vector<int32_t> lens(6, c.width);
   run_collect_case(c, v, lens);
   c.sorted = true;
@@ -211,6 +217,23 @@ TEST(GpuFusedCollect, TiesNanInf) {
   c.rows_per_group = 3;  // tiles wider than the block: several append steps per tile
   c.tile = 200;
   c.threads = 64;
+  run_collect_case(c, v, lens);
+}
+
+// Rows with more candidates than the merge buffer takes beside k (12 pieces of 5K states that never
+// compact: 60K per row): the merge's histogram pre-pass bounds the row first, on ties, NaN and
+// infinities too (constant rows: the bound keeps every key, and the buffer still compacts).
+TEST(GpuFusedCollect, MergeRowBoundPrePass) {
+  Rng rng(34);
+  CollectCase c;
+  c.rows = 6;
+  c.width = 60000;
+  c.k = 1024;
+  c.pieces = 12;
+  std::vector<float> v = tie_rows(rng, c.width);
+  std::vector<int32_t> lens = {60000, 60000, 59999, 60000, 41234, 60000};
+  run_collect_case(c, v, lens);
+  c.sorted = true;
   run_collect_case(c, v, lens);
 }
 

@@ -53,24 +53,39 @@ struct MergeShared {
   int cnt;
   uint32_t thr;
   int total;
+  int row_total;             // candidates in the row's slots (non-split rows)
   int round_n;               // slots in the current round
   int slot_end[32];          // inclusive prefix of their candidate counts
   int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
 };
+
+// The first-digit histogram (top 12 key bits, kBins1 words at region) of keys[0, n) in shared
+// memory, zeroed first. Block-wide; ends synced.
+__device__ __forceinline__ void merge_first_digit_hist(const uint32_t* keys, int n, uint32_t* region) {
+  using namespace topk_detail;
+  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+  __syncthreads();
+  constexpr int kPer = 2;
+  for (int base = 0; base < n; base += kPer * kTopkThreads) {  // block-uniform: warp votes inside
+    uint32_t bin[kPer];
+    bool act[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int i = base + u * kTopkThreads + static_cast<int>(threadIdx.x);
+      act[u] = i < n;
+      bin[u] = act[u] ? keys[i] >> 20 : 0u;
+    }
+    hist_add_v(region, bin, act);
+  }
+  __syncthreads();
+}
 
 // Compacts the buffer keys/idx [0, cnt) to its k best (index order kept). Block-wide.
 __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int k, uint32_t* region, int k_pad,
                                               int m_cap, MergeShared& sh) {
   using namespace topk_detail;
   const int n = sh.cnt;
-  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
-  __syncthreads();
-  for (int base = 0; base < n; base += kTopkThreads) {
-    const int i = base + threadIdx.x;
-    const uint32_t key = i < n ? keys[i] : 0u;
-    hist_add(region, key >> 20, i < n);
-  }
-  __syncthreads();
+  merge_first_digit_hist(keys, n, region);
   uint32_t T;
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);  // the winners' candidate indices
   select_topk_by(keys, n, k, k_pad, m_cap, region, sh.t, sel_pos, [&](int p) { return idx[p]; }, &T);
@@ -103,7 +118,67 @@ __device__ __forceinline__ void merge_compact(uint32_t* keys, int32_t* idx, int 
   __syncthreads();
 }
 
+// Raises sh.thr to (b1 << 20) - 1, b1 = the first-digit bin (top 12 key bits) of the k-th largest
+// candidate in slots [s0, s1) (row j): k candidates, distinct states of the row, have keys >= b1 << 20.
+// Reads only the keys, 16 bytes at a time and four loads per thread in flight; slots in rounds of
+// 32 as in the merge stream. The histogram: kBins1 words of the dynamic shared memory from word
+// hist_off (indexed from the array itself, so that its atomics stay shared-memory atomics in a
+// function that is not inlined). Block-wide; ends synced.
+// Not inlined and `b` by value: inlined, its registers made the merge kernels spill on every path.
 extern __shared__ __align__(16) uint32_t fused_merge_smem[];
+__device__ __noinline__ inline void merge_row_bound(const CollectorBuffers b, int64_t s0, int64_t s1, int j,
+                                                    int hist_off, MergeShared& sh) {
+  using namespace topk_detail;
+  uint32_t* hist = fused_merge_smem + hist_off;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) hist[i] = 0;
+  for (int64_t sb = s0; sb < s1; sb += 32) {
+    __syncthreads();  // the histogram's zeroes; the previous round's slot prefixes consumed
+    if (warp == 0) {
+      const int64_t s = sb + lane;
+      const int n = s < s1 ? min(max(b.header_of(s, j)[0], 0), b.ccap) : 0;
+      sh.slot_end[lane] = warp_inclusive_scan(n);
+      sh.slot_vend[lane] = warp_inclusive_scan((n + 3) >> 2);
+    }
+    __syncthreads();
+    const int m = static_cast<int>(s1 - sb < 32 ? s1 - sb : 32);
+    const int nv = sh.slot_vend[m - 1];
+    constexpr int kLoads = 4;
+    for (int v0 = 0; v0 < nv; v0 += kLoads * kTopkThreads) {  // block-uniform
+      uint32_t bin[4 * kLoads];
+      bool act[4 * kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int v = v0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
+        uint4 kv = make_uint4(0u, 0u, 0u, 0u);
+        int cnt = 0;
+        if (v < nv) {
+          int w = 0;  // first slot whose vector prefix exceeds v
+#pragma unroll
+          for (int step = 16; step > 0; step >>= 1) {
+            if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
+          }
+          const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
+          kv = __ldg(reinterpret_cast<const uint4*>(b.key + b.offset(sb + w, j) + 4 * vi));
+          cnt = min(4, sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0) - 4 * vi);
+        }
+        const uint32_t kk[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          bin[4 * u + e] = kk[e] >> 20;
+          act[4 * u + e] = e < cnt;
+        }
+      }
+      hist_add_v(hist, bin, act);
+    }
+  }
+  if (threadIdx.x == 0) sh.t.bin = 0xffffffffu;  // an exactness test before may have set it
+  __syncthreads();
+  find_bin(hist, kBins1, b.k, sh.t);  // ends synced; bin unset: fewer than k candidates
+  const uint32_t b1 = sh.t.bin;
+  if (threadIdx.x == 0 && b1 != 0xffffffffu && b1 > 0u) atomicMax(&sh.thr, (b1 << 20) - 1u);
+  __syncthreads();
+}
 
 // grid (R) (kPartial: (R, C), see SplitSlots). Dynamic smem: [keys mcap][idx mcap]
 // [region_words(k_pad, m_cap)] u32.
@@ -129,6 +204,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     sh.cnt = 0;
     sh.thr = kAbsentKey;
     sh.t.bin = 0xffffffffu;
+    sh.row_total = 0;
   }
   __syncthreads();
   // Split level 2 with level 1's records: the k-th key's 22-bit bin p2 from hist2. When the row
@@ -157,11 +233,16 @@ __global__ void __launch_bounds__(kTopkThreads)
   // Level 1 (row histogram) and an exact level 2 have a better bound already.
   if (!exact && !(kPartial && b.hist != nullptr)) {  // block-uniform
     uint32_t row_bound = kAbsentKey;
+    int n_row = 0;
     for (int64_t s = s0 + threadIdx.x; s < s1; s += kTopkThreads) {
-      row_bound = max(row_bound, static_cast<uint32_t>(b.header_of(s, j)[2]));
+      const int32_t* h = b.header_of(s, j);
+      row_bound = max(row_bound, static_cast<uint32_t>(h[2]));
+      n_row += min(max(h[0], 0), b.ccap);
     }
-    for (int o = 16; o > 0; o >>= 1) row_bound = max(row_bound, __shfl_xor_sync(0xffffffffu, row_bound, o));
+    row_bound = __reduce_max_sync(0xffffffffu, row_bound);
+    n_row = __reduce_add_sync(0xffffffffu, n_row);
     if (lane == 0 && row_bound != kAbsentKey) atomicMax(&sh.thr, row_bound);
+    if (lane == 0 && n_row > 0) atomicAdd(&sh.row_total, n_row);
   }
   // Level 1: the row histogram's bin of the k-th key; unset when fewer than k keys were appended
   // or the bin is that of the absent / NaN keys (no bound from it).
@@ -193,6 +274,15 @@ __global__ void __launch_bounds__(kTopkThreads)
     }
   }
   __syncthreads();
+  // A row with more candidates than the buffer takes beside k winners (pieces that never
+  // compacted bound only themselves, if at all): one histogram pass over the keys of all its slots
+  // first. The bin of the k-th largest candidate bounds the row (k of its states are in or above
+  // it), so the stream below keeps about k + that bin's count instead of filling and compacting
+  // the buffer. (On smaller rows the extra pass cost more than it saved: 128 x 32K with 4k-entry
+  // pieces, ~8K candidates per row, 252 -> 257 us.)
+  if (!kPartial && !exact && sh.row_total > mcap - k) {  // block-uniform
+    merge_row_bound(b, s0, s1, j, 2 * mcap, sh);
+  }
   const uint32_t row_bound = sh.thr;
   // Level 1 with records: entries kept from bin hb count in hist2 (before any compaction here,
   // so level 2's exactness test counts every key that could reach its threshold).
@@ -299,13 +389,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t* sel_key = region;
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
   if (cnt > k) {
-    for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
-    __syncthreads();
-    for (int base = 0; base < cnt; base += kTopkThreads) {
-      const int i = base + threadIdx.x;
-      hist_add(region, (i < cnt ? keys[i] : 0u) >> 20, i < cnt);
-    }
-    __syncthreads();
+    merge_first_digit_hist(keys, cnt, region);
     // The winners' state indices go to sel_pos, or straight to the output when it takes indices only.
     const bool to_out = !kPartial && out.indices_only(sorted);
     select_topk_by(keys, cnt, k, k_pad, m_cap, region, sh.t, to_out ? out.indices + r * out.indices_ld : sel_pos,
