@@ -15,9 +15,13 @@
 //           front of the buffer. Usually after two passes: every key in or above the k-th key's
 //           14-bit bin (k or a few more), thr = the bin's lower bound - 1; with many keys in that
 //           bin, after five: exactly k, thr = the k-th key T.
-// The buffer holds 4k entries, so a piece of up to ~3k log-spaced appends (k (1 + ln(n / k)) for n
-// states in random order: n up to ~16K at k = 2048) never compacts; the merge, which runs on the
-// whole GPU afterwards, does that selection instead.
+// The buffer holds 6k entries (when the merge's shared memory allows), so a piece of up to 6k
+// states never compacts at all (12K at k = 2048: 128 x 32K decode on 132 SMs makes ~10.6K-state
+// pieces) and a longer one compacts only after ~5k log-spaced appends (k (1 + ln(n / k)) for n
+// states in random order). A compaction stalls its scoring warpgroup for three passes over the
+// buffer; the merge, which runs on the whole GPU afterwards, does that selection instead, its
+// histogram pre-pass bounding such rows first (H200, paged_mqa_topk with the pre-pass, 4k vs 6k
+// entries: 128 x 32K 253 -> 240 us, 128 x 64K 461 -> 450 us; scratch 35.4 -> 45.6 / 52.6 MB).
 // Memory per (slot, row): ccap * 8 bytes, independent of the context length. The merge kernel
 // (fused_topk_merge in fused_topk_launch.cu) reads each row's pieces and finishes the selection.
 //
@@ -110,11 +114,11 @@ static_assert(sizeof(CollectorShared) <= 1024, "the collector's shared state mus
 using topk_detail::CtaGroup;
 using topk_detail::WarpgroupGroup;
 
-// Capacity per (slot, row) for top-k of k: 4k (see the top comment), and at least room for k
-// winners plus one full tile.
-__host__ __device__ inline int collector_ccap(int k) {
+// Capacity per (slot, row) for top-k of k: `mult` x k (6 by default, see the top comment), and at
+// least room for k winners plus one full tile.
+__host__ __device__ inline int collector_ccap(int k, int mult = 6) {
   const int kc = (k + 3) & ~3;
-  return 4 * kc > kc + kMaxTileStates ? 4 * kc : kc + kMaxTileStates;
+  return mult * kc > kc + kMaxTileStates ? mult * kc : kc + kMaxTileStates;
 }
 
 // Starts a piece: every row empty, threshold 0 (everything enters). Block-wide; ends synced.

@@ -115,8 +115,8 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   f->k_pad = topk_detail::next_pow2(a.k);
   // Merge buffer: as many (key, index) pairs as the shared memory holds (a multiple of 1024); it
   // must take k survivors plus a whole piece, so a piece holds at most mcap - k entries (tight
-  // budgets: fewer than collector_ccap's 4k, never fewer than k plus one tile). Without room for
-  // the mlist, go without it.
+  // budgets: fewer than collector_ccap's 6k, never fewer than k plus one tile). Without room for
+  // the mlist and pieces of 4k, go without the mlist (pieces of 4k..6k do not justify dropping it).
   const int kc = (a.k + 3) & ~3;
   const int ccap_min = kc + fused_topk::kMaxTileStates;
   auto mcap_for = [&](int m_cap) {
@@ -124,7 +124,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   };
   f->m_cap = topk_detail::mlist_cap(f->k_pad);
   f->mcap = mcap_for(f->m_cap);
-  if (f->mcap < a.k + fused_topk::collector_ccap(a.k)) {
+  if (f->mcap < a.k + fused_topk::collector_ccap(a.k, 4)) {
     f->m_cap = 0;
     f->mcap = mcap_for(0);
   }
