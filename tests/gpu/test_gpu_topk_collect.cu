@@ -62,6 +62,7 @@ struct CollectCase {
   int tile = 64;
   int threads = 256;
   bool sorted = false;
+  int ccap_mult = 4;  // candidate buffer: collector_ccap(k, ccap_mult) entries per piece and row
 };
 
 void run_collect_case(const CollectCase& c, const std::vector<float>& logits, const std::vector<int32_t>& lens) {
@@ -90,7 +91,7 @@ void run_collect_case(const CollectCase& c, const std::vector<float>& logits, co
   const int64_t slots = groups * c.pieces;
   CollectorBuffers b;
   b.k = c.k;
-  b.ccap = collector_ccap(c.k);
+  b.ccap = collector_ccap(c.k, c.ccap_mult);
   b.rows_per_slot = c.rows_per_group;
   const size_t entries = static_cast<size_t>(slots * c.rows_per_group) * b.ccap;
   DeviceBuffer d_logits(logits.size() * 4), d_lens(lens.size() * 4), d_key(entries * 4), d_idx(entries * 4),
@@ -221,8 +222,8 @@ TEST(GpuFusedCollect, TiesNanInf) {
 }
 
 // Rows with more candidates than the merge buffer takes beside k (12 pieces of 5K states that never
-// compact: 60K per row): the merge's histogram pre-pass bounds the row first, on ties, NaN and
-// infinities too (constant rows: the bound keeps every key, and the buffer still compacts).
+// compact in 6k-entry buffers: 60K per row): the merge's histogram pre-pass bounds the row first, on
+// ties, NaN and infinities too (constant rows: the bound keeps every key, and the buffer still compacts).
 TEST(GpuFusedCollect, MergeRowBoundPrePass) {
   Rng rng(34);
   CollectCase c;
@@ -230,6 +231,7 @@ TEST(GpuFusedCollect, MergeRowBoundPrePass) {
   c.width = 60000;
   c.k = 1024;
   c.pieces = 12;
+  c.ccap_mult = 6;
   std::vector<float> v = tie_rows(rng, c.width);
   std::vector<int32_t> lens = {60000, 60000, 59999, 60000, 41234, 60000};
   run_collect_case(c, v, lens);

@@ -15,13 +15,15 @@
 //           front of the buffer. Usually after two passes: every key in or above the k-th key's
 //           14-bit bin (k or a few more), thr = the bin's lower bound - 1; with many keys in that
 //           bin, after five: exactly k, thr = the k-th key T.
-// The buffer holds 6k entries (when the merge's shared memory allows), so a piece of up to 6k
-// states never compacts at all (12K at k = 2048: 128 x 32K decode on 132 SMs makes ~10.6K-state
-// pieces) and a longer one compacts only after ~5k log-spaced appends (k (1 + ln(n / k)) for n
-// states in random order). A compaction stalls its scoring warpgroup for three passes over the
-// buffer; the merge, which runs on the whole GPU afterwards, does that selection instead, its
-// histogram pre-pass bounding such rows first (H200, paged_mqa_topk with the pre-pass, 4k vs 6k
-// entries: 128 x 32K 253 -> 240 us, 128 x 64K 461 -> 450 us; scratch 35.4 -> 45.6 / 52.6 MB).
+// The buffer holds 4k entries, 6k under the warp-specialized Hopper kernel (when the merge's
+// shared memory allows). There a piece of up to 6k states never compacts at all (12K at k = 2048:
+// 128 x 32K decode on 132 SMs makes ~10.6K-state pieces) and a longer one compacts only after ~5k
+// log-spaced appends (k (1 + ln(n / k)) for n states in random order): a compaction stalls its
+// scoring warpgroup for three passes over the buffer, and the merge, which runs on the whole GPU
+// afterwards, does that selection instead, its histogram pre-pass bounding such rows first (H200,
+// paged_mqa_topk, 4k vs 6k: 128 x 32K 253 -> 240 us, 128 x 64K 461 -> 450 us; scratch 35.4 ->
+// 45.6 / 52.6 MB). The tile kernels keep 4k: with 6k the Hopper tile kernel got slower (128 x 32K
+// 303 -> 313 us, 128 x 64K 553 -> 572 us).
 // Memory per (slot, row): ccap * 8 bytes, independent of the context length. The merge kernel
 // (fused_topk_merge in fused_topk_launch.cu) reads each row's pieces and finishes the selection.
 //
@@ -114,9 +116,9 @@ static_assert(sizeof(CollectorShared) <= 1024, "the collector's shared state mus
 using topk_detail::CtaGroup;
 using topk_detail::WarpgroupGroup;
 
-// Capacity per (slot, row) for top-k of k: `mult` x k (6 by default, see the top comment), and at
-// least room for k winners plus one full tile.
-__host__ __device__ inline int collector_ccap(int k, int mult = 6) {
+// Capacity per (slot, row) for top-k of k: `mult` x k (4 or 6, see the top comment), and at least
+// room for k winners plus one full tile.
+__host__ __device__ inline int collector_ccap(int k, int mult = 4) {
   const int kc = (k + 3) & ~3;
   return mult * kc > kc + kMaxTileStates ? mult * kc : kc + kMaxTileStates;
 }

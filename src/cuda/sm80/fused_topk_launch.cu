@@ -115,8 +115,8 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   f->k_pad = topk_detail::next_pow2(a.k);
   // Merge buffer: as many (key, index) pairs as the shared memory holds (a multiple of 1024); it
   // must take k survivors plus a whole piece, so a piece holds at most mcap - k entries (tight
-  // budgets: fewer than collector_ccap's 6k, never fewer than k plus one tile). Without room for
-  // the mlist and pieces of 4k, go without the mlist (pieces of 4k..6k do not justify dropping it).
+  // budgets: fewer than collector_ccap's 4k / 6k, never fewer than k plus one tile). Without room
+  // for the mlist and pieces of 4k, go without the mlist (pieces of 4k..6k do not justify dropping it).
   const int kc = (a.k + 3) & ~3;
   const int ccap_min = kc + fused_topk::kMaxTileStates;
   auto mcap_for = [&](int m_cap) {
@@ -131,7 +131,9 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   if (f->mcap < a.k + ccap_min) {
     return detail::not_implemented(kOp, "k = %d needs more shared memory than the %d bytes available", a.k, budget);
   }
-  f->ccap = std::min(fused_topk::collector_ccap(a.k), (f->mcap - a.k) & ~3);
+  // 6k under the warp-specialized kernel (no compaction on 128 x 32K's pieces), 4k for the tile
+  // kernels (see fused_topk_collect.cuh).
+  f->ccap = std::min(fused_topk::collector_ccap(a.k, f->wg.ws_stages > 0 ? 6 : 4), (f->mcap - a.k) & ~3);
   // No piece holds more states than its partition's share of the schedule units (the schedule
   // balances units; the block table bounds every context), so short pieces (small batches) need
   // less; a longer piece (an unbalanced caller schedule) only compacts more often.
