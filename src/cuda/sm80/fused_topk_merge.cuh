@@ -59,6 +59,24 @@ struct MergeShared {
   int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
 };
 
+// Where flat vector v of a round lies: slot w of the round (the first whose vector prefix exceeds
+// v), vector vi inside it, and how many of its 4 entries are candidates (cnt). The round's prefixes
+// (sh.slot_end / slot_vend, m slots) are published. A buffer holds ccap entries (a multiple of 4)
+// from a multiple of 4, so whole vectors past a slot's count stay inside it.
+struct RoundVec {
+  int w, vi, cnt;
+};
+__device__ __forceinline__ RoundVec round_vec(const MergeShared& sh, int m, int v) {
+  int w = 0;
+#pragma unroll
+  for (int step = 16; step > 0; step >>= 1) {
+    if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
+  }
+  const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
+  const int slot_n = sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0);
+  return RoundVec{w, vi, min(4, slot_n - 4 * vi)};
+}
+
 // The first-digit histogram (top 12 key bits, kBins1 words at region) of keys[0, n) in shared
 // memory, zeroed first. Block-wide; ends synced.
 __device__ __forceinline__ void merge_first_digit_hist(const uint32_t* keys, int n, uint32_t* region) {
@@ -153,14 +171,9 @@ __device__ __noinline__ inline void merge_row_bound(const CollectorBuffers b, in
         uint4 kv = make_uint4(0u, 0u, 0u, 0u);
         int cnt = 0;
         if (v < nv) {
-          int w = 0;  // first slot whose vector prefix exceeds v
-#pragma unroll
-          for (int step = 16; step > 0; step >>= 1) {
-            if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
-          }
-          const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
-          kv = __ldg(reinterpret_cast<const uint4*>(b.key + b.offset(sb + w, j) + 4 * vi));
-          cnt = min(4, sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0) - 4 * vi);
+          const RoundVec rv = round_vec(sh, m, v);
+          kv = __ldg(reinterpret_cast<const uint4*>(b.key + b.offset(sb + rv.w, j) + 4 * rv.vi));
+          cnt = rv.cnt;
         }
         const uint32_t kk[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
@@ -341,19 +354,11 @@ __global__ void __launch_bounds__(kTopkThreads)
         kv[u] = make_uint4(0u, 0u, 0u, 0u);
         iv[u] = make_int4(0, 0, 0, 0);
         if (v < nv) {
-          int w = 0;  // first slot whose vector prefix exceeds v
-#pragma unroll
-          for (int step = 16; step > 0; step >>= 1) {
-            if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
-          }
-          const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
-          // A buffer holds ccap entries (a multiple of 4) from a multiple of 4, so whole vectors
-          // past a slot's count stay inside it.
-          const int64_t off = b.offset(sb + w, j) + 4 * vi;
+          const RoundVec rv = round_vec(sh, m, v);
+          const int64_t off = b.offset(sb + rv.w, j) + 4 * rv.vi;
           kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + off));
           iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
-          const int slot_n = sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0);
-          cntv[u] = min(4, slot_n - 4 * vi);
+          cntv[u] = rv.cnt;
           sel += (cntv[u] > 0 && kv[u].x > thr) + (cntv[u] > 1 && kv[u].y > thr) + (cntv[u] > 2 && kv[u].z > thr) +
                  (cntv[u] > 3 && kv[u].w > thr);
         }
