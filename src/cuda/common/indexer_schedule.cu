@@ -30,10 +30,10 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total, int64_t* warp
 // One block of up to 1024 threads. Groups are taken a block at a time: a block scan gives each
 // group its first unit, then the partitions that start inside the chunk are filled in parallel,
 // each thread finding its partition's group by binary search over the chunk's unit prefix (shared
-// memory). The same
-// boundaries as detail::indexer_meta_fill_group (partition p starts at unit floor(p * total / P)),
-// which the host-side schedule uses. (Filling a group's partitions in the thread of the group took
-// 42 us at batch 1 with 264 partitions: one thread, 264 64-bit divisions and stores in a row.)
+// memory). The same boundaries as detail::indexer_meta_fill_group (partition p starts at unit
+// floor(p * total / P)), which the host-side schedule uses. (Filling a group's partitions in the
+// thread of the group took 42 us at batch 1 with 264 partitions: one thread, 264 64-bit divisions
+// and stores in a row.)
 __global__ void __launch_bounds__(kSchedThreads) indexer_schedule_kernel(detail::IndexerWork w, int P, int32_t* meta) {
   __shared__ int64_t warp_buf[32];
   __shared__ int64_t s_end[kSchedThreads];  // chunk group t's units end at s_end[t] (exclusive)
