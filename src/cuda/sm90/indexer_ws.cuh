@@ -21,7 +21,7 @@
 //            while it issues the current batch, so their latency hides behind the waits for free
 //            stages, and ends the ring with a stage whose info has g = -1.
 // Which tiles a warpgroup gets is the epilogue's choice (WsLogits: the CTA's partition dealt
-//   round robin, tile j to warpgroup j % 3; WsTopk: partition 3 c + w, contiguous, because the
+//   round robin, tile j to warpgroup j % 3; WsTopkT: partition 3 c + w, contiguous, because the
 //   top-k collector keeps per-piece candidates in state order).
 // Per stage: mbarrier full (1 arrival: the producer, after writing the stage's WsInfo; plus the
 // copies' bytes) and empty (128 arrivals: the warpgroup's threads, after their MMAs and reads).
@@ -210,7 +210,9 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 //   static int partition(const IndexerParams&, int w)            partition of w's first tile
 //   static void cursor(const IndexerParams&, int w, IdxCursor*)  the tiles of ring w
 //   void begin(uint8_t* scratch, int w, int stage, int rows_per_group)
-//   void group_begin(int rows) / group_end(int64_t g, int rows)  (group_end only after >= 1 tile)
+//   void group_begin(int32_t g, int rows) / group_end(int64_t g, int rows)  (group_end only after
+//        >= 1 tile)
+//   void tile_begin(rows, t0, count)          before a tile's scores
 //   void store(p, row, r, t, v, row0, win)    score of group row `row`, tile state r (state t)
 //   void tile_end(p, g, rows, row0, t0, count, win)  after the tile's stage was released
 //   void finish(p)                            every thread of the CTA, at the end
@@ -218,6 +220,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 // paged_mqa_logits: scores straight to the logits; the CTA's partition (split over p.split CTAs)
 // dealt round robin to the three rings.
 struct WsLogits {
+  static constexpr int kHp = 0;  // kernels for every padded head count
   __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return 0; }
   __device__ static int partition(const IndexerParams& p, int) { return blockIdx.x / (p.split > 1 ? p.split : 1); }
   __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) {
@@ -227,7 +230,8 @@ struct WsLogits {
     lc->init(pq, blockIdx.x / split, blockIdx.x % split + w * split);
   }
   __device__ void begin(uint8_t*, int, int, int) {}
-  __device__ void group_begin(int) {}
+  __device__ void group_begin(int32_t, int) {}
+  __device__ void tile_begin(int, int32_t, int) {}
   __device__ void group_end(int64_t, int) {}
   // Paged decode (the only mode this kernel runs): output column = state (col_off is 0).
   __device__ __forceinline__ void store(const IndexerParams& p, int row, int, int32_t t, float v, int64_t row0,
@@ -241,13 +245,28 @@ struct WsLogits {
 // paged_mqa_topk: warpgroup w of CTA c is partition 3 c + w (a contiguous piece per group, as the
 // collector needs: slot = partition + group) and runs a top-k collector on its own tiles, scores
 // staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
-struct WsTopk {
+template <bool kDense>
+struct WsTopkT {
+  static constexpr int kHp = kDense ? 64 : 0;  // dense only at 64 padded heads (the launcher's rule)
   fused_topk::CollectorBuffers buf;
   fused_topk::CollectorShared* sh = nullptr;
   float* scores = nullptr;
   int ld = 0;
   int64_t part = 0;
   fused_topk::WarpgroupGroup grp{1};
+  // Dense mode (kDense: the launcher's choice where the merge needs no row histogram, i.e. no
+  // b.hist; few rows keep kDense = false, whose kernel is the ordered path alone: with both paths
+  // compiled in, H200 32 x 128K H = 32 (row histogram, ordered appends) scored 216 -> 242 us).
+  // While every state of the piece fits its buffer, state t of row j goes straight from the head
+  // sums to position t - dense_t0 of (slot, j) (key 0 = outside the row's window, which every
+  // reader skips), without staging, ballots or barriers; the ordered append takes over from the
+  // first tile that would not fit (the piece's count becomes its positions so far). H200,
+  // 128 x 32K, k = 2048: the ordered appends cost ~65 us of a ~240 us call (the consumer
+  // warpgroups are the bottleneck there), writing the same scores from the head sums ~11 us.
+  bool dense = false;      // this tile
+  bool dense_ok = false;   // this piece so far
+  int64_t dense_base = 0;  // buf.offset(slot, 0)
+  int32_t dense_t0 = 0, dense_end = 0;
 
   __host__ __device__ static size_t smem_bytes(const IndexerParams& p, int stage) {
     return idx_align16(size_t(p.work.rows_per_group) * stage * 4) + sizeof(fused_topk::CollectorShared);
@@ -261,14 +280,43 @@ struct WsTopk {
     part = kWsConsumers * int64_t(blockIdx.x) + w;
     grp.id = 1 + w;
   }
-  __device__ void group_begin(int rows) { fused_topk::collector_begin(*sh, rows, grp); }
-  __device__ void group_end(int64_t g, int rows) { fused_topk::collector_end(buf, *sh, part + g, rows, grp); }
-  __device__ __forceinline__ void store(const IndexerParams&, int row, int r, int32_t, float v, int64_t,
-                                        const detail::RowWindow*) {
-    scores[row * ld + r] = v;
+  __device__ void group_begin(int32_t g, int rows) {
+    dense_ok = kDense;
+    dense_base = buf.offset(part + g, 0);
+    dense_t0 = -1;
+    fused_topk::collector_begin(*sh, rows, grp);
+  }
+  __device__ void group_end(int64_t g, int rows) {
+    // The piece's positions (collector_end syncs before it reads them).
+    if (kDense && dense_ok && grp.rank() < rows) sh->row[grp.rank()].cnt = dense_end - dense_t0;
+    fused_topk::collector_end(buf, *sh, part + g, rows, grp);
+  }
+  // Before the tile's scores: dense or staged (uniform over the warpgroup).
+  __device__ void tile_begin(int rows, int32_t t0, int count) {
+    dense = false;
+    if (!kDense || !dense_ok) return;
+    if (dense_t0 < 0) dense_t0 = t0;  // a piece's tiles are consecutive runs of states
+    if (t0 + count - dense_t0 <= buf.ccap) {
+      dense = true;
+      dense_end = t0 + count;
+      return;
+    }
+    dense_ok = false;  // from here on ordered appends, after the positions written so far
+    if (grp.rank() < rows) sh->row[grp.rank()].cnt = t0 - dense_t0;  // read after tile_end's first barrier
+  }
+  __device__ __forceinline__ void store(const IndexerParams&, int row, int r, int32_t t, float v, int64_t,
+                                        const detail::RowWindow* win) {
+    if (kDense && dense) {
+      const int64_t at = dense_base + int64_t(row) * buf.ccap + (t - dense_t0);
+      buf.key[at] = (t >= win[row].lo && t < win[row].hi) ? fused_topk::topk_key(v) : fused_topk::kAbsentKey;
+      buf.idx[at] = t;
+    } else {
+      scores[row * ld + r] = v;
+    }
   }
   __device__ void tile_end(const IndexerParams&, int64_t g, int rows, int64_t row0, int32_t t0, int count,
                            const detail::RowWindow* win) {
+    if (kDense && dense) return;
     const int64_t slot = part + g;
     grp.sync();  // the tile's scores; the counts of the previous append
     fused_topk::collector_reserve(buf, *sh, slot, rows, count, grp);
@@ -308,7 +356,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
     fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
     grp.sync();
-    epi.group_begin(rows);
+    epi.group_begin(g, rows);
   };
   {
     // The Q of the first group of this warpgroup's partition, loaded while the producer starts
@@ -330,6 +378,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
       grp.sync();  // every thread is done with the previous group's weights / windows
       load_group(in.g);
     }
+    epi.tile_begin(rows, in.t0, in.count);
 #pragma unroll 1
     for (int b = 0; b < kStage / 64; ++b) {
       const int base = 64 * b;

@@ -18,7 +18,7 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
   }
   const WgmmaShape& s = plan->shape;
   const int stage = ws_stage(s.q_rows, s.hp, topk);
-  const size_t epi = topk ? WsTopk::smem_bytes(p, stage) : WsLogits::smem_bytes(p, stage);
+  const size_t epi = topk ? WsTopkT<true>::smem_bytes(p, stage) : WsLogits::smem_bytes(p, stage);
   auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
   // A multiple of the consumer count: consumer w always takes stages w, w + kWsConsumers, ...
   int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
@@ -34,14 +34,19 @@ template <class Epi, class Fn>
 cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
-  constexpr int kStage64 = ws_stage(1, 64, std::is_same<Epi, WsTopk>::value);
+  constexpr int kStage64 = ws_stage(1, 64, !std::is_same<Epi, WsLogits>::value);
+  constexpr bool kAnyHp = Epi::kHp == 0;  // else only kernels for Hp = Epi::kHp
   if (plan.nw == 64 && plan.ws_stage == kStage64) {
-    if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi>);
-    if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi>);
+    if constexpr (kAnyHp) {
+      if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi>);
+      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi>);
+    }
     if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi>);
   } else if (plan.nw == 128 && plan.ws_stage == 128) {
-    if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
-    if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
+    if constexpr (kAnyHp) {
+      if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
+      if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
+    }
     if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi>);
   }
   return cudaErrorInvalidValue;
@@ -67,7 +72,15 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
                                    const fused_topk::CollectorBuffers& buf, int grid, cudaStream_t stream) {
-  WsTopk epi;
+  // Dense appends (WsTopkT) where the merge needs no row histogram, at 64 padded heads (H200,
+  // paged_mqa_topk k = 2048, same run: H = 64 128 x 32K 239 -> 225 us, 128 x 64K 450 -> 435, N = 2
+  // 64 x 16K 131 -> 126.5; but H = 32 128 x 32K 230 -> 235.5, so fewer heads keep the ordered path).
+  if (buf.hist == nullptr && plan.shape.hp == 64) {
+    WsTopkT<true> epi;
+    epi.buf = buf;
+    return launch_ws(plan, p, epi, grid, stream);
+  }
+  WsTopkT<false> epi;
   epi.buf = buf;
   return launch_ws(plan, p, epi, grid, stream);
 }
