@@ -25,8 +25,8 @@
 // 45.6 / 52.6 MB). The tile kernels keep 4k: with 6k the Hopper tile kernel got slower (128 x 32K
 // 303 -> 313 us, 128 x 64K 553 -> 572 us).
 // The warp-specialized Hopper kernel at 64 padded heads skips the ordered append while a piece fits
-// its buffer: it writes every state of the piece at its position, key 0 outside the row's window
-// (WsTopkT in indexer_ws.cuh); the merge reads such a buffer like any other.
+// its buffer: it writes the key of every state of the piece at its position, key 0 outside the
+// row's window, and no indices (WsTopkT in indexer_ws.cuh; header word 1 says so).
 // Memory per (slot, row): ccap * 8 bytes, independent of the context length. The merge kernel
 // (fused_topk_merge in fused_topk_launch.cu) reads each row's pieces and finishes the selection.
 //
@@ -50,9 +50,11 @@ constexpr int kMaxPieceRows = 8;    // rows per piece (next_n <= 8)
 constexpr int kMaxTileStates = 512;  // most states one append call may add per row
 
 // Candidate storage of all pieces: [slots, rows_per_slot, ccap] keys and indices, plus a
-// header [slots, rows_per_slot, kHeaderInts] = (count, 0, row bound, 0) written when the
+// header [slots, rows_per_slot, kHeaderInts] = (count, dense, row bound, 0) written when the
 // piece ends. The row bound is a key that at least k of the piece's entries beat outright, so
-// no state of the row whose key is <= it can be in the row's top k (0: none known).
+// no state of the row whose key is <= it can be in the row's top k (0: none known). dense = 0:
+// the indices are stored; dense = t0 + 1: entry p is state t0 + p and its index was not written
+// (a dense piece of the warp-specialized kernel, see the note below).
 constexpr int kHeaderInts = 4;
 constexpr int kRowHistBins = 4096;  // row histogram: the top 12 key bits (topk_kernel's first digit)
 // Copies of each row's histogram, CTA c adding into copy c % kRowHistCopies: a row's keys crowd a
@@ -413,16 +415,16 @@ __device__ __forceinline__ void collector_reserve(const CollectorBuffers& b, Col
   }
 }
 
-// Ends a piece: publishes (count, row bound) of rows [0, rows). Block-wide.
+// Ends a piece: publishes (count, dense, row bound) of rows [0, rows) (see kHeaderInts). Block-wide.
 template <class G = CtaGroup>
 __device__ __forceinline__ void collector_end(const CollectorBuffers& b, CollectorShared& sh, int64_t slot, int rows,
-                                              const G& grp = G()) {
+                                              const G& grp = G(), int32_t dense = 0) {
   grp.sync();
   const int t = grp.rank();
   if (t < rows) {
     int32_t* h = b.header_of(slot, t);
     h[0] = sh.row[t].cnt;
-    h[1] = 0;
+    h[1] = dense;
     h[2] = static_cast<int32_t>(sh.row[t].bound);
   }
 }

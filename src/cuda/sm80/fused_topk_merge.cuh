@@ -57,6 +57,7 @@ struct MergeShared {
   int round_n;               // slots in the current round
   int slot_end[32];          // inclusive prefix of their candidate counts
   int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
+  int slot_t0[32];           // dense slot: entry p is state slot_t0 + p (indices not stored); else -1
 };
 
 // Where flat vector v of a round lies: slot w of the round (the first whose vector prefix exceeds
@@ -309,12 +310,14 @@ __global__ void __launch_bounds__(kTopkThreads)
   for (int64_t sb = s0; sb < s1;) {
     if (warp == 0) {
       const int64_t s = sb + lane;
-      int n = 0;
+      int n = 0, t0 = -1;
       if (s < s1) {
         // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
         const int32_t* h = b.header_of(s, j);
         n = min(max(h[0], 0), b.ccap);
+        t0 = h[1] - 1;
       }
+      sh.slot_t0[lane] = t0;
       int incl = warp_inclusive_scan(n);
       const bool fits = s < s1 && incl <= mcap - sh.cnt;  // incl grows with lane: a prefix fits
       const int m = __popc(__ballot_sync(0xffffffffu, fits));
@@ -351,7 +354,13 @@ __global__ void __launch_bounds__(kTopkThreads)
           const RoundVec rv = round_vec(sh, m, v);
           const int64_t off = b.offset(sb + rv.w, j) + 4 * rv.vi;
           kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + off));
-          iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
+          const int t0 = sh.slot_t0[rv.w];
+          if (t0 >= 0) {
+            const int i0 = t0 + 4 * rv.vi;
+            iv[u] = make_int4(i0, i0 + 1, i0 + 2, i0 + 3);
+          } else {
+            iv[u] = __ldg(reinterpret_cast<const int4*>(b.idx + off));
+          }
           cntv[u] = rv.cnt;
           sel += (cntv[u] > 0 && kv[u].x > thr) + (cntv[u] > 1 && kv[u].y > thr) + (cntv[u] > 2 && kv[u].z > thr) +
                  (cntv[u] > 3 && kv[u].w > thr);

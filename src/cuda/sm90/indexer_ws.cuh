@@ -257,10 +257,11 @@ struct WsTopkT {
   // Dense mode (kDense: the launcher's choice where the merge needs no row histogram, i.e. no
   // b.hist; few rows keep kDense = false, whose kernel is the ordered path alone: with both paths
   // compiled in, H200 32 x 128K H = 32 (row histogram, ordered appends) scored 216 -> 242 us).
-  // While every state of the piece fits its buffer, state t of row j goes straight from the head
-  // sums to position t - dense_t0 of (slot, j) (key 0 = outside the row's window, which every
-  // reader skips), without staging, ballots or barriers; the ordered append takes over from the
-  // first tile that would not fit (the piece's count becomes its positions so far). H200,
+  // While every state of the piece fits its buffer, the key of state t of row j goes straight from
+  // the head sums to position t - dense_t0 of (slot, j) (key 0 = outside the row's window, which
+  // every reader skips; the index is implied, header word 1 = dense_t0 + 1), without staging,
+  // ballots or barriers; the ordered append takes over from the first tile that would not fit
+  // (the piece's count becomes its positions so far, their indices written then). H200,
   // 128 x 32K, k = 2048: the ordered appends cost ~65 us of a ~240 us call (the consumer
   // warpgroups are the bottleneck there), writing the same scores from the head sums ~11 us.
   bool dense = false;      // this tile
@@ -287,9 +288,9 @@ struct WsTopkT {
     fused_topk::collector_begin(*sh, rows, grp);
   }
   __device__ void group_end(int64_t g, int rows) {
-    // The piece's positions (collector_end syncs before it reads them).
+    // The piece's positions (collector_end syncs before it reads them); entry p is state dense_t0 + p.
     if (kDense && dense_ok && grp.rank() < rows) sh->row[grp.rank()].cnt = dense_end - dense_t0;
-    fused_topk::collector_end(buf, *sh, part + g, rows, grp);
+    fused_topk::collector_end(buf, *sh, part + g, rows, grp, kDense && dense_ok ? dense_t0 + 1 : 0);
   }
   // Before the tile's scores: dense or staged (uniform over the warpgroup).
   __device__ void tile_begin(int rows, int32_t t0, int count) {
@@ -301,15 +302,20 @@ struct WsTopkT {
       dense_end = t0 + count;
       return;
     }
-    dense_ok = false;  // from here on ordered appends, after the positions written so far
-    if (grp.rank() < rows) sh->row[grp.rank()].cnt = t0 - dense_t0;  // read after tile_end's first barrier
+    // From here on ordered appends, after the positions written so far, whose indices are written
+    // now (compactions move entries). Both are read after tile_end's first barrier.
+    dense_ok = false;
+    const int n0 = t0 - dense_t0;
+    for (int j = 0; j < rows; ++j) {
+      for (int q = grp.rank(); q < n0; q += grp.size()) buf.idx[dense_base + int64_t(j) * buf.ccap + q] = dense_t0 + q;
+    }
+    if (grp.rank() < rows) sh->row[grp.rank()].cnt = n0;
   }
   __device__ __forceinline__ void store(const IndexerParams&, int row, int r, int32_t t, float v, int64_t,
                                         const detail::RowWindow* win) {
     if (kDense && dense) {
       const int64_t at = dense_base + int64_t(row) * buf.ccap + (t - dense_t0);
       buf.key[at] = (t >= win[row].lo && t < win[row].hi) ? fused_topk::topk_key(v) : fused_topk::kAbsentKey;
-      buf.idx[at] = t;
     } else {
       scores[row * ld + r] = v;
     }
