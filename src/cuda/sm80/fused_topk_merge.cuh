@@ -188,6 +188,89 @@ __device__ __noinline__ inline void merge_row_bound(const CollectorBuffers b, in
   __syncthreads();
 }
 
+// A row of dense pieces only (every state of the row at its position, indices implied by each
+// piece's first state; warp-specialized scoring at 64 padded heads, N = 1) with more than k but at
+// most 2 * mcap entries, in at most 32 slots: all its keys go to shared memory in one pass over
+// global memory (the index half of the buffer holds keys too: no indices are read), and the block
+// top-k selects from them as the standalone top-k's direct plan does; a winner's state comes from
+// its position. Replaces the histogram pre-pass, the filtering stream and the selection over its
+// survivors (two passes over the keys and one over the indices). Returns false (nothing done) when
+// the row does not qualify. Block-uniform; not inlined and `b` / `out` by value, as merge_row_bound.
+__device__ __noinline__ inline bool merge_dense_row(const CollectorBuffers b, int64_t s0, int64_t s1, int len,
+                                                    int64_t r, int k, int k_pad, int m_cap, int mcap, bool sorted,
+                                                    const topk_detail::TopkOutputs out, MergeShared& sh) {
+  using namespace topk_detail;
+  if (b.rows_per_slot != 1 || s1 <= s0 || s1 - s0 > 32) return false;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp == 0) {
+    const int64_t s = s0 + lane;
+    int n = 0, t0 = 0;
+    bool dense = true;
+    if (s < s1) {
+      const int32_t* h = b.header_of(s, 0);
+      n = min(max(h[0], 0), b.ccap);
+      t0 = h[1] - 1;
+      dense = t0 >= 0 || n == 0;
+    }
+    const bool all = __all_sync(0xffffffffu, dense);
+    const int incl = warp_inclusive_scan(n);
+    const int vincl = warp_inclusive_scan((n + 3) >> 2);
+    sh.slot_end[lane] = incl;
+    sh.slot_vend[lane] = vincl;
+    sh.slot_t0[lane] = t0;
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    if (lane == 0) sh.round_n = (all && total > k && total <= 2 * mcap) ? static_cast<int>(s1 - s0) : 0;
+  }
+  __syncthreads();
+  const int m = sh.round_n;
+  if (m == 0) return false;
+  const int total = sh.slot_end[m - 1], nv = sh.slot_vend[m - 1];
+  uint32_t* keys = fused_merge_smem;
+  constexpr int kLoads = 4;  // vectors per thread in flight
+  for (int v0 = 0; v0 < nv; v0 += kLoads * kTopkThreads) {
+    uint4 kv[kLoads];
+    RoundVec rv[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int v = v0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
+      if (v < nv) {
+        rv[u] = round_vec(sh, m, v);
+        kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + b.offset(s0 + rv[u].w, 0) + 4 * rv[u].vi));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int v = v0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
+      if (v >= nv) continue;
+      const int p = (rv[u].w > 0 ? sh.slot_end[rv[u].w - 1] : 0) + 4 * rv[u].vi;
+      const uint32_t kk[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (e < rv[u].cnt) keys[p + e] = kk[e];
+      }
+    }
+  }
+  __syncthreads();
+  uint32_t* region = fused_merge_smem + 2 * mcap;
+  merge_first_digit_hist(keys, total, region);
+  auto state_of = [&](int p) {
+    int w = 0;
+#pragma unroll
+    for (int step = 16; step > 0; step >>= 1) {
+      if (w + step <= m - 1 && sh.slot_end[w + step - 1] <= p) w += step;
+    }
+    return sh.slot_t0[w] + p - (w > 0 ? sh.slot_end[w - 1] : 0);
+  };
+  const bool to_out = out.indices_only(sorted);
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  select_topk_by(keys, total, k, k_pad, m_cap, region, sh.t, to_out ? out.indices + r * out.indices_ld : sel_pos,
+                 state_of);
+  if (to_out) return true;
+  __syncthreads();
+  finish_row<float>(region, sel_pos, len < k ? len : k, k, k_pad, sorted, nullptr, r, out);
+  return true;
+}
+
 // grid (R) (kPartial: (R, C), see SplitSlots). Dynamic smem: [keys mcap][idx mcap]
 // [region_words(k_pad, m_cap)] u32.
 // The threshold starts at the best row bound of the row's pieces. Slots are read in rounds of up to
@@ -215,6 +298,9 @@ __global__ void __launch_bounds__(kTopkThreads)
     sh.row_total = 0;
   }
   __syncthreads();
+  if (!kPartial && b.rec == nullptr && merge_dense_row(b, s0, s1, len, r, k, k_pad, m_cap, mcap, sorted, out, sh)) {
+    return;
+  }
   // Split level 2 with level 1's records: the k-th key's 22-bit bin p2 from hist2. When the row
   // needs every key of it (the usual case: it holds one key), every key > T = (p2 << 10) - 1 is
   // a winner and there are exactly k of them, so the threshold is exact and no selection is left.
