@@ -461,6 +461,29 @@ TEST(GpuFusedTopk, TensOfRows) {
   run_fused_case(c);
 }
 
+// Tens of rows of up to 40K states on the warp-specialized kernel at 64 heads: dense pieces, ~18
+// per row, and rows that fit the merge's shared memory, so one merge CTA per row loads its keys in
+// one pass (merge_dense_row) instead of the split merge; empty, short (<= k) and long rows, with
+// scores + slot ids, indices only (winners straight to the output) and sorted.
+TEST(GpuFusedTopk, DenseRows) {
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 24; ++b) {
+    const int64_t l[12] = {40000, 0, 1, 1023, 1024, 1025, 3000, 12000, 25000, 33000, 64, 700};
+    lens.push_back(l[(b * 5) % 12]);
+  }
+  FusedCase c;
+  c.k = 1024;
+  c.spec = spec(IndexerFormat::kFp8, 24, 1, 64, 128, 64, lens, 141);
+  run_fused_case(c);
+  c.values = false;
+  c.slots = false;
+  c.spec.seed = 142;
+  run_fused_case(c);
+  c.sorted = true;
+  c.spec.seed = 143;
+  run_fused_case(c);
+}
+
 // Pieces much longer than the collector's buffer on the scoring kernel the op picks (Hopper: the
 // warp-specialized one; k = 64: 576 entries, ~1100 states per piece), so every piece compacts while
 // scoring, with and without the row histograms (6 rows: split merge; 140 rows: one merge CTA per
