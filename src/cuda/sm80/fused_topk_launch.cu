@@ -166,8 +166,8 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   // (warp-specialized kernel at 64 padded heads, N = 1, no row histogram) that never leave dense
   // mode, at most 32 per row, and rows (bounded by the block table) that fit the merge's shared
   // memory as keys: one merge CTA per row then loads its keys once and selects.
-  const bool dense_rows = f->wg.ws_stages > 0 && f->wg.shape.hp == 64 && rps == 1 && short_pieces &&
-                          per_row <= 32 && pb.max_pages * pb.states_per_page <= 2 * int64_t(f->mcap);
+  const bool dense_rows = ws_topk_dense(f->wg, false) && rps == 1 && short_pieces && per_row <= 32 &&
+                          pb.max_pages * pb.states_per_page <= 2 * int64_t(f->mcap);
   if (pb.rows * 2 <= sms && !dense_rows && (per_row > 32 || (per_row >= 8 && short_pieces))) {
     const int64_t want = per_row > 32 ? (per_row + 31) / 32 : (per_row + 3) / 4;
     f->split = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(want, std::max<int64_t>(2, sms / pb.rows))));

@@ -47,6 +47,14 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan);
 // paged_mqa_logits on it (grid: one CTA per schedule partition, p.split CTAs each).
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
+// Whether paged_mqa_topk's scoring on it writes dense pieces (WsTopkT<true> in indexer_ws.cuh):
+// at 64 padded heads, where the merge needs no row histogram (H200, k = 2048, same run: H = 64
+// 128 x 32K 239 -> 225 us, 128 x 64K 450 -> 435, N = 2 64 x 16K 131 -> 126.5; but H = 32 128 x 32K
+// 230 -> 235.5, so fewer heads keep the ordered path). The launcher and the merge plan (which
+// routes rows to merge_dense_row) both decide by it.
+inline bool ws_topk_dense(const WgmmaPlan& plan, bool row_hist) {
+  return plan.ws_stages > 0 && plan.shape.hp == 64 && !row_hist;
+}
 // paged_mqa_topk's scoring on it: grid CTAs, warpgroup w of CTA c scores partition 3 c + w (the
 // schedule has 3 x grid partitions, p.split = 1) into the candidate buffers `buf`.
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,

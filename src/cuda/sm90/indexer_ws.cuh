@@ -247,7 +247,7 @@ struct WsLogits {
 // staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
 template <bool kDense>
 struct WsTopkT {
-  static constexpr int kHp = kDense ? 64 : 0;  // dense only at 64 padded heads (the launcher's rule)
+  static constexpr int kHp = kDense ? 64 : 0;  // dense only at 64 padded heads (ws_topk_dense)
   fused_topk::CollectorBuffers buf;
   fused_topk::CollectorShared* sh = nullptr;
   float* scores = nullptr;

@@ -72,10 +72,7 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
                                    const fused_topk::CollectorBuffers& buf, int grid, cudaStream_t stream) {
-  // Dense appends (WsTopkT) where the merge needs no row histogram, at 64 padded heads (H200,
-  // paged_mqa_topk k = 2048, same run: H = 64 128 x 32K 239 -> 225 us, 128 x 64K 450 -> 435, N = 2
-  // 64 x 16K 131 -> 126.5; but H = 32 128 x 32K 230 -> 235.5, so fewer heads keep the ordered path).
-  if (buf.hist == nullptr && plan.shape.hp == 64) {
+  if (ws_topk_dense(plan, buf.hist != nullptr)) {
     WsTopkT<true> epi;
     epi.buf = buf;
     return launch_ws(plan, p, epi, grid, stream);
