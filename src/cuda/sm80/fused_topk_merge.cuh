@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/topk_grid.cuh"
 #include "cuda/sm80/fused_topk_collect.cuh"
 
@@ -219,52 +220,66 @@ __device__ __noinline__ inline bool merge_dense_row(const CollectorBuffers b, in
     sh.slot_vend[lane] = vincl;
     sh.slot_t0[lane] = t0;
     const int total = __shfl_sync(0xffffffffu, incl, 31);
-    if (lane == 0) sh.round_n = (all && total > k && total <= 2 * mcap) ? static_cast<int>(s1 - s0) : 0;
+    const int vtotal = __shfl_sync(0xffffffffu, vincl, 31);
+    if (lane == 0) sh.round_n = (all && total > k && 4 * vtotal <= 2 * mcap) ? static_cast<int>(s1 - s0) : 0;
   }
+  uint32_t* region = fused_merge_smem + 2 * mcap;
+  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
   __syncthreads();
   const int m = sh.round_n;
   if (m == 0) return false;
-  const int total = sh.slot_end[m - 1], nv = sh.slot_vend[m - 1];
-  uint32_t* keys = fused_merge_smem;
-  constexpr int kLoads = 4;  // vectors per thread in flight
-  for (int v0 = 0; v0 < nv; v0 += kLoads * kTopkThreads) {
-    uint4 kv[kLoads];
-    RoundVec rv[kLoads];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int v = v0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
-      if (v < nv) {
-        rv[u] = round_vec(sh, m, v);
-        kv[u] = __ldg(reinterpret_cast<const uint4*>(b.key + b.offset(s0 + rv[u].w, 0) + 4 * rv[u].vi));
+  // Slot w's keys go to vectors [vend[w - 1], vend[w]) of the shared buffer (its last vector padded
+  // with key 0, which ranks below every state), so every vector moves whole, as one asynchronous
+  // copy: all of a row's copies in flight at once, no registers held. A thread finds the slot of
+  // its next vector by stepping forward from the last one (its vectors only increase), where the
+  // flat-vector binary search per vector cost more instructions than the copy (H200 profile,
+  // 128 x 32K). Then one pass over shared memory takes the first-digit histogram. (Loads into
+  // registers, four per thread at a time, with the histogram taken on the way: the same time.)
+  const int nv = sh.slot_vend[m - 1];
+  {
+    const uint32_t keys_s = smem_u32(fused_merge_smem);
+    int w = -1, vb = 0, ve = 0, nb = 0, ne = 0;
+    const uint32_t* src = nullptr;
+    for (int v = threadIdx.x; v < nv; v += kTopkThreads) {
+      while (v >= ve) {
+        ++w;
+        vb = ve;
+        nb = ne;
+        ve = sh.slot_vend[w];
+        ne = sh.slot_end[w];
+        src = b.key + b.offset(s0 + w, 0);
       }
+      const int cnt = min(4, ne - nb - 4 * (v - vb));
+      cp_async16_zfill(keys_s + 16u * static_cast<uint32_t>(v), src + 4 * (v - vb), 4 * cnt);
     }
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int v = v0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
-      if (v >= nv) continue;
-      const int p = (rv[u].w > 0 ? sh.slot_end[rv[u].w - 1] : 0) + 4 * rv[u].vi;
-      const uint32_t kk[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (e < rv[u].cnt) keys[p + e] = kk[e];
-      }
-    }
+    cp_async_commit();
+    cp_async_wait<0>();
   }
   __syncthreads();
-  uint32_t* region = fused_merge_smem + 2 * mcap;
-  merge_first_digit_hist(keys, total, region);
+  const uint4* keys4 = reinterpret_cast<const uint4*>(fused_merge_smem);
+  for (int v0 = 0; v0 < nv; v0 += kTopkThreads) {  // block-uniform
+    const int v = v0 + static_cast<int>(threadIdx.x);
+    const bool act = v < nv;
+    const uint4 kv = act ? keys4[v] : make_uint4(0u, 0u, 0u, 0u);
+    const uint32_t bin[4] = {kv.x >> 20, kv.y >> 20, kv.z >> 20, kv.w >> 20};
+    const bool on[4] = {act, act, act, act};  // pads too: bin 0 ranks last
+    hist_add_v<4>(region, bin, on);
+  }
+  __syncthreads();
+  uint32_t* keys = fused_merge_smem;
+  const int total = 4 * nv;
   auto state_of = [&](int p) {
     int w = 0;
 #pragma unroll
     for (int step = 16; step > 0; step >>= 1) {
-      if (w + step <= m - 1 && sh.slot_end[w + step - 1] <= p) w += step;
+      if (w + step <= m - 1 && 4 * sh.slot_vend[w + step - 1] <= p) w += step;
     }
-    return sh.slot_t0[w] + p - (w > 0 ? sh.slot_end[w - 1] : 0);
+    return sh.slot_t0[w] + p - 4 * (w > 0 ? sh.slot_vend[w - 1] : 0);
   };
   const bool to_out = out.indices_only(sorted);
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
   select_topk_by(keys, total, k, k_pad, m_cap, region, sh.t, to_out ? out.indices + r * out.indices_ld : sel_pos,
-                 state_of);
+                 state_of);  // the pads (key 0) never win: more than k keys of states rank above them
   if (to_out) return true;
   __syncthreads();
   finish_row<float>(region, sel_pos, len < k ? len : k, k, k_pad, sorted, nullptr, r, out);
