@@ -315,7 +315,8 @@ struct WsTopkT {
                                         const detail::RowWindow* win) {
     if (kDense && dense) {
       const int64_t at = dense_base + int64_t(row) * buf.ccap + (t - dense_t0);
-      buf.key[at] = (t >= win[row].lo && t < win[row].hi) ? fused_topk::topk_key(v) : fused_topk::kAbsentKey;
+      const bool in = t >= win[row].lo && t < win[row].hi;
+      buf.key[at] = in ? topk_detail::topk_key_branchless(v) : fused_topk::kAbsentKey;
     } else {
       scores[row * ld + r] = v;
     }
