@@ -311,38 +311,41 @@ __device__ __forceinline__ void find_threshold(const uint32_t* keys, int n, int 
 }
 
 // Ordered compaction: keys[i] >= lo_key move, in position order, to out_key / out_pos (position).
-// Returns how many. Ends synced. Each lane takes an aligned 16-byte vector of 4 keys per step and
-// the 4 flags as one bit mask (the H200 profile of the one-key-per-lane ballot version: ~0.8
-// instructions per key, a third of a 32K row's top-k), so up to 3 words before keys[0] and after
-// keys[n - 1] are read and ignored: they must lie in the block's shared memory (every caller has a
-// pad or another array there).
+// Returns how many. Ends synced. Each lane takes two aligned 16-byte vectors (8 keys) per step and
+// their flags as one bit mask; one warp scan per step places them (H200 profile, a 32K row: one key
+// per lane with a ballot per key cost ~0.8 instructions per key, a third of the selection; one
+// vector per lane still ~0.75, the scan and the store addresses per 4 keys). Up to 3 words before
+// keys[0] and 7 after keys[n - 1] are read and ignored: they must lie in the block's shared
+// memory (every caller has a pad or another array there).
 __device__ __forceinline__ int compact_ge(const uint32_t* keys, int n, uint32_t lo_key, uint32_t* out_key, int* out_pos,
                                           TopkShared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(keys) >> 2) & 3u);
   const uint4* vk = reinterpret_cast<const uint4*>(keys - mis);
-  const int nq = (n + mis + 3) >> 2;  // vectors covering positions [-mis, n)
-  const int seg = ((nq + kTopkWarps - 1) / kTopkWarps + 31) & ~31;
+  const int np = (n + mis + 7) >> 3;  // pairs of vectors covering positions [-mis, n)
+  const int seg = ((np + kTopkWarps - 1) / kTopkWarps + 31) & ~31;
   const int lo = warp * seg;
-  const int hi = min(nq, lo + seg);
-  // Keys of vector q and which of them move (bit e: in range and >= lo_key).
-  auto take = [&](int q, uint4& v) {
-    v = vk[q];
-    const int i0 = 4 * q - mis;
-    unsigned f = (v.x >= lo_key ? 1u : 0u) | (v.y >= lo_key ? 2u : 0u) | (v.z >= lo_key ? 4u : 0u) |
-                 (v.w >= lo_key ? 8u : 0u);
-    if (i0 < 0 || i0 + 4 > n) {  // the first or last vector of the keys
+  const int hi = min(np, lo + seg);
+  // Keys of pair p (positions 8 p - mis ..) and which of them move (bit e: in range, >= lo_key).
+  auto take = [&](int p, uint4& a, uint4& b) {
+    a = vk[2 * p];
+    b = vk[2 * p + 1];
+    const int i0 = 8 * p - mis;
+    unsigned f = (a.x >= lo_key ? 1u : 0u) | (a.y >= lo_key ? 2u : 0u) | (a.z >= lo_key ? 4u : 0u) |
+                 (a.w >= lo_key ? 8u : 0u) | (b.x >= lo_key ? 16u : 0u) | (b.y >= lo_key ? 32u : 0u) |
+                 (b.z >= lo_key ? 64u : 0u) | (b.w >= lo_key ? 128u : 0u);
+    if (i0 < 0 || i0 + 8 > n) {  // the first or last pair of the keys
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 8; ++e) {
         if (static_cast<unsigned>(i0 + e) >= static_cast<unsigned>(n)) f &= ~(1u << e);
       }
     }
     return f;
   };
   int c = 0;
-  for (int q = lo + lane; q < hi; q += 32) {
-    uint4 v;
-    c += __popc(take(q, v));
+  for (int p = lo + lane; p < hi; p += 32) {
+    uint4 a, b;
+    c += __popc(take(p, a, b));
   }
   c = __reduce_add_sync(0xffffffffu, c);
   if (lane == 0) sh.warp_gt[warp] = c;
@@ -355,23 +358,22 @@ __device__ __forceinline__ int compact_ge(const uint32_t* keys, int n, uint32_t 
     total += __shfl_xor_sync(0xffffffffu, total, o);
   }
   for (int base = lo; base < hi; base += 32) {  // warp-uniform
-    const int q = base + lane;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    const unsigned f = q < hi ? take(q, v) : 0u;
-    // Position order = lane order, then the 4 keys of a lane: this lane's first slot is `before`
-    // plus every moving key of the lanes below it.
+    const int p = base + lane;
+    uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+    const unsigned f = p < hi ? take(p, a, b) : 0u;
+    // Position order = lane order, then the 8 keys of a lane.
     const int cnt = __popc(f);
     const int incl = warp_inclusive_scan(cnt);
     if (f != 0u) {
-      int pos = before + incl - cnt;
-      const int i0 = 4 * q - mis;
-      const uint32_t kk[4] = {v.x, v.y, v.z, v.w};
+      uint32_t* ok = out_key + (before + incl - cnt);
+      int* op = out_pos + (before + incl - cnt);
+      const int i0 = 8 * p - mis;
+      const uint32_t kk[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 8; ++e) {
         if (f & (1u << e)) {
-          out_key[pos] = kk[e];
-          out_pos[pos] = i0 + e;
-          ++pos;
+          *ok++ = kk[e];
+          *op++ = i0 + e;
         }
       }
     }
