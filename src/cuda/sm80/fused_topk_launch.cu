@@ -188,6 +188,16 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     f->off_phdr = f->off_pidx + align256(pentries * 4);
     f->total = f->off_phdr + align256(static_cast<size_t>(pb.rows) * f->split * fused_topk::kHeaderInts * 4);
   }
+  // Dense pieces that never overflow (short_pieces): the scoring kernel without staged scores,
+  // whose ring then takes 256-state stages (see WsTopkT's kPure), when it is as deep.
+  if (ws_topk_dense(f->wg, f->split > 1) && short_pieces) {
+    WgmmaPlan pure = f->wg;
+    plan_wgmma_ws(f->p, budget, true, &pure, true);
+    if (pure.ws_pure && pure.ws_stages >= f->wg.ws_stages) {
+      f->wg = pure;
+      f->p.tile_states = pure.ws_stage;
+    }
+  }
   return Status::Ok();
 }
 

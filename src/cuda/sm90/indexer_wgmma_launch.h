@@ -30,6 +30,7 @@ struct WgmmaPlan {
   int ws_stages = 0;
   int ws_stage = 0;  // states per stage
   size_t ws_smem = 0;
+  bool ws_pure = false;  // paged_mqa_topk: WsTopkT<true, true> (dense pieces that never overflow)
 };
 
 // Decides whether the Hopper kernel runs this problem and prepares it: an sm_90 device and sm_90a
@@ -42,9 +43,11 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 
 // After plan_wgmma_indexer chose the Hopper kernel for paged decode: takes the warp-specialized
 // kernel (plan->ws_stages > 0; one CTA per SM) when at least kWsMinStages stages fit `budget`
-// with the logits (topk = false) or top-k collector (topk = true) scratch.
+// with the logits (topk = false) or top-k collector (topk = true) scratch. pure (top-k, 64 padded
+// heads, N = 1): the dense kernel without staged scores (WsTopkT<true, true>), for a call whose
+// every piece fits its buffer; plan->ws_pure says whether it was taken.
 // DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh (benchmark / test knob).
-void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan);
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure = false);
 // paged_mqa_logits on it (grid: one CTA per schedule partition, p.split CTAs each).
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
 // Whether paged_mqa_topk's scoring on it writes dense pieces (WsTopkT<true> in indexer_ws.cuh):

@@ -1,7 +1,6 @@
 // Host side of the warp-specialized Hopper logits kernel (indexer_ws.cuh): ring depth and launch.
 #include <algorithm>
 #include <cstdlib>
-#include <type_traits>
 
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
@@ -9,16 +8,20 @@
 namespace dsattn {
 namespace cuda {
 
-void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan) {
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure) {
   plan->ws_stages = 0;
   plan->ws_smem = 0;
+  plan->ws_pure = false;
   if (!plan->use || plan->shape.prefill) return;
   if (const char* env = std::getenv("DSATTN_INDEXER_WS")) {
     if (std::atoi(env) == 0) return;
   }
   const WgmmaShape& s = plan->shape;
-  const int stage = ws_stage(s.q_rows, s.hp, topk);
-  const size_t epi = topk ? WsTopkT<true>::smem_bytes(p, stage) : WsLogits::smem_bytes(p, stage);
+  pure = topk && pure && s.q_rows * s.hp <= 64 && s.hp == 64;  // WsTopkT<true, true>'s kernels
+  const int stage = ws_stage(s.q_rows, s.hp, topk && !pure);
+  const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
+                     : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
+                            : WsTopkT<true>::smem_bytes(p, stage);
   auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
   // A multiple of the consumer count: consumer w always takes stages w, w + kWsConsumers, ...
   int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
@@ -27,6 +30,7 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
   plan->ws_stages = stages;
   plan->ws_stage = stage;
   plan->ws_smem = need(stages);
+  plan->ws_pure = pure;
 }
 
 namespace {
@@ -34,7 +38,7 @@ template <class Epi, class Fn>
 cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
-  constexpr int kStage64 = ws_stage(1, 64, !std::is_same<Epi, WsLogits>::value);
+  constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
   constexpr bool kAnyHp = Epi::kHp == 0;  // else only kernels for Hp = Epi::kHp
   if (plan.nw == 64 && plan.ws_stage == kStage64) {
     if constexpr (kAnyHp) {
@@ -43,11 +47,13 @@ cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
     }
     if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi>);
   } else if (plan.nw == 128 && plan.ws_stage == 128) {
-    if constexpr (kAnyHp) {
-      if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
-      if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
+    if constexpr (!Epi::kNw64Only) {
+      if constexpr (kAnyHp) {
+        if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
+        if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
+      }
+      if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi>);
     }
-    if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi>);
   }
   return cudaErrorInvalidValue;
 }
@@ -73,6 +79,11 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
                                    const fused_topk::CollectorBuffers& buf, int grid, cudaStream_t stream) {
   if (ws_topk_dense(plan, buf.hist != nullptr)) {
+    if (plan.ws_pure) {
+      WsTopkT<true, true> epi;
+      epi.buf = buf;
+      return launch_ws(plan, p, epi, grid, stream);
+    }
     WsTopkT<true> epi;
     epi.buf = buf;
     return launch_ws(plan, p, epi, grid, stream);
