@@ -484,6 +484,24 @@ TEST(GpuFusedTopk, DenseRows) {
   run_fused_case(c);
 }
 
+// Every piece fits its buffer (k = 512: 3072 entries, ~1200 states per piece) on 80 rows, so on
+// Hopper the scoring kernel is the pure dense one (no staged scores, 256-state stages) at 32 heads
+// as at 64, and one merge CTA per row loads the dense keys (no split merge, no row histogram):
+// empty, short (<= k) and long rows.
+TEST(GpuFusedTopk, PureDensePiecesAt32And64Heads) {
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 80; ++b) {
+    const int64_t l[8] = {6000, 0, 513, 511, 4097, 2500, 1, 5200};
+    lens.push_back(l[(b * 3) % 8]);
+  }
+  FusedCase c;
+  c.k = 512;
+  for (int h : {32, 64}) {
+    c.spec = spec(IndexerFormat::kFp8, 80, 1, h, 128, 64, lens, 150 + h);
+    run_fused_case(c);
+  }
+}
+
 // Pieces much longer than the collector's buffer on the scoring kernel the op picks (Hopper: the
 // warp-specialized one; k = 64: 576 entries, ~1100 states per piece), so every piece compacts while
 // scoring, with and without the row histograms (6 rows: split merge; 140 rows: one merge CTA per

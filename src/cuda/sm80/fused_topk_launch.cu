@@ -190,7 +190,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   }
   // Dense pieces that never overflow (short_pieces): the scoring kernel without staged scores,
   // whose ring then takes 256-state stages (see WsTopkT's kPure), when it is as deep.
-  if (ws_topk_dense(f->wg, f->split > 1) && short_pieces) {
+  if (f->wg.ws_stages > 0 && f->split == 1 && short_pieces) {
     WgmmaPlan pure = f->wg;
     plan_wgmma_ws(f->p, budget, true, &pure, true);
     if (pure.ws_pure && pure.ws_stages >= f->wg.ws_stages) {

@@ -53,10 +53,11 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
 // Whether paged_mqa_topk's scoring on it writes dense pieces (WsTopkT<true> in indexer_ws.cuh):
 // at 64 padded heads, where the merge needs no row histogram (H200, k = 2048, same run: H = 64
 // 128 x 32K 239 -> 225 us, 128 x 64K 450 -> 435, N = 2 64 x 16K 131 -> 126.5; but H = 32 128 x 32K
-// 230 -> 235.5, so fewer heads keep the ordered path). The launcher and the merge plan (which
-// routes rows to merge_dense_row) both decide by it.
+// 230 -> 235.5, so fewer heads keep the ordered path, except in the pure variant, ws_pure, whose
+// 256-state stages pay for the stores there too). The launcher and the merge plan (which routes
+// rows to merge_dense_row) both decide by it.
 inline bool ws_topk_dense(const WgmmaPlan& plan, bool row_hist) {
-  return plan.ws_stages > 0 && plan.shape.hp == 64 && !row_hist;
+  return plan.ws_stages > 0 && (plan.shape.hp == 64 || plan.ws_pure) && !row_hist;
 }
 // paged_mqa_topk's scoring on it: grid CTAs, warpgroup w of CTA c scores partition 3 c + w (the
 // schedule has 3 x grid partitions, p.split = 1) into the candidate buffers `buf`.

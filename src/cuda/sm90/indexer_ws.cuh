@@ -221,7 +221,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 // paged_mqa_logits: scores straight to the logits; the CTA's partition (split over p.split CTAs)
 // dealt round robin to the three rings.
 struct WsLogits {
-  static constexpr int kHp = 0;  // kernels for every padded head count
+  static constexpr int kHpMin = 16;  // kernels for every padded head count (16, 32, 64)
   static constexpr bool kStaged = false;  // no scratch: 256-state stages (ws_stage)
   static constexpr bool kNw64Only = false;
   __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return 0; }
@@ -255,7 +255,8 @@ struct WsLogits {
 template <bool kDense, bool kPure = false>
 struct WsTopkT {
   static_assert(kDense || !kPure, "pure mode is a dense mode");
-  static constexpr int kHp = kDense ? 64 : 0;  // dense only at 64 padded heads (ws_topk_dense)
+  // Dense at 64 padded heads, pure also at 32 (ws_topk_dense): kernels for padded heads >= kHpMin.
+  static constexpr int kHpMin = kPure ? 32 : kDense ? 64 : 16;
   static constexpr bool kStaged = !kPure;
   static constexpr bool kNw64Only = kPure;  // pure only where a warpgroup's Q is one 64-column block
   fused_topk::CollectorBuffers buf;

@@ -17,7 +17,7 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
     if (std::atoi(env) == 0) return;
   }
   const WgmmaShape& s = plan->shape;
-  pure = topk && pure && s.q_rows * s.hp <= 64 && s.hp == 64;  // WsTopkT<true, true>'s kernels
+  pure = topk && pure && s.q_rows * s.hp <= 64 && s.hp >= 32;  // WsTopkT<true, true>'s kernels
   const int stage = ws_stage(s.q_rows, s.hp, topk && !pure);
   const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
                      : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
@@ -39,17 +39,20 @@ cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
   constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
-  constexpr bool kAnyHp = Epi::kHp == 0;  // else only kernels for Hp = Epi::kHp
   if (plan.nw == 64 && plan.ws_stage == kStage64) {
-    if constexpr (kAnyHp) {
+    if constexpr (Epi::kHpMin <= 16) {
       if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi>);
+    }
+    if constexpr (Epi::kHpMin <= 32) {
       if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi>);
     }
     if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi>);
   } else if (plan.nw == 128 && plan.ws_stage == 128) {
     if constexpr (!Epi::kNw64Only) {
-      if constexpr (kAnyHp) {
+      if constexpr (Epi::kHpMin <= 16) {
         if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
+      }
+      if constexpr (Epi::kHpMin <= 32) {
         if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
       }
       if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi>);
