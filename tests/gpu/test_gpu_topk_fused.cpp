@@ -461,10 +461,11 @@ TEST(GpuFusedTopk, TensOfRows) {
   run_fused_case(c);
 }
 
-// Tens of rows of up to 40K states on the warp-specialized kernel at 64 heads: dense pieces, ~18
-// per row, and rows that fit the merge's shared memory, so one merge CTA per row loads its keys in
-// one pass (merge_dense_row) instead of the split merge; empty, short (<= k) and long rows, with
-// scores + slot ids, indices only (winners straight to the output) and sorted.
+// Tens of rows of up to 40K states on the warp-specialized kernel at 64 heads (and 32: the pure
+// dense kernel): dense pieces, ~18 per row, and rows that fit the merge's shared memory, so one
+// merge CTA per row loads its keys in one pass (merge_dense_row) instead of the split merge;
+// empty, short (<= k) and long rows, with scores + slot ids, indices only (winners straight to
+// the output) and sorted.
 TEST(GpuFusedTopk, DenseRows) {
   std::vector<int64_t> lens;
   for (int b = 0; b < 24; ++b) {
@@ -481,6 +482,11 @@ TEST(GpuFusedTopk, DenseRows) {
   run_fused_case(c);
   c.sorted = true;
   c.spec.seed = 143;
+  run_fused_case(c);
+  // 32 heads: dense rows on the pure dense kernel.
+  c.sorted = false;
+  c.values = true;
+  c.spec = spec(IndexerFormat::kFp8, 24, 1, 32, 128, 64, lens, 144);
   run_fused_case(c);
 }
 

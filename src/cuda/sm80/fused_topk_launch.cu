@@ -163,10 +163,12 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   // bounds, and the histogram's atomics would only cost: 32 x 128K stays one CTA per row.)
   const int64_t per_row = (f->slots + f->p.work.groups - 1) / std::max<int64_t>(f->p.work.groups, 1);
   // Except where every row can be a dense row (fused_topk_merge.cuh, merge_dense_row): dense pieces
-  // (warp-specialized kernel at 64 padded heads, N = 1, no row histogram) that never leave dense
-  // mode, at most 32 per row, and rows (bounded by the block table) that fit the merge's shared
-  // memory as keys: one merge CTA per row then loads its keys once and selects.
-  const bool dense_rows = ws_topk_dense(f->wg, false) && rps == 1 && short_pieces && per_row <= 32 &&
+  // (warp-specialized kernel at 64 padded heads, or at 32 on the pure kernel chosen below, N = 1,
+  // no row histogram) that never leave dense mode, at most 32 per row, and rows (bounded by the
+  // block table) that fit the merge's shared memory as keys: one merge CTA per row then loads its
+  // keys once and selects.
+  const bool dense_heads = f->wg.ws_stages > 0 && (f->wg.shape.hp == 64 || f->wg.shape.hp == 32);
+  const bool dense_rows = dense_heads && rps == 1 && short_pieces && per_row <= 32 &&
                           pb.max_pages * pb.states_per_page <= 2 * int64_t(f->mcap);
   if (pb.rows * 2 <= sms && !dense_rows && (per_row > 32 || (per_row >= 8 && short_pieces))) {
     const int64_t want = per_row > 32 ? (per_row + 31) / 32 : (per_row + 3) / 4;
