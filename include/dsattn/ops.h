@@ -138,8 +138,9 @@ Status topk(const TopkParams& p, const Exec& ex);
 // paged_mqa_logits followed by topk without writing the [R, max_context] logits anywhere.
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
-// partition per SM) runs the tile kernel instead, same results, ~35-45 % slower at large batch
-// (H200, k = 2048, tile kernel forced: 128 x 32K 303 vs 211 us, 32 x 32K 129 vs 94 us).
+// partition per SM) runs the tile kernel instead, same results, slower at large batch (H200,
+// k = 2048: tile kernel forced 303 us at 128 x 32K and 129 us at 32 x 32K when last measured; the
+// warp-specialized call now takes 198 and 87 us).
 struct PagedMqaTopkParams : PagedIndexerArgs {
   int k = 0;
   TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding
