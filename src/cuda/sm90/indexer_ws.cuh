@@ -248,10 +248,13 @@ struct WsLogits {
 // paged_mqa_topk: warpgroup w of CTA c is partition 3 c + w (a contiguous piece per group, as the
 // collector needs: slot = partition + group) and runs a top-k collector on its own tiles, scores
 // staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
-// kPure (with kDense): every piece of the call fits its buffer (the plan proves it: no piece is
-// longer than its partition's share of the schedule units), so the staged scores and the ordered
-// append are never needed: no staging scratch, and the ring gets 256-state stages (6 x 192 ->
-// 6 x 256; paged_mqa_logits measured 185 -> 178 us for the same change at 128 x 32K).
+// kPure (with kDense): every piece of the call fits its buffer (the plan's bound: no piece is
+// longer than its partition's share of the schedule units, given context lengths within the block
+// table), so the staged scores and the ordered append are never needed: no staging scratch, and
+// the ring gets 256-state stages (6 x 192 -> 6 x 256; paged_mqa_logits measured 185 -> 178 us for
+// the same change at 128 x 32K). Context lengths beyond the block table can move the partition
+// boundaries so far that a piece outgrows its buffer: the kernel traps then rather than return a
+// wrong top-k (see ops.h; branch wip/pure-positional-appends has a recovery, not yet GPU-verified).
 template <bool kDense, bool kPure = false>
 struct WsTopkT {
   static_assert(kDense || !kPure, "pure mode is a dense mode");
@@ -310,7 +313,7 @@ struct WsTopkT {
     dense = false;
     if (!kDense || !dense_ok) return;
     if (dense_t0 < 0) dense_t0 = t0;  // a piece's tiles are consecutive runs of states
-    if (kPure && t0 + count - dense_t0 > buf.ccap) __trap();  // the plan rules it out (see kPure)
+    if (kPure && t0 + count - dense_t0 > buf.ccap) __trap();  // lengths beyond the table (see kPure)
     if (t0 + count - dense_t0 <= buf.ccap) {
       dense = true;
       dense_end = t0 + count;
