@@ -167,7 +167,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   // no row histogram) that never leave dense mode, at most 32 per row, and rows (bounded by the
   // block table) that fit the merge's shared memory as keys: one merge CTA per row then loads its
   // keys once and selects.
-  const bool dense_heads = f->wg.ws_stages > 0 && (f->wg.shape.hp == 64 || f->wg.shape.hp == 32);
+  const bool dense_heads = f->wg.ws_stages > 0 && (f->wg.shape.hp == 64 || ws_pure_shape(f->wg.shape));
   const bool dense_rows = dense_heads && rps == 1 && short_pieces && per_row <= 32 &&
                           pb.max_pages * pb.states_per_page <= 2 * int64_t(f->mcap);
   if (pb.rows * 2 <= sms && !dense_rows && (per_row > 32 || (per_row >= 8 && short_pieces))) {

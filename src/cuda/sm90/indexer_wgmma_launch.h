@@ -43,11 +43,15 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 
 // After plan_wgmma_indexer chose the Hopper kernel for paged decode: takes the warp-specialized
 // kernel (plan->ws_stages > 0; one CTA per SM) when at least kWsMinStages stages fit `budget`
-// with the logits (topk = false) or top-k collector (topk = true) scratch. pure (top-k, 64 padded
-// heads, N = 1): the dense kernel without staged scores (WsTopkT<true, true>), for a call whose
+// with the logits (topk = false) or top-k collector (topk = true) scratch. pure (top-k, shapes of
+// ws_pure_shape): the dense kernel without staged scores (WsTopkT<true, true>), for a call whose
 // every piece fits its buffer; plan->ws_pure says whether it was taken.
 // DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh (benchmark / test knob).
 void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure = false);
+// The shapes with pure dense kernels (indexer_ws_launch.cu): a warpgroup's Q is one 64-column block
+// (NW = 64, 256-state stages) at 32 or 64 padded heads. The plan of paged_mqa_topk routes rows to
+// the dense-row merge by the same rule.
+inline bool ws_pure_shape(const WgmmaShape& s) { return s.q_rows * s.hp <= 64 && s.hp >= 32; }
 // paged_mqa_logits on it (grid: one CTA per schedule partition, p.split CTAs each).
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
 // Whether paged_mqa_topk's scoring on it writes dense pieces (WsTopkT<true> in indexer_ws.cuh):

@@ -17,7 +17,7 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
     if (std::atoi(env) == 0) return;
   }
   const WgmmaShape& s = plan->shape;
-  pure = topk && pure && s.q_rows * s.hp <= 64 && s.hp >= 32;  // WsTopkT<true, true>'s kernels
+  pure = topk && pure && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
   const int stage = ws_stage(s.q_rows, s.hp, topk && !pure);
   const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
                      : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
