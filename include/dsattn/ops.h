@@ -59,10 +59,7 @@ struct PagedIndexerArgs {
 // entry outside [0, num_pages) -- or a state whose page index is >= max_pages -- is never read and
 // its states score -inf; a varlen row_request outside [0, B) gives an all -inf row; negative
 // lengths count as 0; states >= the logits width are not computed. The CPU backend rejects such
-// values with an error instead. One exception, on Hopper: paged_mqa_topk's dense scoring kernel
-// sizes its buffers from the block table, and a context length beyond max_pages * S that moves the
-// partition boundaries far enough makes it stop with a device trap (the call's stream then
-// reports an error) instead of scoring those states -inf. A caller-given `schedule` must come from schedule_metadata() on the
+// values with an error instead. A caller-given `schedule` must come from schedule_metadata() on the
 // same context_lens (a stale one can leave columns unwritten, never out-of-bounds accesses).
 
 struct PagedMqaLogitsParams : PagedIndexerArgs {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "common/indexer_test_util.h"
@@ -523,6 +524,25 @@ TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
   c.sorted = true;
   c.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, lens, 122);
   run_fused_case(c);
+}
+
+// The pure dense scoring kernel (no staged scores) forced onto pieces much longer than their
+// buffers (k = 100: 612 entries, ~1500 states per piece), as when context lengths beyond the block
+// table move the partition boundaries: each piece overflows, goes on with positional appends and
+// compacts while scoring; at 64 and 32 heads, against the reference and the unfused path.
+TEST(GpuFusedTopk, PureKernelPositionalAppends) {
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 140; ++b) lens.push_back(b % 5 == 4 ? 63 : 3000 + 211 * (b % 9));
+  struct ForcePure {  // unset again however the test ends
+    ForcePure() { setenv("DSATTN_FUSED_PURE", "force", 1); }
+    ~ForcePure() { unsetenv("DSATTN_FUSED_PURE"); }
+  } force;
+  FusedCase c;
+  c.k = 100;
+  for (int h : {64, 32}) {
+    c.spec = spec(IndexerFormat::kFp8, 140, 1, h, 128, 32, lens, 160 + h);
+    run_fused_case(c);
+  }
 }
 
 }  // namespace

@@ -250,11 +250,56 @@ struct WsLogits {
 // staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
 // kPure (with kDense): every piece of the call fits its buffer (the plan's bound: no piece is
 // longer than its partition's share of the schedule units, given context lengths within the block
-// table), so the staged scores and the ordered append are never needed: no staging scratch, and
-// the ring gets 256-state stages (6 x 192 -> 6 x 256; paged_mqa_logits measured 185 -> 178 us for
-// the same change at 128 x 32K). Context lengths beyond the block table can move the partition
-// boundaries so far that a piece outgrows its buffer: the kernel traps then rather than return a
-// wrong top-k (see ops.h; branch wip/pure-positional-appends has a recovery, not yet GPU-verified).
+// table), so no staged scores: no staging scratch, and the ring gets 256-state stages (6 x 192 ->
+// 6 x 256; paged_mqa_logits measured 185 -> 178 us for the same change at 128 x 32K). Should a
+// piece outgrow its buffer anyway (context lengths beyond the block table move the partition
+// boundaries), it goes on with positional appends: the collector's compaction makes room for two
+// tiles, the dense store (unchanged, so the hot path pays nothing) writes the tile's keys to the
+// buffer's last `count` positions, and tile_end moves them down to the row's count with their
+// indices (DSATTN_FUSED_PURE=force takes this kernel for any call: tests). A version that
+// appended at the row's count inside the store measured 197 -> 204 us at 128 x 32K, never taken.
+// The pure kernel's positional appends (WsTopkT's kPure), out of line, on a path that valid inputs
+// never take. Even so the kernels grew (registers 106 -> 117 at 64 heads; 124 -> 128 with 8 bytes
+// spilled at 32): H200 128 x 32K, three runs each, 197.4 -> 197.3 us at 64 heads, 194.8 -> 197.7
+// at 32 heads (the price of no trap on lengths beyond the block table).
+// Begin: after the piece's dense positions (from t_first on; t_first < 0: none, an earlier tile
+// already switched), whose indices are written now, room for the tile twice over in every row (its
+// entries moved down at the end, and the window [ccap - count, ccap) that the dense store writes
+// now); returns the store's dense_t0.
+__device__ __noinline__ inline int32_t ws_positional_begin(const fused_topk::CollectorBuffers b,
+                                                          fused_topk::CollectorShared& sh, int64_t slot, int rows,
+                                                          int32_t t0, int count, int32_t t_first,
+                                                          const fused_topk::WarpgroupGroup grp) {
+  if (t_first >= 0) {  // the switch-out: the dense positions become entries
+    const int n0 = t0 - t_first;
+    for (int j = 0; j < rows; ++j) {
+      int32_t* idx = b.idx + b.offset(slot, j);
+      for (int q = grp.rank(); q < n0; q += grp.size()) idx[q] = t_first + q;
+    }
+    if (grp.rank() < rows) sh.row[grp.rank()].cnt = n0;
+  }
+  grp.sync();  // the indices and counts above, or the previous tile's moves and counts
+  fused_topk::collector_reserve(b, sh, slot, rows, 2 * count, grp);
+  return t0 - (b.ccap - count);  // state t at position ccap - count + (t - t0)
+}
+// End: the tile's window moves down to each row's count, with its indices.
+__device__ __noinline__ inline void ws_positional_end(const fused_topk::CollectorBuffers b,
+                                                      fused_topk::CollectorShared& sh, int64_t base, int rows,
+                                                      int32_t t0, int count, const fused_topk::WarpgroupGroup grp) {
+  grp.sync();  // the tile's stores; the compaction's counts
+  for (int j = 0; j < rows; ++j) {
+    const int64_t row_base = base + int64_t(j) * b.ccap;
+    const int64_t to = row_base + sh.row[j].cnt, from = row_base + (b.ccap - count);
+    for (int q = grp.rank(); q < count; q += grp.size()) {
+      b.key[to + q] = b.key[from + q];
+      b.idx[to + q] = t0 + q;
+    }
+  }
+  grp.sync();  // every thread read the counts
+  if (grp.rank() < rows) sh.row[grp.rank()].cnt += count;
+  // ws_positional_begin syncs before the counts and entries are read again; so does collector_end
+}
+
 template <bool kDense, bool kPure = false>
 struct WsTopkT {
   static_assert(kDense || !kPure, "pure mode is a dense mode");
@@ -282,6 +327,7 @@ struct WsTopkT {
   bool dense_ok = false;   // this piece so far
   int64_t dense_base = 0;  // buf.offset(slot, 0)
   int32_t dense_t0 = 0, dense_end = 0;
+  int64_t slot = 0;        // part + the current group (kPure's positional appends)
 
   __host__ __device__ static size_t smem_bytes(const IndexerParams& p, int stage) {
     const size_t staged = kPure ? 0 : idx_align16(size_t(p.work.rows_per_group) * stage * 4);
@@ -299,7 +345,8 @@ struct WsTopkT {
   }
   __device__ void group_begin(int32_t g, int rows) {
     dense_ok = kDense;
-    dense_base = buf.offset(part + g, 0);
+    slot = part + g;
+    dense_base = buf.offset(slot, 0);
     dense_t0 = -1;
     fused_topk::collector_begin(*sh, rows, grp);
   }
@@ -311,16 +358,24 @@ struct WsTopkT {
   // Before the tile's scores: dense or staged (uniform over the warpgroup).
   __device__ void tile_begin(int rows, int32_t t0, int count) {
     dense = false;
-    if (!kDense || !dense_ok) return;
-    if (dense_t0 < 0) dense_t0 = t0;  // a piece's tiles are consecutive runs of states
-    if (kPure && t0 + count - dense_t0 > buf.ccap) __trap();  // lengths beyond the table (see kPure)
-    if (t0 + count - dense_t0 <= buf.ccap) {
+    if (!kDense) return;
+    if (dense_ok) {
+      if (dense_t0 < 0) dense_t0 = t0;  // a piece's tiles are consecutive runs of states
+      if (t0 + count - dense_t0 <= buf.ccap) {
+        dense = true;
+        dense_end = t0 + count;
+        return;
+      }
+    }
+    if constexpr (kPure) {  // positional appends from here on (see kPure)
+      dense_t0 = ws_positional_begin(buf, *sh, slot, rows, t0, count, dense_ok ? dense_t0 : -1, grp);
+      dense_ok = false;
       dense = true;
-      dense_end = t0 + count;
       return;
     }
     // From here on ordered appends, after the positions written so far, whose indices are written
     // now (compactions move entries). Both are read after tile_end's first barrier.
+    if (!dense_ok) return;
     dense_ok = false;
     const int n0 = t0 - dense_t0;
     for (int j = 0; j < rows; ++j) {
@@ -340,7 +395,11 @@ struct WsTopkT {
   }
   __device__ void tile_end(const IndexerParams&, int64_t g, int rows, int64_t row0, int32_t t0, int count,
                            const detail::RowWindow* win) {
-    if (kPure || (kDense && dense)) return;
+    if constexpr (kPure) {
+      if (!dense_ok) ws_positional_end(buf, *sh, dense_base, rows, t0, count, grp);
+      return;
+    }
+    if (kDense && dense) return;
     const int64_t slot = part + g;
     grp.sync();  // the tile's scores; the counts of the previous append
     fused_topk::collector_reserve(buf, *sh, slot, rows, count, grp);
