@@ -581,6 +581,68 @@ TEST(GpuTopk, SmallRowKernelAndSharedMemoryDirect) {
   }
 }
 
+// Few rows of 8K..64K positions take the cluster kernel (sm_90+: one thread-block cluster of up to
+// 8 CTAs per row, histograms summed through distributed shared memory). Against the CPU reference:
+// lengths around k and around the CTAs' 8192-position spans, ties at the threshold (coarse values,
+// so the third digit runs and ties straddle CTAs), NaN / infinity / constant rows, sorted output,
+// values, bf16, slot ids through row_request, rows not 16-byte aligned (scalar loads), k = 1 and
+// k = 4096, repeated launches bitwise identical.
+TEST(GpuTopk, ClusterKernelRows) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  cuda::TopkDeviceLimits lim;
+  ASSERT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
+  if (!lim.cluster) GTEST_SKIP() << "no thread-block cluster launch on this device";
+  Rng rng(41);
+  {  // lengths around k and the spans; ties; values; repeats
+    Case c;
+    c.rows = 8;
+    c.width = 65536;
+    c.k = 2048;
+    c.bounds = true;
+    c.values = true;
+    c.repeats = 3;
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 8);
+    run_case(c, coarse(rng, c.rows * c.width, 50), {0, 2047, 2049, 8191, 8193, 16385, 30000, 65536}, 4100);
+    run_case(c, coarse(rng, c.rows * c.width, 50), {1, 2048, 8192, 16384, 40000, 65535, 65536, 9000}, 4110);
+  }
+  {  // sorted, bf16, k = 4096 and k = 1
+    for (int k : {4096, 1}) {
+      Case c;
+      c.rows = 3;
+      c.width = 20000;
+      c.k = k;
+      c.sorted = true;
+      c.values = true;
+      c.bf16 = k == 4096;
+      ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 3);
+      run_case(c, coarse(rng, c.rows * c.width, 200), {}, 4101 + k);
+    }
+  }
+  {  // NaN / infinity / constant rows, slot ids through row_request, unaligned rows (ld = W + 3)
+    Case c;
+    c.rows = 5;
+    c.width = 40000;
+    c.k = 512;
+    c.values = true;
+    c.slots = true;
+    c.row_request = true;
+    c.ld_pad = 3;
+    c.sorted = false;
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 5);
+    std::vector<float> v = normals(rng, c.rows * c.width);
+    for (int64_t i = 0; i < c.width; ++i) {
+      v[i] = kNaN;                                                      // all NaN: the first k
+      v[c.width + i] = (i % 3 == 0) ? -kInf : kNaN;                     // -inf above NaN
+      v[2 * c.width + i] = 0.5f;                                        // constant: the first k
+      if (i % 997 == 5) v[3 * c.width + i] = kInf;                      // 41 infinities
+      if (i % 2 == 0) v[4 * c.width + i] = -0.0f;                       // -0 ties +0
+    }
+    run_case(c, v, {}, 4102);
+    c.sorted = true;
+    run_case(c, v, {}, 4103);
+  }
+}
+
 // The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows
 // emit 0..len-1, the others filter), sorted, values, bf16.
 TEST(GpuTopk, FilterPlanAroundK) {

@@ -20,6 +20,9 @@ using testing_gpu::FilterMinWidth;
 constexpr TopkDeviceLimits kH200{132, 232448 - 1024};
 // sm_120 configuration: 99 KiB.
 constexpr TopkDeviceLimits kSm120{188, 101376 - 1024};
+// The same with thread-block cluster launch (the cluster kernel's plans).
+constexpr TopkDeviceLimits kH200Cluster{132, 232448 - 1024, true};
+constexpr TopkDeviceLimits kSm120Cluster{188, 101376 - 1024, true};
 
 TEST(GpuTopkPlan, H200HandComputed) {
   FilterMinWidth off(0);  // the direct / split plans
@@ -106,6 +109,32 @@ TEST(GpuTopkPlan, DefaultFilterPolicy) {
   EXPECT_TRUE(p.direct);
 }
 
+TEST(GpuTopkPlan, ClusterPolicy) {
+  // With cluster launch: rows of 8193..65536 positions, one CTA per 8192 of them, at most 96 CTAs
+  // per call (default); not without cluster launch, not past 96 CTAs, not for wider rows.
+  TopkPlan p;
+  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(p.small_v, 8);
+  EXPECT_EQ(p.workspace_bytes, 0u);
+  EXPECT_EQ(p.smem_final, size_t(2 * 4096 + 4) * 4);
+  ASSERT_TRUE(plan_topk(12, 65536, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 8);
+  ASSERT_TRUE(plan_topk(48, 8193, 512, kSm120Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 2);
+  ASSERT_TRUE(plan_topk(13, 65536, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 0);
+  ASSERT_TRUE(plan_topk(25, 32768, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 0);
+  ASSERT_TRUE(plan_topk(1, 65537, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 0);
+  ASSERT_TRUE(plan_topk(1, 8192, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 0);
+  EXPECT_EQ(p.small_v, 8);
+  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200, &p).ok());
+  EXPECT_EQ(p.cluster, 0);
+}
+
 TEST(GpuTopkPlan, RejectsOutOfRangeK) {
   TopkPlan p;
   EXPECT_FALSE(plan_topk(1, 100, 0, kH200, &p).ok());
@@ -133,7 +162,7 @@ TEST(GpuTopkPlan, SmallBudgetDropsTheMlist) {
 
 TEST(GpuTopkPlan, InvariantsOverShapes) {
   for (int filter_min : {0, 4096, 1})
-  for (const TopkDeviceLimits& lim : {kH200, kSm120}) {
+  for (const TopkDeviceLimits& lim : {kH200, kSm120, kH200Cluster, kSm120Cluster}) {
     FilterMinWidth fm(filter_min);
     for (int k : {1, 7, 512, 1000, 2048, 4096}) {
       for (int64_t rows : {1, 2, 37, 128, 1000}) {
@@ -157,6 +186,18 @@ TEST(GpuTopkPlan, InvariantsOverShapes) {
             EXPECT_GE(p.f_zero_bytes, size_t(rows) * (4096 + 4) * 4);
             EXPECT_GE(p.f_off_cand_key, p.f_off_tile_cnt + size_t(rows) * p.f_tiles * 4);
             EXPECT_GE(p.workspace_bytes, p.f_off_cand_idx + size_t(rows) * p.f_mcap * 4);
+            continue;
+          }
+          if (p.cluster > 0) {
+            EXPECT_TRUE(lim.cluster);
+            EXPECT_FALSE(p.direct);
+            EXPECT_GT(width, 8192);
+            EXPECT_LE(p.cluster, 8);
+            EXPECT_GE(int64_t(p.cluster) * 8192, width);
+            EXPECT_LT(int64_t(p.cluster - 1) * 8192, width);
+            EXPECT_EQ(p.small_v, 8);
+            EXPECT_LE(p.smem_final, smem_max);
+            EXPECT_EQ(p.workspace_bytes, 0u);
             continue;
           }
           if (p.small_v > 0) {

@@ -4,6 +4,7 @@
 //
 // Flow for one row (length len, k < len):
 //   direct (row fits in shared memory):      topk_final_kernel<T, false>  (one CTA per row)
+//   cluster (sm_90+, few rows of 8K..64K):   topk_cluster_kernel<T, 8>  (topk_cluster.cuh)
 //   split  (long rows, or few rows):         topk_chunk_kernel<T>  -> [topk_merge_kernel]* ->
 //                                            topk_final_kernel<T, true>
 // Each chunk / merge CTA keeps the exact top-k of its range in position order (kc = round_up(k, 4)
@@ -253,6 +254,67 @@ __device__ __forceinline__ void load_run_keys(const T* __restrict__ p, int avail
   }
 }
 
+// A thread's run of V keys in registers, positions [base, base + V) of a row of len (the small and
+// cluster kernels). Radix digit of the run: act = the key is in the row and its bits from kShift +
+// kBits up equal `prefix` (none for the first digit, kShift + kBits = 32); bin = bits [kShift,
+// kShift + kBits).
+template <int kShift, int kBits, int V>
+__device__ __forceinline__ void run_digit(const uint32_t (&key)[V], int base, int len, uint32_t prefix,
+                                          bool (&act)[V], uint32_t (&bin)[V]) {
+  constexpr int kTop = kShift + kBits;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    if constexpr (kTop >= 32) {
+      (void)prefix;
+      act[v] = base + v < len;
+    } else {
+      act[v] = base + v < len && (key[v] >> kTop) == prefix;
+    }
+    bin[v] = (key[v] >> kShift) & ((1u << kBits) - 1u);
+  }
+}
+
+// The run's keys > T (low 16 bits) and == T (high 16 bits), packed for one shared scan.
+template <int V>
+__device__ __forceinline__ int run_counts(const uint32_t (&key)[V], int base, int len, uint32_t T) {
+  int g = 0, e = 0;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    g += base + v < len && key[v] > T ? 1 : 0;
+    e += base + v < len && key[v] == T ? 1 : 0;
+  }
+  return (e << 16) | g;
+}
+
+// Unsorted output: the run's winners (keys > T, then the first `need` == T over the row, given the
+// winners before the run: g_before / e_before) straight to the outputs, in index order.
+template <typename T, int V>
+__device__ __forceinline__ void run_write(const uint32_t (&key)[V], int base, int len, uint32_t T_key, int need,
+                                          int g_before, int e_before, const T* src, int64_t r,
+                                          const TopkOutputs& out) {
+  int w = g_before + min(e_before, need);
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const bool sel = base + v < len && (key[v] > T_key || (key[v] == T_key && e_before++ < need));
+    if (sel) out.write(r, w++, base + v, [&] { return to_float(src[base + v]); });
+  }
+}
+
+// Sorted output: the run's winners into (sel_key, sel_pos) at their places (see run_write).
+template <int V>
+__device__ __forceinline__ void run_stage(const uint32_t (&key)[V], int base, int len, uint32_t T_key, int need,
+                                          int g_before, int e_before, uint32_t* sel_key, int* sel_pos) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    if (base + v >= len) continue;
+    const int pos = winner_pos(key[v], T_key, need, g_before, e_before);
+    if (pos >= 0) {
+      sel_key[pos] = key[v];
+      sel_pos[pos] = base + v;
+    }
+  }
+}
+
 template <typename T, int V>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_small_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
@@ -275,11 +337,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
   bool act[V];
   uint32_t bin[V];
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    act[v] = base + v < len;
-    bin[v] = key[v] >> 20;
-  }
+  run_digit<20, 12>(key, base, len, 0u, act, bin);
   __syncthreads();  // histogram zeroed
   hist_add_v<V>(region, bin, act);
   __syncthreads();
@@ -287,11 +345,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   const uint32_t b1 = sh.bin;
   int k_rem = k - sh.above;
   for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    act[v] = base + v < len && (key[v] >> 20) == b1;
-    bin[v] = (key[v] >> 10) & (kBins2 - 1);
-  }
+  run_digit<10, 10>(key, base, len, b1, act, bin);
   __syncthreads();
   hist_add_v<V>(region, bin, act);
   __syncthreads();
@@ -308,11 +362,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   } else {
     __syncthreads();  // region[sh.bin] read before it is zeroed
     for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      act[v] = base + v < len && (key[v] >> 10) == p2;
-      bin[v] = key[v] & (kBins2 - 1);
-    }
+    run_digit<0, 10>(key, base, len, p2, act, bin);
     __syncthreads();
     hist_add_v<V>(region, bin, act);
     __syncthreads();
@@ -320,36 +370,15 @@ __global__ void __launch_bounds__(kTopkThreads)
     T_key = (p2 << 10) | sh.bin;
     need = k_rem - sh.above;
   }
-  int g = 0, e = 0;
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    g += base + v < len && key[v] > T_key ? 1 : 0;
-    e += base + v < len && key[v] == T_key ? 1 : 0;
-  }
   // Counts stay below 2^15 (len <= kSmallMaxV x 1024), so both prefixes share one scan. Its barriers
   // also end the last find_bin's reads of the histogram before sel_key / sel_pos overwrite it.
-  const int packed = block_exclusive_scan((e << 16) | g, sh);
-  int g_before = packed & 0xffff, e_before = packed >> 16;
-  if (!sorted) {
-    // Unsorted: the k winners (index order) go straight to the outputs; no staging pass. This
-    // thread's winners take consecutive places from w (keys > T, then the first `need` == T).
-    int w = g_before + min(e_before, need);
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const bool sel = base + v < len && (key[v] > T_key || (key[v] == T_key && e_before++ < need));
-      if (sel) out.write(r, w++, base + v, [&] { return to_float(src[base + v]); });
-    }
+  const int packed = block_exclusive_scan(run_counts(key, base, len, T_key), sh);
+  const int g_before = packed & 0xffff, e_before = packed >> 16;
+  if (!sorted) {  // the k winners (index order) straight to the outputs; no staging pass
+    run_write(key, base, len, T_key, need, g_before, e_before, src, r, out);
     return;
   }
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    if (base + v >= len) continue;
-    const int pos = winner_pos(key[v], T_key, need, g_before, e_before);
-    if (pos >= 0) {
-      sel_key[pos] = key[v];
-      sel_pos[pos] = base + v;
-    }
-  }
+  run_stage(key, base, len, T_key, need, g_before, e_before, sel_key, sel_pos);
   __syncthreads();
   finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "api/validate.h"
+#include "cuda/common/topk_cluster.cuh"
 #include "cuda/common/topk_filter.cuh"
 #include "cuda/common/topk_launch.cuh"
 #include "cuda/cuda_ops.h"
@@ -20,6 +21,9 @@ Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out) {
   DSATTN_CUDA_RETURN("topk", cudaGetDevice(&dev));
   DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&out->num_sms, cudaDevAttrMultiProcessorCount, dev));
   DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&out->smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  int cluster = 0;
+  DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, dev));
+  out->cluster = cluster != 0;
   // Room for the kernels' static shared memory (TopkShared) and the runtime's reserve.
   out->smem_max -= 1024;
   if (ex.smem_budget_bytes > 0) out->smem_max = std::min(out->smem_max, ex.smem_budget_bytes - 1024);
@@ -145,6 +149,20 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
       (tune.filter_max_rows <= 0 || rows <= tune.filter_max_rows) && plan_filter(rows, W, lim, plan)) {
     return Status::Ok();
   }
+  const int64_t small_max = std::min<int64_t>(tune.small_max_width, int64_t(kSmallMaxV) * kTopkThreads);
+  const int64_t cluster_span = int64_t(kClusterV) * kTopkThreads;
+  if (lim.cluster && rows > 0 && rows <= 65535 && W > small_max && W > cluster_span &&
+      W <= kClusterMaxCtas * cluster_span && rows * ceil_div(W, cluster_span) <= tune.cluster_max_ctas &&
+      lim.smem_max >= static_cast<int>(kClusterSmemWords * 4)) {
+    plan->direct = false;
+    plan->cluster = static_cast<int>(ceil_div(W, cluster_span));
+    plan->small_v = kClusterV;
+    plan->chunks = plan->cluster;
+    plan->chunk_len = static_cast<int>(cluster_span);
+    plan->smem_final = kClusterSmemWords * 4;
+    plan->workspace_bytes = 0;
+    return Status::Ok();
+  }
   const int64_t direct_max = tune.max_direct > 0 ? std::min(tune.max_direct, plan->cap) : plan->cap;
   int64_t C = std::max<int64_t>(1, ceil_div(W, direct_max));
   // Few rows: split each over several CTAs (chunks of at least min_chunk positions) to fill the SMs.
@@ -160,7 +178,6 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   if (C == 1) {
     plan->direct = true;
     plan->workspace_bytes = 0;
-    const int64_t small_max = std::min<int64_t>(tune.small_max_width, int64_t(kSmallMaxV) * kTopkThreads);
     if (W > 0 && W <= small_max) {  // keys in registers: shared memory only for the selection
       plan->small_v = W <= 4 * kTopkThreads ? 4 : 8;
       plan->smem_final = static_cast<size_t>(sel_words(plan->k_pad)) * 4;
@@ -230,6 +247,24 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
   const TopkOutputs out = topk_outputs(p.indices, p.values, pb.slot_transform ? p.slot_ids : TensorView{},
                                        p.block_table, p.row_request, p.next_n, p.states_per_page);
   if (plan.filter) return run_topk_filter<T>(plan, pb.rows, logits, ld, rb, p.sorted, out, ex);
+  if (plan.cluster > 0) {
+    auto kern = topk_cluster_kernel<T, kClusterV>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(plan.cluster), static_cast<unsigned>(pb.rows));
+    cfg.blockDim = dim3(kTopkThreads);
+    cfg.dynamicSmemBytes = plan.smem_final;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DSATTN_CUDA_RETURN(op, cudaLaunchKernelEx(&cfg, kern, logits, ld, rb, plan.k, plan.k_pad, p.sorted, out));
+    return last_launch_status(op, "topk_cluster_kernel");
+  }
   if (plan.direct && plan.small_v > 0) {
     auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));

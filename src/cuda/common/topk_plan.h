@@ -14,6 +14,7 @@ namespace cuda {
 struct TopkDeviceLimits {
   int num_sms = 0;
   int smem_max = 0;  // dynamic shared memory per block usable by the top-k kernels (bytes)
+  bool cluster = false;  // thread-block cluster launch (sm_90 and newer): topk_cluster_kernel
 };
 // Limits of the current device, capped by ex.smem_budget_bytes when set.
 Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out);
@@ -24,6 +25,8 @@ struct TopkPlan {
   int m_cap = 0;           // mlist capacity (topk_kernel.cuh); 0 when shared memory is too tight
   bool direct = true;      // one CTA per row straight from the logits
   int small_v = 0;         // direct rows of <= small_v * 1024 positions: topk_small_kernel<T, small_v>
+  int cluster = 0;         // > 0: topk_cluster_kernel, a cluster of `cluster` CTAs per row, keys in
+                           // registers (small_v per thread); chunks / chunk_len describe the CTAs
   int chunks = 1;          // C: chunks per row (split mode)
   int chunk_len = 0;       // positions per chunk
   static constexpr int kMaxLevels = 8;
@@ -69,6 +72,13 @@ struct TopkTuning {
   // 11.8 (13.6), 128 x 8192 13.7 (15.1); at 16 keys per thread (128 x 16384) it was slower, 20.9
   // against 18.0, so wider rows stay on the shared-memory kernel.
   int small_max_width = 8192;
+  // Rows wider than that and at most kClusterMaxCtas x 8192 wide go to the cluster kernel
+  // (topk_cluster.cuh, one CTA per 8192 positions) when the device has cluster launch and the call
+  // needs at most cluster_max_ctas CTAs; 0 disables it. H200, k = 2048 (cluster / other plans, us):
+  // 1 x 16K 12.8 / 20.1, 1 x 64K 17.4 / 22.0, 9 x 64K 22.5 / 24.7 (72 CTAs), 24 x 32K 18.3 / 24.1
+  // (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs), but at 128 CTAs in clusters of 4 and 8 the split
+  // plans win: 32 x 32K 29.6 / 24.7, 16 x 64K 33.2 / 25.8.
+  int cluster_max_ctas = 96;
 };
 TopkTuning& topk_tuning();
 

@@ -1,0 +1,233 @@
+// Cluster top-k for few rows of 8K..64K positions (SPEC §3.3), sm_90 and newer: one thread-block
+// cluster of C <= 8 CTAs per row, CTA c holding positions [c V 1024, (c + 1) V 1024) of the row in
+// registers (V keys per thread, as topk_small_kernel does for one CTA). Each radix digit (bits
+// 31..20, 19..10, 9..0) is histogrammed by every CTA in its own shared memory; after a cluster
+// barrier each CTA sums the C histograms through distributed shared memory, so all CTAs find the
+// same bin without a trip through global memory or another launch. The per-CTA (greater, equal)
+// totals are exchanged the same way, so each CTA places its winners in index order at the right
+// offsets; unsorted output goes straight to the outputs, sorted output is gathered into CTA 0,
+// which sorts and writes it. The split plan this replaces for such rows runs two kernels (chunk
+// top-ks, then a final selection over C x k candidates) and writes / reads the candidates.
+//
+// Shared memory (dynamic, kClusterSmemWords u32): [hist1 4096][csum1 64][hist2 1024][csum2 16]
+// [hist3 1024][csum3 16] ... [tot 4] at word 8192: this CTA's histograms and their 64-bin chunk
+// totals (read by the others), and its (greater, equal) totals. For sorted output, CTA 0's first
+// 2 k_pad <= 8192 words (the histograms, no longer read by then) receive (sel_key, sel_pos).
+#pragma once
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "cuda/common/topk_grid.cuh"
+#include "cuda/common/warp_scan.cuh"
+
+namespace dsattn {
+namespace cuda {
+namespace topk_detail {
+
+constexpr int kClusterMaxCtas = 8;  // portable cluster size
+constexpr int kClusterV = 8;        // keys per thread
+constexpr int kClusterSelWords = 2 * kMaxK;            // CTA 0's (sel_key, sel_pos), sorted output
+constexpr int kClusterSmemWords = kClusterSelWords + 4;  // + this CTA's (greater, equal) totals
+static_assert(kBins1 + kBins1 / 64 + 2 * (kBins2 + kBins2 / 64) <= kClusterSelWords, "histograms below tot");
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DSATTN_TOPK_CLUSTER_DEVICE 1
+#else
+#define DSATTN_TOPK_CLUSTER_DEVICE 0
+#endif
+
+#if DSATTN_TOPK_CLUSTER_DEVICE
+// Cluster barrier halves: arrive releases this thread's shared-memory writes (local or remote) to
+// the cluster, wait acquires everyone's. Every thread of every CTA of the cluster takes part.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+#endif
+
+// Histograms are summed over the cluster in two steps, both by one warp: first the 64-bin chunk
+// totals of every CTA (which chunk holds the k_rem-th key), then that chunk's 64 bins of every CTA.
+// Each CTA summing all C full histograms instead (128 KiB of distributed shared memory reads per
+// CTA for the first digit at C = 8) took ~28 % of the kernel's warp samples (H200, 1 x 64K).
+constexpr int kClusterChunk = 64;  // bins per chunk
+
+// This CTA's chunk totals: csum[i] = sum of hist[64 i, 64 i + 64). No barrier at the end: the
+// cluster barrier after it publishes them with the histogram.
+__device__ __forceinline__ void cluster_chunk_sums(const uint32_t* hist, uint32_t* csum, int nbins) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
+    const uint4 h = *reinterpret_cast<const uint4*>(hist + 4 * t);
+    uint32_t s = h.x + h.y + h.z + h.w;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((t & 15) == 0) csum[t >> 4] = s;
+  }
+}
+
+struct ClusterPick {
+  uint32_t bin;
+  int above;  // keys of the cluster in higher bins
+  int count;  // keys of the cluster in the bin
+};
+
+#if DSATTN_TOPK_CLUSTER_DEVICE
+// Sums over the C CTAs of the values at positions hi and hi - 1 (counting down; positions < 0
+// count 0) of array `a`, by lane; then the lane and place holding the k_rem-th largest. Warp-wide.
+__device__ __forceinline__ void cluster_pick_step(const cooperative_groups::cluster_group& cluster, int C,
+                                                  const uint32_t* a, int hi, int k_rem, int* pos, int* above,
+                                                  int* count) {
+  uint32_t v0 = 0, v1 = 0;
+#pragma unroll
+  for (int q = 0; q < kClusterMaxCtas; ++q) {
+    if (q < C) {
+      const uint32_t* r = cluster.map_shared_rank(a, q);
+      if (hi >= 0) v0 += r[hi];
+      if (hi >= 1) v1 += r[hi - 1];
+    }
+  }
+  const int local = static_cast<int>(v0 + v1);
+  const int incl = warp_inclusive_scan(local);
+  const int excl = incl - local;
+  const unsigned m = __ballot_sync(0xffffffffu, excl < k_rem && incl >= k_rem);
+  const int src = __ffs(m) - 1;  // the totals reach k_rem, so some lane crosses it
+  const bool first = excl + static_cast<int>(v0) >= k_rem;
+  *pos = __shfl_sync(0xffffffffu, first ? hi : hi - 1, src);
+  *above = __shfl_sync(0xffffffffu, first ? excl : excl + static_cast<int>(v0), src);
+  *count = __shfl_sync(0xffffffffu, static_cast<int>(first ? v0 : v1), src);
+}
+
+// Warp 0, after the cluster barrier that published every CTA's hist and csum (nbins = 4096 or
+// 1024): the bin of the cluster-wide histogram holding the k_rem-th largest key into *pick.
+__device__ __forceinline__ void cluster_pick(const cooperative_groups::cluster_group& cluster, int C,
+                                             const uint32_t* hist, const uint32_t* csum, int nbins, int k_rem,
+                                             ClusterPick* pick) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int nch = nbins / kClusterChunk;  // 64 or 16: two chunks per lane at most
+  int ch, above, count;
+  cluster_pick_step(cluster, C, csum, nch - 1 - 2 * lane, k_rem, &ch, &above, &count);
+  int bin, above2;
+  cluster_pick_step(cluster, C, hist, ch * kClusterChunk + kClusterChunk - 1 - 2 * lane, k_rem - above, &bin,
+                    &above2, &count);
+  if (lane == 0) {
+    pick->bin = static_cast<uint32_t>(bin);
+    pick->above = above + above2;
+    pick->count = count;
+  }
+}
+#endif
+
+// grid (C, R), cluster (C, 1, 1): CTA c of cluster r works on row r. Rows of len <= k take CTA 0
+// alone (finish_short_row); the others return at once (no cluster barrier is reached then).
+template <typename T, int V>
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_cluster_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
+                        int64_t ld, TopkRowBounds rb, int k, int k_pad, bool sorted, TopkOutputs out) {
+#if DSATTN_TOPK_CLUSTER_DEVICE
+  namespace cg = cooperative_groups;
+  __shared__ TopkShared sh;
+  __shared__ ClusterPick pick;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int c = static_cast<int>(cluster.block_rank());
+  const int C = static_cast<int>(cluster.num_blocks());
+  const int tid = static_cast<int>(threadIdx.x);
+  const bool warp0 = tid < 32;
+  const int64_t r = blockIdx.y;
+  int start, len;
+  rb.get(r, &start, &len);
+  const T* src = row_ptr(logits, ld, r) + start;
+  uint32_t* hist1 = topk_dyn_smem;
+  uint32_t* csum1 = hist1 + kBins1;
+  uint32_t* hist2 = csum1 + kBins1 / kClusterChunk;
+  uint32_t* csum2 = hist2 + kBins2;
+  uint32_t* hist3 = csum2 + kBins2 / kClusterChunk;
+  uint32_t* csum3 = hist3 + kBins2;
+  int* tot = reinterpret_cast<int*>(topk_dyn_smem + kClusterSelWords);
+  uint32_t* sel_key = topk_dyn_smem;
+  int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
+  if (len <= k) {  // uniform over the cluster
+    if (c == 0) finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+    return;
+  }
+  for (int i = tid; i < kBins1; i += kTopkThreads) hist1[i] = 0;
+  for (int i = tid; i < kBins2; i += kTopkThreads) {
+    hist2[i] = 0;
+    hist3[i] = 0;
+  }
+  const int base = c * V * kTopkThreads + tid * V;
+  uint32_t key[V];
+  load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
+  bool act[V];
+  uint32_t bin[V];
+  run_digit<20, 12>(key, base, len, 0u, act, bin);
+  __syncthreads();  // histograms zeroed
+  hist_add_v<V>(hist1, bin, act);
+  __syncthreads();
+  cluster_chunk_sums(hist1, csum1, kBins1);
+  cluster_sync();  // every CTA's digit-1 histogram and chunk totals
+  if (warp0) cluster_pick(cluster, C, hist1, csum1, kBins1, k, &pick);
+  __syncthreads();
+  const uint32_t b1 = pick.bin;
+  int k_rem = k - pick.above;
+  run_digit<10, 10>(key, base, len, b1, act, bin);
+  hist_add_v<V>(hist2, bin, act);
+  __syncthreads();
+  cluster_chunk_sums(hist2, csum2, kBins2);
+  cluster_sync();  // digit 2 (pick is rewritten only after every thread passed this barrier)
+  if (warp0) cluster_pick(cluster, C, hist2, csum2, kBins2, k_rem, &pick);
+  __syncthreads();
+  const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
+  k_rem -= pick.above;
+  // As in topk_small_kernel: the whole 22-bit bin needed skips the third digit (uniform).
+  const bool whole_bin = p2 > 0u && pick.count == k_rem;
+  uint32_t T_key;
+  int need;
+  if (whole_bin) {
+    T_key = (p2 << 10) - 1u;
+    need = 0;
+  } else {
+    run_digit<0, 10>(key, base, len, p2, act, bin);
+    hist_add_v<V>(hist3, bin, act);
+    __syncthreads();
+    cluster_chunk_sums(hist3, csum3, kBins2);
+    cluster_sync();
+    if (warp0) cluster_pick(cluster, C, hist3, csum3, kBins2, k_rem, &pick);
+    __syncthreads();
+    T_key = (p2 << 10) | pick.bin;
+    need = k_rem - pick.above;
+  }
+  // Counts per CTA stay below 2^15 (V x 1024 <= 8192 keys), so both prefixes share one scan.
+  const int counts = run_counts(key, base, len, T_key);
+  const int packed = block_exclusive_scan(counts, sh);
+  int g_before = packed & 0xffff, e_before = packed >> 16;
+  if (tid == kTopkThreads - 1) {
+    tot[0] = g_before + (counts & 0xffff);
+    tot[1] = e_before + (counts >> 16);
+  }
+  cluster_sync();  // every CTA's totals
+  for (int q = 0; q < c; ++q) {  // the winners of the CTAs before this one (index order)
+    const int* t = cluster.map_shared_rank(tot, q);
+    g_before += t[0];
+    e_before += t[1];
+  }
+  if (!sorted) {
+    cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
+    run_write(key, base, len, T_key, need, g_before, e_before, src, r, out);  // index order
+    cluster_wait();  // no CTA leaves while another may still read its shared memory
+    return;
+  }
+  run_stage(key, base, len, T_key, need, g_before, e_before, cluster.map_shared_rank(sel_key, 0),
+            cluster.map_shared_rank(sel_pos, 0));  // into CTA 0
+  cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
+  if (c == 0) finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
+#else
+  (void)logits; (void)ld; (void)rb; (void)k; (void)k_pad; (void)sorted; (void)out;
+  __trap();  // never launched: the plan takes this kernel only on devices with cluster launch
+#endif
+}
+
+}  // namespace topk_detail
+}  // namespace cuda
+}  // namespace dsattn
