@@ -68,15 +68,45 @@ struct MergeShared {
 struct RoundVec {
   int w, vi, cnt;
 };
-__device__ __forceinline__ RoundVec round_vec(const MergeShared& sh, int m, int v) {
+// The slot of the round (m slots) that holds flat vector v: the first whose vector prefix exceeds v.
+__device__ __forceinline__ int round_slot(const MergeShared& sh, int m, int v) {
   int w = 0;
 #pragma unroll
   for (int step = 16; step > 0; step >>= 1) {
     if (w + step <= m - 1 && sh.slot_vend[w + step - 1] <= v) w += step;
   }
+  return w;
+}
+__device__ __forceinline__ RoundVec round_vec(const MergeShared& sh, int m, int v) {
+  const int w = round_slot(sh, m, v);
   const int vi = v - (w > 0 ? sh.slot_vend[w - 1] : 0);
   const int slot_n = sh.slot_end[w] - (w > 0 ? sh.slot_end[w - 1] : 0);
   return RoundVec{w, vi, min(4, slot_n - 4 * vi)};
+}
+
+// Warp 0, one round of up to 32 slots: lane l reads the header of slot s = sb + l of row j (none
+// past s1): its count n (clamped to [0, ccap]) and, with kT0, t0 (dense slot: entry p is state
+// t0 + p; -1: indices stored), and publishes the round's prefixes sh.slot_end / slot_vend (and
+// sh.slot_t0). Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
+struct RoundSlot {
+  int n, t0, incl, vincl;  // this lane's slot; incl / vincl: inclusive prefixes over the lanes
+};
+template <bool kT0>
+__device__ __forceinline__ RoundSlot round_headers(const CollectorBuffers& b, int64_t s, int64_t s1, int j,
+                                                   MergeShared& sh) {
+  const int lane = threadIdx.x & 31;
+  RoundSlot r{0, -1, 0, 0};
+  if (s < s1) {
+    const int32_t* h = b.header_of(s, j);
+    r.n = min(max(h[0], 0), b.ccap);
+    if constexpr (kT0) r.t0 = h[1] - 1;
+  }
+  r.incl = warp_inclusive_scan(r.n);
+  r.vincl = warp_inclusive_scan((r.n + 3) >> 2);
+  sh.slot_end[lane] = r.incl;
+  sh.slot_vend[lane] = r.vincl;
+  if constexpr (kT0) sh.slot_t0[lane] = r.t0;
+  return r;
 }
 
 // The first-digit histogram (top 12 key bits, kBins1 words at region) of keys[0, n) in shared
@@ -148,12 +178,7 @@ __device__ __noinline__ inline void merge_row_bound(const CollectorBuffers b, in
   for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) hist[i] = 0;
   for (int64_t sb = s0; sb < s1; sb += 32) {
     __syncthreads();  // the histogram's zeroes; the previous round's slot prefixes consumed
-    if (warp == 0) {
-      const int64_t s = sb + lane;
-      const int n = s < s1 ? min(max(b.header_of(s, j)[0], 0), b.ccap) : 0;
-      sh.slot_end[lane] = warp_inclusive_scan(n);
-      sh.slot_vend[lane] = warp_inclusive_scan((n + 3) >> 2);
-    }
+    if (warp == 0) round_headers<false>(b, sb + lane, s1, j, sh);
     __syncthreads();
     const int m = static_cast<int>(s1 - sb < 32 ? s1 - sb : 32);
     const int nv = sh.slot_vend[m - 1];
@@ -204,23 +229,10 @@ __device__ __noinline__ inline bool merge_dense_row(const CollectorBuffers b, in
   if (b.rows_per_slot != 1 || s1 <= s0 || s1 - s0 > 32) return false;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (warp == 0) {
-    const int64_t s = s0 + lane;
-    int n = 0, t0 = 0;
-    bool dense = true;
-    if (s < s1) {
-      const int32_t* h = b.header_of(s, 0);
-      n = min(max(h[0], 0), b.ccap);
-      t0 = h[1] - 1;
-      dense = t0 >= 0 || n == 0;
-    }
-    const bool all = __all_sync(0xffffffffu, dense);
-    const int incl = warp_inclusive_scan(n);
-    const int vincl = warp_inclusive_scan((n + 3) >> 2);
-    sh.slot_end[lane] = incl;
-    sh.slot_vend[lane] = vincl;
-    sh.slot_t0[lane] = t0;
-    const int total = __shfl_sync(0xffffffffu, incl, 31);
-    const int vtotal = __shfl_sync(0xffffffffu, vincl, 31);
+    const RoundSlot rs = round_headers<true>(b, s0 + lane, s1, 0, sh);
+    const bool all = __all_sync(0xffffffffu, rs.t0 >= 0 || rs.n == 0);  // every slot dense (or empty)
+    const int total = __shfl_sync(0xffffffffu, rs.incl, 31);
+    const int vtotal = __shfl_sync(0xffffffffu, rs.vincl, 31);
     if (lane == 0) sh.round_n = (all && total > k && 4 * vtotal <= 2 * mcap) ? static_cast<int>(s1 - s0) : 0;
   }
   uint32_t* region = fused_merge_smem + 2 * mcap;
@@ -268,12 +280,8 @@ __device__ __noinline__ inline bool merge_dense_row(const CollectorBuffers b, in
   __syncthreads();
   uint32_t* keys = fused_merge_smem;
   const int total = 4 * nv;
-  auto state_of = [&](int p) {
-    int w = 0;
-#pragma unroll
-    for (int step = 16; step > 0; step >>= 1) {
-      if (w + step <= m - 1 && 4 * sh.slot_vend[w + step - 1] <= p) w += step;
-    }
+  auto state_of = [&](int p) {  // entry p lies in vector p / 4
+    const int w = round_slot(sh, m, p >> 2);
     return sh.slot_t0[w] + p - 4 * (w > 0 ? sh.slot_vend[w - 1] : 0);
   };
   const bool to_out = out.indices_only(sorted);
@@ -411,20 +419,9 @@ __global__ void __launch_bounds__(kTopkThreads)
   for (int64_t sb = s0; sb < s1;) {
     if (warp == 0) {
       const int64_t s = sb + lane;
-      int n = 0, t0 = -1;
-      if (s < s1) {
-        // Headers are zeroed before the scoring kernel; a piece that never ran reads as empty.
-        const int32_t* h = b.header_of(s, j);
-        n = min(max(h[0], 0), b.ccap);
-        t0 = h[1] - 1;
-      }
-      sh.slot_t0[lane] = t0;
-      int incl = warp_inclusive_scan(n);
-      const bool fits = s < s1 && incl <= mcap - sh.cnt;  // incl grows with lane: a prefix fits
+      const RoundSlot rs = round_headers<true>(b, s, s1, j, sh);
+      const bool fits = s < s1 && rs.incl <= mcap - sh.cnt;  // incl grows with lane: a prefix fits
       const int m = __popc(__ballot_sync(0xffffffffu, fits));
-      int vincl = warp_inclusive_scan((n + 3) >> 2);
-      sh.slot_end[lane] = incl;
-      sh.slot_vend[lane] = vincl;
       if (lane == 0) sh.round_n = m;
     }
     __syncthreads();
