@@ -295,6 +295,13 @@ void run_fused_case(const FusedCase& c) {
   }
 }
 
+// Sets an environment variable (the op's plan knobs) for a scope, unset again however it ends.
+struct EnvScope {
+  const char* name;
+  EnvScope(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~EnvScope() { unsetenv(name); }
+};
+
 PagedCaseSpec spec(IndexerFormat f, int B, int N, int H, int D, int S, std::vector<int64_t> lengths, uint64_t seed) {
   PagedCaseSpec s;
   s.format = f;
@@ -533,16 +540,73 @@ TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
 TEST(GpuFusedTopk, PureKernelPositionalAppends) {
   std::vector<int64_t> lens;
   for (int b = 0; b < 140; ++b) lens.push_back(b % 5 == 4 ? 63 : 3000 + 211 * (b % 9));
-  struct ForcePure {  // unset again however the test ends
-    ForcePure() { setenv("DSATTN_FUSED_PURE", "force", 1); }
-    ~ForcePure() { unsetenv("DSATTN_FUSED_PURE"); }
-  } force;
+  EnvScope force("DSATTN_FUSED_PURE", "force");
   FusedCase c;
   c.k = 100;
   for (int h : {64, 32}) {
     c.spec = spec(IndexerFormat::kFp8, 140, 1, h, 128, 32, lens, 160 + h);
     run_fused_case(c);
   }
+}
+
+// 8..16 rows spread over many pieces take the cluster merge on devices with cluster launch (one
+// cluster of 8 CTAs per row), fewer with DSATTN_FUSED_CLUSTER=1: 16 rows, lengths around k, empty
+// and one-state rows, N = 2, scores + slot ids, sorted, indices only; pieces that compact (stored
+// indices) and the pure kernel's positional appends (forced, k = 100). Skipped asserts nothing
+// about the plan: on devices without cluster launch these run the split merge.
+TEST(GpuFusedTopk, ClusterMergeRows) {
+  FusedCase c;
+  c.k = 2048;
+  std::vector<int64_t> lens = {65536, 0, 1, 2047, 2048, 2049, 30000, 8191, 40000, 5, 64000, 2500, 17000, 9000, 100, 33333};
+  c.spec = spec(IndexerFormat::kFp8, 16, 1, 64, 128, 64, lens, 171);
+  run_fused_case(c);
+  c.sorted = true;
+  c.spec = spec(IndexerFormat::kFp8, 8, 2, 32, 128, 32, {40000, 2048, 0, 65000, 3000, 2049, 12000, 7}, 172);
+  run_fused_case(c);
+  EnvScope any("DSATTN_FUSED_CLUSTER", "1");
+  c.sorted = false;
+  c.values = false;
+  c.slots = false;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 3, 1, 32, 128, 64, {60000, 513, 20000}, 173);
+  run_fused_case(c);
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 175);
+  run_fused_case(c);
+  {
+    EnvScope force("DSATTN_FUSED_PURE", "force");
+    c.values = true;
+    c.slots = true;
+    c.k = 100;
+    c.spec = spec(IndexerFormat::kFp8, 4, 1, 32, 128, 64, {50000, 300, 20000, 101}, 174);
+    run_fused_case(c);
+  }
+}
+
+// The split merge (two launches, row histograms), which few long rows take below 8 rows and on
+// devices without cluster launch, forced with DSATTN_FUSED_CLUSTER=0: one row, sorted; every
+// score tied; a few rows with N = 2; pieces that compact; 8 rows (the cluster merge's by default).
+TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
+  EnvScope off("DSATTN_FUSED_CLUSTER", "0");
+  FusedCase c;
+  c.k = 2048;
+  c.sorted = true;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 181);
+  run_fused_case(c);
+  c.sorted = false;
+  c.zero_keys = true;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {9000}, 182);
+  run_fused_case(c);
+  c.zero_keys = false;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 3, 2, 32, 128, 64, {40000, 2100, 9000}, 183);
+  run_fused_case(c);
+  c.k = 64;
+  c.spec = spec(IndexerFormat::kFp8, 6, 1, 32, 128, 64, {120000, 90000, 65, 64, 70000, 100000}, 184);
+  run_fused_case(c);
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 8, 1, 64, 128, 64, {65536, 30000, 2049, 0, 50000, 8000, 65000, 1}, 185);
+  run_fused_case(c);
 }
 
 }  // namespace

@@ -117,6 +117,40 @@ __device__ __forceinline__ void cluster_pick(const cooperative_groups::cluster_g
     pick->count = count;
   }
 }
+
+// The three digits' histograms of this CTA and their chunk totals, at the start of the dynamic
+// shared memory (see the top comment).
+struct ClusterHists {
+  uint32_t *hist1, *csum1, *hist2, *csum2, *hist3, *csum3;
+  __device__ explicit ClusterHists(uint32_t* base)
+      : hist1(base),
+        csum1(base + kBins1),
+        hist2(csum1 + kBins1 / kClusterChunk),
+        csum2(hist2 + kBins2),
+        hist3(csum2 + kBins2 / kClusterChunk),
+        csum3(hist3 + kBins2) {}
+  __device__ void zero() const {  // block-wide; the caller syncs before the first hist_add
+    for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) hist1[i] = 0;
+    for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) {
+      hist2[i] = 0;
+      hist3[i] = 0;
+    }
+  }
+};
+
+// After this CTA's histogram of one digit is complete in its threads: publishes it with its chunk
+// totals, and the bin of the cluster-wide histogram holding the k_rem-th key lands in *pick (every
+// thread may read it on return; it is rewritten only after the next cluster barrier). Block-wide,
+// every CTA of the cluster.
+__device__ __forceinline__ void cluster_digit(const cooperative_groups::cluster_group& cluster, int C,
+                                              const uint32_t* hist, uint32_t* csum, int nbins, int k_rem,
+                                              ClusterPick* pick) {
+  __syncthreads();
+  cluster_chunk_sums(hist, csum, nbins);
+  cluster_sync();
+  if (threadIdx.x < 32) cluster_pick(cluster, C, hist, csum, nbins, k_rem, pick);
+  __syncthreads();
+}
 #endif
 
 // grid (C, R), cluster (C, 1, 1): CTA c of cluster r works on row r. Rows of len <= k take CTA 0
@@ -133,17 +167,11 @@ __global__ void __launch_bounds__(kTopkThreads)
   const int c = static_cast<int>(cluster.block_rank());
   const int C = static_cast<int>(cluster.num_blocks());
   const int tid = static_cast<int>(threadIdx.x);
-  const bool warp0 = tid < 32;
   const int64_t r = blockIdx.y;
   int start, len;
   rb.get(r, &start, &len);
   const T* src = row_ptr(logits, ld, r) + start;
-  uint32_t* hist1 = topk_dyn_smem;
-  uint32_t* csum1 = hist1 + kBins1;
-  uint32_t* hist2 = csum1 + kBins1 / kClusterChunk;
-  uint32_t* csum2 = hist2 + kBins2;
-  uint32_t* hist3 = csum2 + kBins2 / kClusterChunk;
-  uint32_t* csum3 = hist3 + kBins2;
+  const ClusterHists h(topk_dyn_smem);
   int* tot = reinterpret_cast<int*>(topk_dyn_smem + kClusterSelWords);
   uint32_t* sel_key = topk_dyn_smem;
   int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
@@ -151,11 +179,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     if (c == 0) finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
     return;
   }
-  for (int i = tid; i < kBins1; i += kTopkThreads) hist1[i] = 0;
-  for (int i = tid; i < kBins2; i += kTopkThreads) {
-    hist2[i] = 0;
-    hist3[i] = 0;
-  }
+  h.zero();
   const int base = c * V * kTopkThreads + tid * V;
   uint32_t key[V];
   load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
@@ -163,21 +187,13 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t bin[V];
   run_digit<20, 12>(key, base, len, 0u, act, bin);
   __syncthreads();  // histograms zeroed
-  hist_add_v<V>(hist1, bin, act);
-  __syncthreads();
-  cluster_chunk_sums(hist1, csum1, kBins1);
-  cluster_sync();  // every CTA's digit-1 histogram and chunk totals
-  if (warp0) cluster_pick(cluster, C, hist1, csum1, kBins1, k, &pick);
-  __syncthreads();
+  hist_add_v<V>(h.hist1, bin, act);
+  cluster_digit(cluster, C, h.hist1, h.csum1, kBins1, k, &pick);
   const uint32_t b1 = pick.bin;
   int k_rem = k - pick.above;
   run_digit<10, 10>(key, base, len, b1, act, bin);
-  hist_add_v<V>(hist2, bin, act);
-  __syncthreads();
-  cluster_chunk_sums(hist2, csum2, kBins2);
-  cluster_sync();  // digit 2 (pick is rewritten only after every thread passed this barrier)
-  if (warp0) cluster_pick(cluster, C, hist2, csum2, kBins2, k_rem, &pick);
-  __syncthreads();
+  hist_add_v<V>(h.hist2, bin, act);
+  cluster_digit(cluster, C, h.hist2, h.csum2, kBins2, k_rem, &pick);
   const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
   k_rem -= pick.above;
   // As in topk_small_kernel: the whole 22-bit bin needed skips the third digit (uniform).
@@ -189,12 +205,8 @@ __global__ void __launch_bounds__(kTopkThreads)
     need = 0;
   } else {
     run_digit<0, 10>(key, base, len, p2, act, bin);
-    hist_add_v<V>(hist3, bin, act);
-    __syncthreads();
-    cluster_chunk_sums(hist3, csum3, kBins2);
-    cluster_sync();
-    if (warp0) cluster_pick(cluster, C, hist3, csum3, kBins2, k_rem, &pick);
-    __syncthreads();
+    hist_add_v<V>(h.hist3, bin, act);
+    cluster_digit(cluster, C, h.hist3, h.csum3, kBins2, k_rem, &pick);
     T_key = (p2 << 10) | pick.bin;
     need = k_rem - pick.above;
   }

@@ -248,22 +248,8 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
                                        p.block_table, p.row_request, p.next_n, p.states_per_page);
   if (plan.filter) return run_topk_filter<T>(plan, pb.rows, logits, ld, rb, p.sorted, out, ex);
   if (plan.cluster > 0) {
-    auto kern = topk_cluster_kernel<T, kClusterV>;
-    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(plan.cluster), static_cast<unsigned>(pb.rows));
-    cfg.blockDim = dim3(kTopkThreads);
-    cfg.dynamicSmemBytes = plan.smem_final;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DSATTN_CUDA_RETURN(op, cudaLaunchKernelEx(&cfg, kern, logits, ld, rb, plan.k, plan.k_pad, p.sorted, out));
-    return last_launch_status(op, "topk_cluster_kernel");
+    return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, pb.rows, plan.smem_final, st, op,
+                          "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, static_cast<bool>(p.sorted), out);
   }
   if (plan.direct && plan.small_v > 0) {
     auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;

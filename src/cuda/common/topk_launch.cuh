@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/topk_grid.cuh"
 #include "cuda/common/topk_plan.h"
@@ -69,6 +71,28 @@ inline Status set_smem(K kernel, size_t bytes, const char* op) {
   return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)),
                      op, "cudaFuncSetAttribute(topk smem)");
+}
+
+// Launches `kernel` on grid (cluster, rows) with thread-block clusters of (cluster, 1, 1) (the
+// cluster top-k and the fused cluster merge; sm_90 and newer), kTopkThreads threads per CTA.
+template <typename... KArgs, typename... Args>
+Status launch_cluster(void (*kernel)(KArgs...), int cluster, int64_t rows, size_t smem, cudaStream_t st,
+                      const char* op, const char* name, Args&&... args) {
+  DSATTN_RETURN_IF_ERROR(set_smem(kernel, smem, op));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster), static_cast<unsigned>(rows));
+  cfg.blockDim = dim3(kTopkThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DSATTN_CUDA_RETURN(op, cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  return last_launch_status(op, name);
 }
 
 // Candidates of every row are in buf.key[0] / buf.idx[0] ([rows, plan.level_in_n[0]] or, without

@@ -14,6 +14,7 @@
 #include "cuda/common/indexer_schedule.h"
 #include "cuda/common/topk_launch.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/sm80/fused_topk_cluster_merge.cuh"
 #include "cuda/sm80/fused_topk_epilogue.cuh"
 #include "cuda/sm80/fused_topk_merge.cuh"
 #include "cuda/sm80/indexer_launch.h"
@@ -53,6 +54,14 @@ size_t topk_epi_smem(const IndexerParams& p) { return TopkEpilogue::smem_bytes(p
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
+// Rows of the cluster merge (8 CTAs each). H200, paged_mqa_topk k = 2048 (cluster / split merge,
+// us): 8 x 64K 78.5-79.2 / 84.1-84.3, 16 x 32K 66.1-66.2 / 66.0-66.6, 4 x 64K 64.1 / 64.4-64.7,
+// but 1 x 64K 47.9-48.6 / 36.6-36.8 and 1 x 256K 129 / 53: one cluster's eight CTAs then read
+// and select the whole row (ncu, 1 x 64K: scoring 15.3 -> 12.5 us without the row histograms, the
+// merge 39.6 us against 13.4 + 11.1 for the split merge's two levels). So by default from 8 rows
+// on; DSATTN_FUSED_CLUSTER=1 takes it from 1 row (tests), =0 never.
+constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
+
 struct FusedPlan {
   IndexerParams p;
   IndexerConfig cfg;
@@ -65,7 +74,10 @@ struct FusedPlan {
   int ccap = 0, k_pad = 0, m_cap = 0, mcap = 0;
   size_t merge_smem = 0;
   size_t off_key = 0, off_idx = 0, off_hdr = 0, hdr_bytes = 0, total = 0;
-  // Split merge (few rows with many pieces): `split` level-1 CTAs per row, their outputs here.
+  // Cluster merge (few rows with many pieces, sm_90+): `cluster` CTAs per row in one launch.
+  int cluster = 0;
+  // Split merge (few rows with many pieces, no cluster merge): `split` level-1 CTAs per row,
+  // their outputs here.
   int split = 1, kc = 0;
   size_t off_pkey = 0, off_pidx = 0, off_phdr = 0;
   // Row histograms and level 1's records (split merge only), right after the headers so one
@@ -172,7 +184,25 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   const bool dense_heads = f->wg.ws_stages > 0 && (f->wg.shape.hp == 64 || ws_pure_shape(f->wg.shape));
   const bool dense_rows = dense_heads && rps == 1 && short_pieces && per_row <= 32 &&
                           pb.max_pages * pb.states_per_page <= 2 * int64_t(f->mcap);
-  if (pb.rows * 2 <= sms && !dense_rows && (per_row > 32 || (per_row >= 8 && short_pieces))) {
+  const bool few_long_rows = pb.rows * 2 <= sms && !dense_rows && (per_row > 32 || (per_row >= 8 && short_pieces));
+  // On devices with cluster launch, kClusterMergeMinRows..kClusterMergeMaxRows such rows take the
+  // cluster merge (fused_topk_cluster_merge.cuh): one launch instead of two, and no row
+  // histograms, so the scoring kernel stays dense (and pure).
+  const char* cluster_env = std::getenv("DSATTN_FUSED_CLUSTER");
+  const bool cluster_off = cluster_env != nullptr && std::strcmp(cluster_env, "0") == 0;
+  const bool cluster_any = cluster_env != nullptr && std::strcmp(cluster_env, "1") == 0;
+  int cluster_launch = 0;
+  {
+    int dev = 0;
+    DSATTN_CUDA_RETURN(kOp, cudaGetDevice(&dev));
+    DSATTN_CUDA_RETURN(kOp, cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, dev));
+  }
+  if (few_long_rows && cluster_launch != 0 && !cluster_off && (cluster_any || pb.rows >= kClusterMergeMinRows) &&
+      pb.rows <= kClusterMergeMaxRows &&
+      f->partitions <= fused_topk::kClusterMergeMaxSlots &&
+      fused_topk::cluster_merge_smem_bytes() + 1024 <= static_cast<size_t>(budget)) {
+    f->cluster = topk_detail::kClusterMaxCtas;
+  } else if (few_long_rows) {
     const int64_t want = per_row > 32 ? (per_row + 31) / 32 : (per_row + 3) / 4;
     f->split = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(want, std::max<int64_t>(2, sms / pb.rows))));
     // Pieces this short rarely reach k candidates, so none of them finds a row bound: the row
@@ -262,6 +292,12 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
   const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
       a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
+  if (f.cluster > 0) {
+    return topk_detail::launch_cluster(fused_topk::fused_topk_cluster_merge_kernel<MetaSlots>, f.cluster, pb.rows,
+                                       fused_topk::cluster_merge_smem_bytes(), stream, kOp,
+                                       "fused_topk_cluster_merge_kernel", epi.buf, slots, a.k, f.k_pad,
+                                       static_cast<bool>(a.sorted), out);
+  }
   if (f.split > 1) {
     fused_topk::CollectorBuffers part;
     part.key = reinterpret_cast<uint32_t*>(ws + f.off_pkey);
