@@ -552,7 +552,7 @@ TEST(GpuFusedTopk, PureKernelPositionalAppends) {
 // 8..16 rows spread over many pieces take the cluster merge on devices with cluster launch (one
 // cluster of 8 CTAs per row), fewer with DSATTN_FUSED_CLUSTER=1: 16 rows, lengths around k, empty
 // and one-state rows, N = 2, scores + slot ids, sorted, indices only; pieces that compact (stored
-// indices) and the pure kernel's positional appends (forced, k = 100). Skipped asserts nothing
+// indices) and the pure kernel's positional appends (forced, k = 100). It asserts nothing
 // about the plan: on devices without cluster launch these run the split merge.
 TEST(GpuFusedTopk, ClusterMergeRows) {
   FusedCase c;
