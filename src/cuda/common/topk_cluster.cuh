@@ -2,8 +2,9 @@
 // cluster of C <= 8 CTAs per row, CTA c holding positions [c V 1024, (c + 1) V 1024) of the row in
 // registers (V keys per thread, as topk_small_kernel does for one CTA). Each radix digit (bits
 // 31..20, 19..10, 9..0) is histogrammed by every CTA in its own shared memory; after a cluster
-// barrier each CTA sums the C histograms through distributed shared memory, so all CTAs find the
-// same bin without a trip through global memory or another launch. The per-CTA (greater, equal)
+// barrier one warp of each CTA finds the bin of the cluster-wide histogram through distributed
+// shared memory (cluster_pick), so all CTAs find the same bin without a trip through global memory
+// or another launch. The per-CTA (greater, equal)
 // totals are exchanged the same way, so each CTA places its winners in index order at the right
 // offsets; unsorted output goes straight to the outputs, sorted output is gathered into CTA 0,
 // which sorts and writes it. The split plan this replaces for such rows runs two kernels (chunk
@@ -51,7 +52,8 @@ __device__ __forceinline__ void cluster_sync() {
 // Histograms are summed over the cluster in two steps, both by one warp: first the 64-bin chunk
 // totals of every CTA (which chunk holds the k_rem-th key), then that chunk's 64 bins of every CTA.
 // Each CTA summing all C full histograms instead (128 KiB of distributed shared memory reads per
-// CTA for the first digit at C = 8) took ~28 % of the kernel's warp samples (H200, 1 x 64K).
+// CTA for the first digit at C = 8) took ~28 % of the kernel's warp samples (H200, 1 x 64K), though
+// the call measured within +-0.7 us of this one (1 x 64K 18.8 vs 18.0, 1 x 16K 11.9 vs 12.7).
 constexpr int kClusterChunk = 64;  // bins per chunk
 
 // This CTA's chunk totals: csum[i] = sum of hist[64 i, 64 i + 64). No barrier at the end: the
