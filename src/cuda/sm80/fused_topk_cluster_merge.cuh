@@ -154,9 +154,9 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   const int ns = static_cast<int>(s1 - s0);
   int n = 0, t0 = -1;
   if (tid < ns) {
-    const int32_t* h = b.header_of(s0 + tid, j);
-    n = min(max(h[0], 0), b.ccap);
-    t0 = h[1] - 1;
+    const int32_t* hdr = b.header_of(s0 + tid, j);
+    n = min(max(hdr[0], 0), b.ccap);
+    t0 = hdr[1] - 1;
   }
   int N;
   const int off = group_exclusive_scan(n, sh.warp_scan, &N, CtaGroup());  // ends synced
