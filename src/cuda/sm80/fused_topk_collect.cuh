@@ -24,9 +24,10 @@
 // paged_mqa_topk, 4k vs 6k: 128 x 32K 253 -> 240 us, 128 x 64K 461 -> 450 us; scratch 35.4 ->
 // 45.6 / 52.6 MB). The tile kernels keep 4k: with 6k the Hopper tile kernel got slower (128 x 32K
 // 303 -> 313 us, 128 x 64K 553 -> 572 us).
-// The warp-specialized Hopper kernel at 64 padded heads skips the ordered append while a piece fits
-// its buffer: it writes the key of every state of the piece at its position, key 0 outside the
-// row's window, and no indices (WsTopkT in indexer_ws.cuh; header word 1 says so).
+// The warp-specialized Hopper kernel at 64 padded heads (and its pure variant at 32) skips the
+// ordered append while a piece fits its buffer: it writes the key of every state of the piece at
+// its position, key 0 outside the row's window, and no indices (WsTopkT in indexer_ws.cuh; header
+// word 1 says so).
 // Memory per (slot, row): ccap * 8 bytes, independent of the context length. The merge kernel
 // (fused_topk_merge in fused_topk_launch.cu) reads each row's pieces and finishes the selection.
 //

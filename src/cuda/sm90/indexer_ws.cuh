@@ -245,19 +245,6 @@ struct WsLogits {
   __device__ void finish(const IndexerParams& p) { LogitsEpilogue{}.finish(p); }
 };
 
-// paged_mqa_topk: warpgroup w of CTA c is partition 3 c + w (a contiguous piece per group, as the
-// collector needs: slot = partition + group) and runs a top-k collector on its own tiles, scores
-// staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
-// kPure (with kDense): every piece of the call fits its buffer (the plan's bound: no piece is
-// longer than its partition's share of the schedule units, given context lengths within the block
-// table), so no staged scores: no staging scratch, and the ring gets 256-state stages (6 x 192 ->
-// 6 x 256; paged_mqa_logits measured 185 -> 178 us for the same change at 128 x 32K). Should a
-// piece outgrow its buffer anyway (context lengths beyond the block table move the partition
-// boundaries), it goes on with positional appends: the collector's compaction makes room for two
-// tiles, the dense store (unchanged, so the hot path pays nothing) writes the tile's keys to the
-// buffer's last `count` positions, and tile_end moves them down to the row's count with their
-// indices (DSATTN_FUSED_PURE=force takes this kernel for any call: tests). A version that
-// appended at the row's count inside the store measured 197 -> 204 us at 128 x 32K, never taken.
 // The pure kernel's positional appends (WsTopkT's kPure), out of line, on a path that valid inputs
 // never take. Even so the kernels grew (registers 106 -> 117 at 64 heads; 124 -> 128 with 8 bytes
 // spilled at 32): H200 128 x 32K, three runs each, 197.4 -> 197.3 us at 64 heads, 194.8 -> 197.7
@@ -300,6 +287,19 @@ __device__ __noinline__ inline void ws_positional_end(const fused_topk::Collecto
   // ws_positional_begin syncs before the counts and entries are read again; so does collector_end
 }
 
+// paged_mqa_topk: warpgroup w of CTA c is partition 3 c + w (a contiguous piece per group, as the
+// collector needs: slot = partition + group) and runs a top-k collector on its own tiles, scores
+// staged in its scratch ([rows_per_group][stage] f32, then its CollectorShared).
+// kPure (with kDense): every piece of the call fits its buffer (the plan's bound: no piece is
+// longer than its partition's share of the schedule units, given context lengths within the block
+// table), so no staged scores: no staging scratch, and the ring gets 256-state stages (6 x 192 ->
+// 6 x 256; paged_mqa_logits measured 185 -> 178 us for the same change at 128 x 32K). Should a
+// piece outgrow its buffer anyway (context lengths beyond the block table move the partition
+// boundaries), it goes on with positional appends: the collector's compaction makes room for two
+// tiles, the dense store (unchanged, so the hot path pays nothing) writes the tile's keys to the
+// buffer's last `count` positions, and tile_end moves them down to the row's count with their
+// indices (DSATTN_FUSED_PURE=force takes this kernel for any call: tests). A version that
+// appended at the row's count inside the store measured 197 -> 204 us at 128 x 32K, never taken.
 template <bool kDense, bool kPure = false>
 struct WsTopkT {
   static_assert(kDense || !kPure, "pure mode is a dense mode");
