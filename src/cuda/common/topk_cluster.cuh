@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   }
   // Counts per CTA stay below 2^15 (V x 1024 <= 8192 keys), so both prefixes share one scan.
   const int counts = run_counts(key, base, len, T_key);
-  const int packed = block_exclusive_scan(counts, sh);
+  const int packed = block_exclusive_scan<false>(counts, sh);  // the cluster barrier follows
   int g_before = packed & 0xffff, e_before = packed >> 16;
   if (tid == kTopkThreads - 1) {
     tot[0] = g_before + (counts & 0xffff);

@@ -223,6 +223,10 @@ __global__ void __launch_bounds__(kTopkThreads)
 // keeps phases few: 16-byte loads of each thread's run, one warp-wide bin test per V keys
 // (hist_add_v) and no staging pass for unsorted output.
 constexpr int kSmallMaxV = 8;  // keys per thread of topk_small_kernel at most (see TopkTuning)
+// Dynamic shared memory of topk_small_kernel, in u32: three histograms, later (sel_key, sel_pos).
+__host__ __device__ inline int small_words(int k_pad) {
+  return 2 * k_pad > kBins1 + 2 * kBins2 ? 2 * k_pad : kBins1 + 2 * kBins2;
+}
 
 // Keys of V elements at p through V * sizeof(T) / sizeof(W) loads of word type W (uint4, uint2).
 template <typename W, typename T, int V>
@@ -324,55 +328,54 @@ __global__ void __launch_bounds__(kTopkThreads)
   int start, len;
   rb.get(r, &start, &len);
   const T* src = row_ptr(logits, ld, r) + start;
-  uint32_t* region = topk_dyn_smem;  // [sel_words(k_pad)]: the histogram, then sel_key / sel_pos
-  uint32_t* sel_key = region;
-  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  // [small_words(k_pad)]: the three digits' histograms (zeroed together up front, so no digit
+  // waits on a zeroing pass), then sel_key / sel_pos over them.
+  uint32_t* hist1 = topk_dyn_smem;
+  uint32_t* hist2 = hist1 + kBins1;
+  uint32_t* hist3 = hist2 + kBins2;
+  uint32_t* sel_key = topk_dyn_smem;
+  int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
   if (len <= k) {
     finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
     return;
   }
-  for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+  for (int i = threadIdx.x; i < kBins1 + 2 * kBins2; i += kTopkThreads) hist1[i] = 0;
   const int base = threadIdx.x * V;
   uint32_t key[V];
   load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
   bool act[V];
   uint32_t bin[V];
   run_digit<20, 12>(key, base, len, 0u, act, bin);
-  __syncthreads();  // histogram zeroed
-  hist_add_v<V>(region, bin, act);
+  __syncthreads();  // histograms zeroed
+  hist_add_v<V>(hist1, bin, act);
   __syncthreads();
-  find_bin(region, kBins1, k, sh);  // ends synced
+  find_bin(hist1, kBins1, k, sh);  // ends synced
   const uint32_t b1 = sh.bin;
   int k_rem = k - sh.above;
-  for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
   run_digit<10, 10>(key, base, len, b1, act, bin);
+  hist_add_v<V>(hist2, bin, act);
   __syncthreads();
-  hist_add_v<V>(region, bin, act);
-  __syncthreads();
-  find_bin(region, kBins2, k_rem, sh);
+  find_bin(hist2, kBins2, k_rem, sh);
   const uint32_t p2 = (b1 << 10) | sh.bin;  // key >> 10
   k_rem -= sh.above;
   // As in find_threshold_rest: the whole 22-bit bin needed (usually one key) skips the third digit.
-  const bool whole_bin = p2 > 0u && static_cast<int>(region[sh.bin]) == k_rem;
+  const bool whole_bin = p2 > 0u && static_cast<int>(hist2[sh.bin]) == k_rem;
   uint32_t T_key;
   int need;
-  if (whole_bin) {  // block-uniform; the scan below orders the read of region before its reuse
+  if (whole_bin) {  // block-uniform
     T_key = (p2 << 10) - 1u;
     need = 0;
   } else {
-    __syncthreads();  // region[sh.bin] read before it is zeroed
-    for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
     run_digit<0, 10>(key, base, len, p2, act, bin);
+    hist_add_v<V>(hist3, bin, act);
     __syncthreads();
-    hist_add_v<V>(region, bin, act);
-    __syncthreads();
-    find_bin(region, kBins2, k_rem, sh);
+    find_bin(hist3, kBins2, k_rem, sh);
     T_key = (p2 << 10) | sh.bin;
     need = k_rem - sh.above;
   }
-  // Counts stay below 2^15 (len <= kSmallMaxV x 1024), so both prefixes share one scan. Its barriers
-  // also end the last find_bin's reads of the histogram before sel_key / sel_pos overwrite it.
-  const int packed = block_exclusive_scan(run_counts(key, base, len, T_key), sh);
+  // Counts stay below 2^15 (len <= kSmallMaxV x 1024), so both prefixes share one scan. Its barrier
+  // also ends every read of the histograms (whole_bin above) before sel_key / sel_pos overwrite them.
+  const int packed = block_exclusive_scan<false>(run_counts(key, base, len, T_key), sh);
   const int g_before = packed & 0xffff, e_before = packed >> 16;
   if (!sorted) {  // the k winners (index order) straight to the outputs; no staging pass
     run_write(key, base, len, T_key, need, g_before, e_before, src, r, out);

@@ -163,40 +163,53 @@ __device__ __forceinline__ int group_exclusive_scan(int v, int* warp_tot, int* t
   return before + incl - v;
 }
 
-// Exclusive prefix sum over the block (thread order); every thread gets its own prefix.
+// Exclusive prefix sum over the block (thread order); every thread gets its own prefix. One barrier
+// publishes the warp totals, then every warp adds up those before it (one shared load per lane and
+// a warp reduction) instead of one warp scanning them behind a second barrier. kReuse: a trailing
+// barrier, so that sh.warp_scan may be rewritten right after; without it the caller must pass
+// another barrier before the next scan.
+template <bool kReuse = true>
 __device__ __forceinline__ int block_exclusive_scan(int v, TopkShared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = warp_inclusive_scan(v);
+  const int x = warp_inclusive_scan(v);
   if (lane == 31) sh.warp_scan[warp] = x;
   __syncthreads();
-  if (warp == 0) {
-    int w = warp_inclusive_scan(sh.warp_scan[lane]);
-    sh.warp_scan[lane] = w;  // inclusive over warps
-  }
-  __syncthreads();
-  const int before = warp == 0 ? 0 : sh.warp_scan[warp - 1];
-  const int r = before + x - v;
-  __syncthreads();  // warp_scan may be reused right after
-  return r;
+  const int before = __reduce_add_sync(0xffffffffu, lane < warp ? sh.warp_scan[lane] : 0);
+  if (kReuse) __syncthreads();
+  return before + x - v;
 }
 
-// Finds, in a histogram of `nbins` bins (counting from the top bin down), the bin holding the
-// k_rem-th largest element. Writes sh.bin and sh.above (elements in higher bins). Ends synced.
+// Finds, in a histogram of `nbins` (4096 or 1024) bins (counting from the top bin down), the bin
+// holding the k_rem-th largest element. Writes sh.bin and sh.above (elements in higher bins); writes
+// nothing when the histogram holds fewer than k_rem. Ends synced. Thread t holds the `per` bins
+// below nbins - t per; warp w's 32 x per bins are one contiguous block. Two barriers: the warp
+// totals are published, then every warp finds from them whether its block holds the bin, and only
+// that warp scans its lanes (four barriers when the block scan ran over all 1024 threads; H200,
+// topk 1 x 8K k = 2048: see BENCHMARKS.md).
 __device__ __forceinline__ void find_bin(const uint32_t* hist, int nbins, int k_rem, TopkShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per = nbins / kTopkThreads;  // 4 or 1
-  const int hi = nbins - 1 - threadIdx.x * per;  // this thread's highest bin
+  const int hi = nbins - 1 - static_cast<int>(threadIdx.x) * per;  // this thread's highest bin
   int local = 0;
   for (int j = 0; j < per; ++j) local += hist[hi - j];
-  int cum = block_exclusive_scan(local, sh);
-  if (cum < k_rem && cum + local >= k_rem) {
-    for (int j = 0; j < per; ++j) {
-      const int h = hist[hi - j];
-      if (cum + h >= k_rem) {
-        sh.bin = hi - j;
-        sh.above = cum;
-        break;
+  const int wsum = __reduce_add_sync(0xffffffffu, local);
+  if (lane == 0) sh.warp_scan[warp] = wsum;
+  __syncthreads();
+  const int wt = sh.warp_scan[lane];
+  const int wincl = warp_inclusive_scan(wt);
+  const int wbefore = __shfl_sync(0xffffffffu, wincl - wt, warp);  // warps above this one
+  if (wbefore < k_rem && wbefore + wsum >= k_rem) {  // warp-uniform: this warp's block holds it
+    int cum = wbefore + warp_inclusive_scan(local) - local;
+    if (cum < k_rem && cum + local >= k_rem) {
+      for (int j = 0; j < per; ++j) {
+        const int h = hist[hi - j];
+        if (cum + h >= k_rem) {
+          sh.bin = hi - j;
+          sh.above = cum;
+          break;
+        }
+        cum += h;
       }
-      cum += h;
     }
   }
   __syncthreads();

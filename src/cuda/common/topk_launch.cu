@@ -180,7 +180,7 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
     plan->workspace_bytes = 0;
     if (W > 0 && W <= small_max) {  // keys in registers: shared memory only for the selection
       plan->small_v = W <= 4 * kTopkThreads ? 4 : 8;
-      plan->smem_final = static_cast<size_t>(sel_words(plan->k_pad)) * 4;
+      plan->smem_final = static_cast<size_t>(small_words(plan->k_pad)) * 4;
     } else {
       plan->smem_final = topk_smem_bytes(static_cast<int>(W), plan->k_pad, plan->m_cap);
     }
