@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "common/indexer_test_util.h"
@@ -76,6 +77,13 @@ void upload_case(PagedCase& pc, GpuInputs* g) {
   g->args.context_lens = g->lens.view;
   g->args.row_request = g->rr.view;
 }
+
+// Sets an environment variable (the op's plan knobs) for a scope, unset again however it ends.
+struct EnvScope {
+  const char* name;
+  EnvScope(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~EnvScope() { unsetenv(name); }
+};
 
 struct TopkOut {
   std::vector<int32_t> idx, slots;
@@ -221,6 +229,8 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   }
 }
 
+void check_fused(const FusedCase& c, const PagedCase& pc, const TopkOut& fused, const TopkOut& unfused);
+
 void run_fused_case(const FusedCase& c) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   PagedCase pc = testutil::make_paged_case(c.spec);
@@ -232,11 +242,25 @@ void run_fused_case(const FusedCase& c) {
   GpuInputs g;
   upload_case(pc, &g);
   if (::testing::Test::HasFatalFailure()) return;
-  TopkOut fused, unfused;
-  run_fused(c, pc, g, &fused);
-  if (::testing::Test::HasFatalFailure()) return;
+  TopkOut unfused;
   run_unfused(c, pc, g, &unfused);
   if (::testing::Test::HasFatalFailure()) return;
+  // Both routes of the op on the same inputs: streaming candidates through the collector and the
+  // merges (DSATTN_FUSED_LOGITS=0), and logits in the workspace + the top-k kernels (=1).
+  for (const char* route : {"0", "1"}) {
+    SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
+    TopkOut fused;
+    {
+      EnvScope scope("DSATTN_FUSED_LOGITS", route);
+      run_fused(c, pc, g, &fused);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    check_fused(c, pc, fused, unfused);
+  }
+}
+
+// The fused outputs against the reference, the unfused outputs and the block table.
+void check_fused(const FusedCase& c, const PagedCase& pc, const TopkOut& fused, const TopkOut& unfused) {
   const int S = c.spec.states_per_page;
   int bad = 0;
   for (int64_t r = 0; r < pc.rows && bad < 4; ++r) {
@@ -294,13 +318,6 @@ void run_fused_case(const FusedCase& c) {
     }
   }
 }
-
-// Sets an environment variable (the op's plan knobs) for a scope, unset again however it ends.
-struct EnvScope {
-  const char* name;
-  EnvScope(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
-  ~EnvScope() { unsetenv(name); }
-};
 
 PagedCaseSpec spec(IndexerFormat f, int B, int N, int H, int D, int S, std::vector<int64_t> lengths, uint64_t seed) {
   PagedCaseSpec s;

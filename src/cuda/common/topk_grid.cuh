@@ -29,7 +29,8 @@ struct TopkRowBounds {
   const int32_t* ends = nullptr;  // [R]
   int64_t ends_stride = 0;
   int width = 0;
-  // paged_mqa_topk: context lengths (SPEC §3.1), used when `lens` is set.
+  // paged_mqa_topk's logits route: context lengths (SPEC §3.1), used when `lens` is set, capped
+  // at `width` when it is > 0.
   const int32_t* lens = nullptr;  // [B], [B, N] or varlen [R]
   int64_t lens_stride0 = 0, lens_stride1 = 0;
   int next_n = 1;
@@ -46,6 +47,7 @@ struct TopkRowBounds {
       } else {
         L = int64_t(lens[(r / next_n) * lens_stride0]) - next_n + (r % next_n) + 1;
       }
+      if (width > 0 && L > width) L = width;  // states beyond the rows' width are not scored
       *start = 0;
       *len = L < 0 ? 0 : static_cast<int>(L);
       return;

@@ -195,8 +195,7 @@ namespace {
 
 template <typename T>
 Status run_topk_filter(const TopkPlan& plan, int64_t rows, const T* logits, int64_t ld, const TopkRowBounds& rb,
-                       bool sorted, const TopkOutputs& out, const Exec& ex) {
-  const char* op = "topk";
+                       bool sorted, const TopkOutputs& out, const Exec& ex, const char* op) {
   cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   char* ws = static_cast<char*>(ex.workspace);
   FilterWork w;
@@ -228,12 +227,43 @@ Status run_topk_filter(const TopkPlan& plan, int64_t rows, const T* logits, int6
   return last_launch_status(op, "topk_filter_final_kernel");
 }
 
+// Every launch of a planned top-k over rows [rows, W] of `logits` (row stride ld) with the given
+// row bounds and outputs; workspace and stream from ex. `op` names the calling op in errors.
+template <typename T>
+Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int64_t ld, const TopkRowBounds& rb,
+                        bool sorted, const TopkOutputs& out, const Exec& ex, const char* op) {
+  cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
+  if (plan.filter) return run_topk_filter<T>(plan, rows, logits, ld, rb, sorted, out, ex, op);
+  if (plan.cluster > 0) {
+    return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, rows, plan.smem_final, st, op,
+                          "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, sorted, out);
+  }
+  if (plan.direct && plan.small_v > 0) {
+    auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+    kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
+                                                                            sorted, out);
+    return last_launch_status(op, "topk_small_kernel");
+  }
+  if (plan.direct) {
+    auto kern = topk_final_kernel<T, false>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+    kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(
+        logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, rb.width, sorted, nullptr, nullptr, 0, out);
+    return last_launch_status(op, "topk_final_kernel");
+  }
+  const TopkBuffers buf = topk_buffers(plan, ex.workspace);
+  auto kern = topk_chunk_kernel<T>;
+  DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_chunk, op));
+  dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.chunks));
+  kern<<<grid, kTopkThreads, plan.smem_chunk, st>>>(logits, ld, rb, plan.k, plan.kc, plan.k_pad, plan.m_cap, plan.chunk_len,
+                                                     buf.key[0], buf.idx[0]);
+  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_chunk_kernel"));
+  return launch_merge_and_final<T>(plan, rows, buf, logits, ld, rb, sorted, out, st, op);
+}
+
 template <typename T>
 Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPlan& plan, const Exec& ex) {
-  const char* op = "topk";
-  cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
-  const T* logits = p.logits.ptr<const T>();
-  const int64_t ld = p.logits.strides[0];
   TopkRowBounds rb;
   rb.width = static_cast<int>(pb.width);
   if (p.starts.defined()) {
@@ -246,36 +276,17 @@ Status run_topk(const TopkParams& p, const detail::TopkProblem& pb, const TopkPl
   }
   const TopkOutputs out = topk_outputs(p.indices, p.values, pb.slot_transform ? p.slot_ids : TensorView{},
                                        p.block_table, p.row_request, p.next_n, p.states_per_page);
-  if (plan.filter) return run_topk_filter<T>(plan, pb.rows, logits, ld, rb, p.sorted, out, ex);
-  if (plan.cluster > 0) {
-    return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, pb.rows, plan.smem_final, st, op,
-                          "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, static_cast<bool>(p.sorted), out);
-  }
-  if (plan.direct && plan.small_v > 0) {
-    auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;
-    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-    kern<<<static_cast<unsigned>(pb.rows), kTopkThreads, plan.smem_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
-                                                                               p.sorted, out);
-    return last_launch_status(op, "topk_small_kernel");
-  }
-  if (plan.direct) {
-    auto kern = topk_final_kernel<T, false>;
-    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-    kern<<<static_cast<unsigned>(pb.rows), kTopkThreads, plan.smem_final, st>>>(
-        logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, static_cast<int>(pb.width), p.sorted, nullptr, nullptr, 0, out);
-    return last_launch_status(op, "topk_final_kernel");
-  }
-  const TopkBuffers buf = topk_buffers(plan, ex.workspace);
-  auto kern = topk_chunk_kernel<T>;
-  DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_chunk, op));
-  dim3 grid(static_cast<unsigned>(pb.rows), static_cast<unsigned>(plan.chunks));
-  kern<<<grid, kTopkThreads, plan.smem_chunk, st>>>(logits, ld, rb, plan.k, plan.kc, plan.k_pad, plan.m_cap, plan.chunk_len,
-                                                     buf.key[0], buf.idx[0]);
-  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_chunk_kernel"));
-  return launch_merge_and_final<T>(plan, pb.rows, buf, logits, ld, rb, p.sorted, out, st, op);
+  return launch_topk_rows<T>(plan, pb.rows, p.logits.ptr<const T>(), p.logits.strides[0], rb, p.sorted, out, ex,
+                             "topk");
 }
 
 }  // namespace
+
+Status topk_rows_f32(const TopkPlan& plan, int64_t rows, const float* logits, int64_t ld, const TopkRowBounds& rb,
+                     bool sorted, const TopkOutputs& out, const Exec& ex, const char* op) {
+  if (rows == 0) return Status::Ok();
+  return launch_topk_rows<float>(plan, rows, logits, ld, rb, sorted, out, ex, op);
+}
 
 size_t topk_workspace(const TopkParams&, const detail::TopkProblem& pb, const Exec& ex) {
   TopkDeviceLimits lim;

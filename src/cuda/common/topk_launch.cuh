@@ -120,5 +120,14 @@ Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuff
 }
 
 }  // namespace topk_detail
+
+// A planned top-k (plan_topk over rows x rb.width) of fp32 rows with the given row bounds and
+// outputs: the launches of dsattn::topk, for ops that hold their rows in a workspace (the fused
+// paged_mqa_topk's logits route). Workspace (plan.workspace_bytes) and stream from ex; `op` names
+// the calling op in errors. Defined in topk_launch.cu.
+Status topk_rows_f32(const TopkPlan& plan, int64_t rows, const float* logits, int64_t ld,
+                     const topk_detail::TopkRowBounds& rb, bool sorted, const topk_detail::TopkOutputs& out,
+                     const Exec& ex, const char* op);
+
 }  // namespace cuda
 }  // namespace dsattn

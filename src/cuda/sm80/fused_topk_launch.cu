@@ -1,11 +1,14 @@
-// dsattn::paged_mqa_topk on CUDA (SPEC §3.4): the portable indexer kernel with the top-k epilogue
-// (fused_topk_epilogue.cuh), then one merge CTA per query row (fused_topk_merge.cuh). The
-// [rows, context] logits never exist; device scratch is the schedule metadata plus
-// (partitions + groups) x rows_per_group x ccap candidates, independent of context.
+// dsattn::paged_mqa_topk on CUDA (SPEC §3.4): a scoring kernel with the top-k epilogue (portable,
+// wgmma tile or warp-specialized; fused_topk_epilogue.cuh), then the merges (fused_topk_merge.cuh,
+// fused_topk_cluster_merge.cuh). Device scratch is the schedule metadata plus
+// (partitions + groups) x rows_per_group x ccap candidates, independent of context. Where the
+// rows' scores fit in that same scratch (small batches), they are written there as dense rows and
+// selected by topk's kernels instead (plan_logits_route): faster, and no more memory.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -83,7 +86,64 @@ struct FusedPlan {
   // Row histograms and level 1's records (split merge only), right after the headers so one
   // memset zeroes all of them.
   size_t off_hist = 0, off_hist2 = 0, off_rec = 0, zero_bytes = 0;
+  // Logits route (see plan_logits_route): paged_mqa_logits into [rows, width] fp32 logits in the
+  // workspace, then dsattn::topk's kernels over them with the context lengths as row bounds.
+  bool logits_route = false;
+  int64_t width = 0;
+  TopkPlan tp;
+  size_t logits_ws = 0, off_logits = 0, off_topk = 0;
 };
+
+// The logits view of the call: the same inputs, logits [rows, width] at `ptr` (nullptr to plan).
+PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb,
+                                         int64_t width, void* ptr, detail::PagedIndexerProblem* lpb) {
+  PagedMqaLogitsParams lp;
+  static_cast<PagedIndexerArgs&>(lp) = a;
+  lp.logits = make_tensor(ptr, DType::kF32, {pb.rows, width}, Device::kCuda);
+  *lpb = pb;
+  lpb->max_context = width;
+  return lp;
+}
+
+// Scoring into logits and selecting with the standalone top-k beats streaming candidates through
+// the collector and merges wherever the logits fit: the top-k kernels (small, cluster, split) are
+// faster than the merges, and the collector cannot raise a threshold when pieces are shorter than
+// k (H200, k = 2048, us, same run, route / streaming: 1 x 8K 22.7 / 31.2, 1 x 64K 33.9 / 35.9,
+// 2 x 128K 53.3 / 65.4, 8 x 64K 63.6 / 78.5, 32 x 128K H = 32 206.9 / 267.4, 128 x 32K 194.8 /
+// 198.3; one shape loses: 32 x 32K 91.6 / 88.4). The route is taken only when its workspace
+// (schedule + rows x width fp32 logits + top-k scratch) is no larger than the streaming plan's, so
+// the op's memory stays what the streaming plan needs: independent of the context length. Longer
+// contexts (more logits than that) stream. DSATTN_FUSED_LOGITS=0 never takes the route, =1
+// whenever the logits fit a top-k plan (tests: both routes on the same inputs).
+Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                         FusedPlan* f) {
+  const char* env = std::getenv("DSATTN_FUSED_LOGITS");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return Status::Ok();
+  const bool force = env != nullptr && std::strcmp(env, "1") == 0;
+  const int64_t width = pb.max_pages * pb.states_per_page;
+  if (width <= 0 || width > INT32_MAX) return Status::Ok();
+  detail::PagedIndexerProblem lpb;
+  const PagedMqaLogitsParams lp = route_logits_params(a, pb, width, nullptr, &lpb);
+  TopkDeviceLimits lim;
+  DSATTN_RETURN_IF_ERROR(topk_device_limits(ex, &lim));
+  TopkPlan tp;
+  if (!plan_topk(pb.rows, width, a.k, lim, &tp).ok()) return Status::Ok();
+  // Few very long rows take the top-k's filter plan, which loses to streaming there (1 x 256K:
+  // 62.3 against 54.5 us).
+  if (tp.filter && !force) return Status::Ok();
+  const size_t logits_ws = align256(paged_mqa_logits_workspace(lp, lpb, ex));
+  const size_t off_topk = logits_ws + align256(static_cast<size_t>(pb.rows) * static_cast<size_t>(width) * 4);
+  const size_t total = off_topk + tp.workspace_bytes;
+  if (!force && total > f->total) return Status::Ok();
+  f->logits_route = true;
+  f->width = width;
+  f->tp = tp;
+  f->logits_ws = logits_ws;
+  f->off_logits = logits_ws;
+  f->off_topk = off_topk;
+  f->total = std::max(total, f->total);  // the streaming plan stays valid (and is the larger one)
+  return Status::Ok();
+}
 
 Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
   DSATTN_RETURN_IF_ERROR(fill_paged_indexer_params(kOp, a, pb, &f->p));
@@ -235,7 +295,32 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
       f->p.tile_states = pure.ws_stage;
     }
   }
-  return Status::Ok();
+  return plan_logits_route(a, pb, ex, f);
+}
+
+// The logits route's launches (see plan_logits_route).
+Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                        const FusedPlan& f, const topk_detail::TopkOutputs& out) {
+  char* ws = static_cast<char*>(ex.workspace);
+  float* logits = reinterpret_cast<float*>(ws + f.off_logits);
+  detail::PagedIndexerProblem lpb;
+  const PagedMqaLogitsParams lp = route_logits_params(a, pb, f.width, logits, &lpb);
+  Exec lex = ex;
+  lex.workspace = ws;
+  lex.workspace_bytes = f.logits_ws;
+  DSATTN_RETURN_IF_ERROR(paged_mqa_logits(lp, lpb, lex));
+  topk_detail::TopkRowBounds rb;
+  rb.width = static_cast<int>(f.width);
+  rb.lens = a.context_lens.ptr<const int32_t>();
+  rb.lens_stride0 = a.context_lens.ndim > 0 ? a.context_lens.strides[0] : 0;
+  rb.lens_stride1 = a.context_lens.ndim > 1 ? a.context_lens.strides[1] : 0;
+  rb.next_n = pb.next_n;
+  rb.varlen = pb.varlen;
+  rb.lens_per_row = pb.lens_per_row;
+  Exec tex = ex;
+  tex.workspace = ws + f.off_topk;
+  tex.workspace_bytes = f.tp.workspace_bytes;
+  return topk_rows_f32(f.tp, pb.rows, logits, f.width, rb, a.sorted, out, tex, kOp);
 }
 
 }  // namespace
@@ -254,6 +339,10 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   FusedPlan f;
   DSATTN_RETURN_IF_ERROR(plan_fused(a, pb, ex, &f));
   DSATTN_RETURN_IF_ERROR(detail::check_workspace(kOp, ex, f.total));
+  // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
+  const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
+      a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
+  if (f.logits_route) return run_logits_route(a, pb, ex, f, out);
   cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
   char* ws = static_cast<char*>(ex.workspace);
   if (f.own_schedule) {
@@ -289,9 +378,6 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   slots.work = f.p.work;
   slots.meta = f.p.meta;
   slots.partitions = f.partitions;
-  // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
-  const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
-      a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
   if (f.cluster > 0) {
     return topk_detail::launch_cluster(fused_topk::fused_topk_cluster_merge_kernel<MetaSlots>, f.cluster, pb.rows,
                                        fused_topk::cluster_merge_smem_bytes(), stream, kOp,
