@@ -245,6 +245,19 @@ struct WsLogits {
   __device__ void finish(const IndexerParams& p) { LogitsEpilogue{}.finish(p); }
 };
 
+// The switch-out from dense positions to entries (the ordered and the positional appends take
+// over from it): the n0 positions written so far in each row of the piece at `base` become its
+// first n0 entries, their keys already in place and their indices (t_first + q) written now.
+__device__ __forceinline__ void ws_switch_out(const fused_topk::CollectorBuffers& b, fused_topk::CollectorShared& sh,
+                                              int64_t base, int rows, int32_t t_first, int n0,
+                                              const fused_topk::WarpgroupGroup& grp) {
+  for (int j = 0; j < rows; ++j) {
+    int32_t* idx = b.idx + base + int64_t(j) * b.ccap;
+    for (int q = grp.rank(); q < n0; q += grp.size()) idx[q] = t_first + q;
+  }
+  if (grp.rank() < rows) sh.row[grp.rank()].cnt = n0;
+}
+
 // The pure kernel's positional appends (WsTopkT's kPure), out of line, on a path that valid inputs
 // never take. Even so the kernels grew (registers 106 -> 117 at 64 heads; 124 -> 128 with 8 bytes
 // spilled at 32): H200 128 x 32K, three runs each, 197.4 -> 197.3 us at 64 heads, 194.8 -> 197.7
@@ -257,14 +270,7 @@ __device__ __noinline__ inline int32_t ws_positional_begin(const fused_topk::Col
                                                           fused_topk::CollectorShared& sh, int64_t slot, int rows,
                                                           int32_t t0, int count, int32_t t_first,
                                                           const fused_topk::WarpgroupGroup grp) {
-  if (t_first >= 0) {  // the switch-out: the dense positions become entries
-    const int n0 = t0 - t_first;
-    for (int j = 0; j < rows; ++j) {
-      int32_t* idx = b.idx + b.offset(slot, j);
-      for (int q = grp.rank(); q < n0; q += grp.size()) idx[q] = t_first + q;
-    }
-    if (grp.rank() < rows) sh.row[grp.rank()].cnt = n0;
-  }
+  if (t_first >= 0) ws_switch_out(b, sh, b.offset(slot, 0), rows, t_first, t0 - t_first, grp);
   grp.sync();  // the indices and counts above, or the previous tile's moves and counts
   fused_topk::collector_reserve(b, sh, slot, rows, 2 * count, grp);
   return t0 - (b.ccap - count);  // state t at position ccap - count + (t - t0)
@@ -377,11 +383,7 @@ struct WsTopkT {
     // now (compactions move entries). Both are read after tile_end's first barrier.
     if (!dense_ok) return;
     dense_ok = false;
-    const int n0 = t0 - dense_t0;
-    for (int j = 0; j < rows; ++j) {
-      for (int q = grp.rank(); q < n0; q += grp.size()) buf.idx[dense_base + int64_t(j) * buf.ccap + q] = dense_t0 + q;
-    }
-    if (grp.rank() < rows) sh->row[grp.rank()].cnt = n0;
+    ws_switch_out(buf, *sh, dense_base, rows, dense_t0, t0 - dense_t0, grp);
   }
   __device__ __forceinline__ void store(const IndexerParams&, int row, int r, int32_t t, float v, int64_t,
                                         const detail::RowWindow* win) {
