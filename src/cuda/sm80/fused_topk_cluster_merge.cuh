@@ -70,9 +70,10 @@ struct CmRun {
     }
     return w;
   }
-  // Keys of candidates [f0, f0 + kClusterMergeRun) (0 past hi); w: the slot of the last one read,
-  // carried from step to step.
-  __device__ __forceinline__ void keys(int f0, int& w, uint32_t (&key)[kClusterMergeRun]) const {
+  // Keys of candidates [f0, f0 + kClusterMergeRun) (0 past hi) and their slots; w: the slot of the
+  // last one read, carried from step to step.
+  __device__ __forceinline__ void keys(int f0, int& w, uint32_t (&key)[kClusterMergeRun],
+                                       int (&slot)[kClusterMergeRun]) const {
 #pragma unroll
     for (int v = 0; v < kClusterMergeRun; ++v) {
       const int f = f0 + v;
@@ -81,17 +82,20 @@ struct CmRun {
         while (off[w + 1] <= f) ++w;
         key[v] = b->key[b->offset(s0 + w, j) + (f - off[w])];
       }
+      slot[v] = w;
     }
   }
-  // fn(key, f0) for each step of the run: key[v] is candidate f0 + v (absent past hi).
+  // fn(key, slot, f0) for each step of the run: key[v] is candidate f0 + v (absent past hi), held
+  // in slot[v] (the digit passes ignore the slots; the output passes need them for the indices).
   template <class Fn>
   __device__ __forceinline__ void for_each(int steps, Fn fn) const {
     int w = w_lo;
     for (int st = 0; st < steps; ++st) {
       const int f0 = lo + st * kClusterMergeRun;
       uint32_t key[kClusterMergeRun];
-      keys(f0, w, key);
-      fn(key, f0);
+      int slot[kClusterMergeRun];
+      keys(f0, w, key, slot);
+      fn(key, slot, f0);
     }
   }
   __device__ __forceinline__ int32_t index_of(int f, int w) const {
@@ -106,7 +110,7 @@ struct CmRun {
 template <int kShift, int kBits>
 __device__ __forceinline__ int cm_digit_pass(const CmRun& run, int steps, uint32_t prefix, uint32_t* hist) {
   int present = 0;
-  run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], int) {
+  run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&)[kClusterMergeRun], int) {
     uint32_t bin[kClusterMergeRun];
     bool act[kClusterMergeRun];
     topk_detail::run_digit<kShift, kBits>(key, 0, kClusterMergeRun, prefix, act, bin);
@@ -222,7 +226,7 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   }
   // (greater, equal) counts of the run, their block prefix and the CTA totals.
   uint64_t ge = 0;
-  run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], int) {
+  run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&)[kClusterMergeRun], int) {
 #pragma unroll
     for (int v = 0; v < kClusterMergeRun; ++v) {
       if (key[v] == kAbsentKey) continue;
@@ -247,14 +251,14 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   if (!sorted) {
     cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
     int wpos = g_before + min(e_before, need);
-    run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], int f0) {
+    run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&slot)[kClusterMergeRun], int f0) {
 #pragma unroll
       for (int v = 0; v < kClusterMergeRun; ++v) {
         if (key[v] == kAbsentKey) continue;
         const bool sel = key[v] > T_key || (key[v] == T_key && e_before++ < need);
         if (sel && wpos < count) {
           const int f = f0 + v;
-          out.write(r, wpos, run.index_of(f, run.slot_of(f)), [&] { return key_to_float(key[v]); });
+          out.write(r, wpos, run.index_of(f, slot[v]), [&] { return key_to_float(key[v]); });
         }
         wpos += sel ? 1 : 0;
       }
@@ -268,7 +272,7 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   {
     uint32_t* key0 = cluster.map_shared_rank(sel_key, 0);
     int* pos0 = cluster.map_shared_rank(sel_pos, 0);
-    run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], int f0) {
+    run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&slot)[kClusterMergeRun], int f0) {
 #pragma unroll
       for (int v = 0; v < kClusterMergeRun; ++v) {
         if (key[v] == kAbsentKey) continue;
@@ -276,7 +280,7 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
         if (pos >= 0 && pos < count) {
           const int f = f0 + v;
           key0[pos] = key[v];
-          pos0[pos] = run.index_of(f, run.slot_of(f));
+          pos0[pos] = run.index_of(f, slot[v]);
         }
       }
     });
