@@ -4,7 +4,9 @@
 //  2. against the unfused GPU path on the same inputs (paged_mqa_logits -> topk): identical
 //     indices (same order), slot ids, and scores;
 //  3. slot ids recomputed here from the block table.
-// Skips without a GPU.
+// Every case runs on both routes of the op (run_fused_case): streaming candidates through the
+// collector and the merges (DSATTN_FUSED_LOGITS=0), and scores in the workspace + topk's kernels
+// (=1), so each is checked whatever the default picks for the shape. Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
