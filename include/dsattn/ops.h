@@ -140,8 +140,8 @@ Status topk(const TopkParams& p, const Exec& ex);
 // [R, max_context] logits sized by the context. Memory note (CUDA): where the call's [R, W] fp32
 // scores (W = max_pages x S) fit in that same workspace -- small batches, whose pieces are shorter
 // than k, so the candidate buffers would hold every score anyway -- the op writes them there as
-// dense rows and selects with topk's kernels, which is faster (H200, k = 2048: 1 x 8K 31 -> 23 us,
-// 8 x 64K 79 -> 64 us); it never needs more workspace for that. DSATTN_FUSED_LOGITS=0 keeps every
+// dense rows and selects with topk's kernels, which is faster (H200, k = 2048: 1 x 8K 31 -> 20 us,
+// 8 x 64K 79 -> 62 us); it never needs more workspace for that. DSATTN_FUSED_LOGITS=0 keeps every
 // call on the streaming candidates (SPEC §3.4 taken literally: no score row is ever written).
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
