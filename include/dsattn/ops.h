@@ -135,14 +135,14 @@ Status topk_workspace(const TopkParams& p, const Exec& ex, size_t* bytes);
 Status topk(const TopkParams& p, const Exec& ex);
 
 // ---------------------------------------------------------------- fused indexer + top-k
-// paged_mqa_logits followed by topk in memory independent of the context length: the workspace
-// (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k), never
-// [R, max_context] logits sized by the context. Memory note (CUDA): where the call's [R, W] fp32
-// scores (W = max_pages x S) fit in that same workspace -- small batches, whose pieces are shorter
-// than k, so the candidate buffers would hold every score anyway -- the op writes them there as
+// paged_mqa_logits followed by topk without writing the [R, max_context] logits anywhere: the
+// workspace (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k),
+// independent of the context length. Opt-in (CUDA, DSATTN_FUSED_LOGITS=1): where the call's [R, W]
+// fp32 scores (W = max_pages x S) fit in that same workspace -- small batches, whose pieces are
+// shorter than k, so the candidate buffers hold every score anyway -- the op writes them there as
 // dense rows and selects with topk's kernels, which is faster (H200, k = 2048: 1 x 8K 31 -> 20 us,
-// 8 x 64K 79 -> 62 us); it never needs more workspace for that. DSATTN_FUSED_LOGITS=0 keeps every
-// call on the streaming candidates (SPEC §3.4 taken literally: no score row is ever written).
+// 8 x 64K 79 -> 62 us) and never needs more workspace, but is off by default because it writes
+// score rows to memory, which SPEC §3.4 rules out.
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
 // partition per SM) runs the tile kernel instead, same results, slower at large batch (H200,

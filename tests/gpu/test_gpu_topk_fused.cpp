@@ -5,8 +5,8 @@
 //     indices (same order), slot ids, and scores;
 //  3. slot ids recomputed here from the block table.
 // Every case runs on both routes of the op (run_fused_case): streaming candidates through the
-// collector and the merges (DSATTN_FUSED_LOGITS=0), and scores in the workspace + topk's kernels
-// (=1), so each is checked whatever the default picks for the shape. Skips without a GPU.
+// collector and the merges (the default; DSATTN_FUSED_LOGITS=0), and scores in the workspace +
+// topk's kernels (the opt-in route, forced: =force). Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -248,8 +248,8 @@ void run_fused_case(const FusedCase& c) {
   run_unfused(c, pc, g, &unfused);
   if (::testing::Test::HasFatalFailure()) return;
   // Both routes of the op on the same inputs: streaming candidates through the collector and the
-  // merges (DSATTN_FUSED_LOGITS=0), and logits in the workspace + the top-k kernels (=1).
-  for (const char* route : {"0", "1"}) {
+  // merges (DSATTN_FUSED_LOGITS=0), and logits in the workspace + the top-k kernels (=force).
+  for (const char* route : {"0", "force"}) {
     SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
     TopkOut fused;
     {

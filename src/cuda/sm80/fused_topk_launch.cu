@@ -1,9 +1,10 @@
 // dsattn::paged_mqa_topk on CUDA (SPEC §3.4): a scoring kernel with the top-k epilogue (portable,
 // wgmma tile or warp-specialized; fused_topk_epilogue.cuh), then the merges (fused_topk_merge.cuh,
 // fused_topk_cluster_merge.cuh). Device scratch is the schedule metadata plus
-// (partitions + groups) x rows_per_group x ccap candidates, independent of context. Where the
-// rows' scores fit in that same scratch (small batches), they are written there as dense rows and
-// selected by topk's kernels instead (plan_logits_route): faster, and no more memory.
+// (partitions + groups) x rows_per_group x ccap candidates, independent of context. Opt-in
+// (DSATTN_FUSED_LOGITS=1): where the rows' scores fit in that same scratch (small batches), they
+// are written there as dense rows and selected by topk's kernels instead (plan_logits_route):
+// faster, no more memory, but score rows in memory, which SPEC §3.4 rules out by default.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
@@ -110,16 +111,19 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // faster than the merges, and the collector cannot raise a threshold when pieces are shorter than
 // k (H200, k = 2048, us, same run, route / streaming: 1 x 8K 22.7 / 31.2, 1 x 64K 33.9 / 35.9,
 // 2 x 128K 53.3 / 65.4, 8 x 64K 63.6 / 78.5, 32 x 128K H = 32 206.9 / 267.4, 128 x 32K 194.8 /
-// 198.3; one shape loses: 32 x 32K 91.6 / 88.4). The route is taken only when its workspace
-// (schedule + rows x width fp32 logits + top-k scratch) is no larger than the streaming plan's, so
-// the op's memory stays what the streaming plan needs: independent of the context length. Longer
-// contexts (more logits than that) stream. DSATTN_FUSED_LOGITS=0 never takes the route, =1
-// whenever the logits fit a top-k plan (tests: both routes on the same inputs).
+// 198.3; one shape loses: 32 x 32K 91.6 / 88.4). But it writes [rows, width] score rows, which
+// SPEC §3.4 rules out for this op ("without writing the logits to memory"), so it is opt-in:
+// DSATTN_FUSED_LOGITS=1 takes it only where its workspace (schedule + rows x width fp32 logits +
+// top-k scratch) is no larger than the streaming plan's, so the op's memory stays what the
+// streaming plan needs (independent of the context length; longer contexts stream), and not for
+// the filter plan; =force takes it whenever the top-k can plan it (tests: both routes on the same
+// inputs). Unset or anything else: streaming only.
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                          FusedPlan* f) {
   const char* env = std::getenv("DSATTN_FUSED_LOGITS");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return Status::Ok();
-  const bool force = env != nullptr && std::strcmp(env, "1") == 0;
+  if (env == nullptr) return Status::Ok();
+  const bool force = std::strcmp(env, "force") == 0;
+  if (!force && std::strcmp(env, "1") != 0) return Status::Ok();
   const int64_t width = pb.max_pages * pb.states_per_page;
   if (width <= 0 || width > INT32_MAX) return Status::Ok();
   detail::PagedIndexerProblem lpb;
