@@ -231,36 +231,6 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   }
 }
 
-void check_fused(const FusedCase& c, const PagedCase& pc, const TopkOut& fused, const TopkOut& unfused);
-
-void run_fused_case(const FusedCase& c) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  PagedCase pc = testutil::make_paged_case(c.spec);
-  if (c.zero_keys) {
-    std::fill(pc.cache.pages.begin(), pc.cache.pages.end(), uint8_t{0});
-    for (auto& v : pc.cache.key_values) std::fill(v.begin(), v.end(), 0.0f);
-    for (auto& v : pc.cache.key_scales) std::fill(v.begin(), v.end(), 0.0f);
-  }
-  GpuInputs g;
-  upload_case(pc, &g);
-  if (::testing::Test::HasFatalFailure()) return;
-  TopkOut unfused;
-  run_unfused(c, pc, g, &unfused);
-  if (::testing::Test::HasFatalFailure()) return;
-  // Both routes of the op on the same inputs: streaming candidates through the collector and the
-  // merges (DSATTN_FUSED_LOGITS=0), and logits in the workspace + the top-k kernels (=force).
-  for (const char* route : {"0", "force"}) {
-    SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
-    TopkOut fused;
-    {
-      EnvScope scope("DSATTN_FUSED_LOGITS", route);
-      run_fused(c, pc, g, &fused);
-    }
-    if (::testing::Test::HasFatalFailure()) return;
-    check_fused(c, pc, fused, unfused);
-  }
-}
-
 // The fused outputs against the reference, the unfused outputs and the block table.
 void check_fused(const FusedCase& c, const PagedCase& pc, const TopkOut& fused, const TopkOut& unfused) {
   const int S = c.spec.states_per_page;
@@ -318,6 +288,34 @@ void check_fused(const FusedCase& c, const PagedCase& pc, const TopkOut& fused, 
         }
       }
     }
+  }
+}
+
+void run_fused_case(const FusedCase& c) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  if (c.zero_keys) {
+    std::fill(pc.cache.pages.begin(), pc.cache.pages.end(), uint8_t{0});
+    for (auto& v : pc.cache.key_values) std::fill(v.begin(), v.end(), 0.0f);
+    for (auto& v : pc.cache.key_scales) std::fill(v.begin(), v.end(), 0.0f);
+  }
+  GpuInputs g;
+  upload_case(pc, &g);
+  if (::testing::Test::HasFatalFailure()) return;
+  TopkOut unfused;
+  run_unfused(c, pc, g, &unfused);
+  if (::testing::Test::HasFatalFailure()) return;
+  // Both routes of the op on the same inputs: streaming candidates through the collector and the
+  // merges (DSATTN_FUSED_LOGITS=0), and logits in the workspace + the top-k kernels (=force).
+  for (const char* route : {"0", "force"}) {
+    SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
+    TopkOut fused;
+    {
+      EnvScope scope("DSATTN_FUSED_LOGITS", route);
+      run_fused(c, pc, g, &fused);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    check_fused(c, pc, fused, unfused);
   }
 }
 

@@ -92,7 +92,7 @@ struct FusedPlan {
   bool logits_route = false;
   int64_t width = 0;
   TopkPlan tp;
-  size_t logits_ws = 0, off_logits = 0, off_topk = 0;
+  size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
 };
 
 // The logits view of the call: the same inputs, logits [rows, width] at `ptr` (nullptr to plan).
@@ -143,7 +143,6 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   f->width = width;
   f->tp = tp;
   f->logits_ws = logits_ws;
-  f->off_logits = logits_ws;
   f->off_topk = off_topk;
   f->total = std::max(total, f->total);  // the streaming plan stays valid (and is the larger one)
   return Status::Ok();
@@ -306,7 +305,7 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
 Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                         const FusedPlan& f, const topk_detail::TopkOutputs& out) {
   char* ws = static_cast<char*>(ex.workspace);
-  float* logits = reinterpret_cast<float*>(ws + f.off_logits);
+  float* logits = reinterpret_cast<float*>(ws + f.logits_ws);
   detail::PagedIndexerProblem lpb;
   const PagedMqaLogitsParams lp = route_logits_params(a, pb, f.width, logits, &lpb);
   Exec lex = ex;
