@@ -29,13 +29,15 @@ int topk_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
-      "                         [--cluster-max N]\n"
+      "                         [--cluster-max N] [--sampled-min N] [--sampled-rows N]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
       "                         --cluster-max N: cluster kernel (sm_90+) for rows of 8K..64K when the\n"
       "                         call needs at most N CTAs (one per 8192 positions), 0: never;\n"
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
-      "                         0: never)\n"
+      "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
+      "                         for rows of width N .. 256K when there are at least that many rows,\n"
+      "                         --sampled-min 0: never)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n");
   return rc;
@@ -68,6 +70,10 @@ int run_topk(const std::vector<std::string>& args) {
       cuda::topk_tuning().min_chunk = std::atoi(args[++i].c_str());
     } else if (a == "--cluster-max" && has_next) {
       cuda::topk_tuning().cluster_max_ctas = std::atoi(args[++i].c_str());
+    } else if (a == "--sampled-min" && has_next) {
+      cuda::topk_tuning().sampled_min_width = std::atoi(args[++i].c_str());
+    } else if (a == "--sampled-rows" && has_next) {
+      cuda::topk_tuning().sampled_min_rows = std::atoi(args[++i].c_str());
     } else if (a == "--small-max" && has_next) {
       cuda::topk_tuning().small_max_width = std::atoi(args[++i].c_str());
     } else if (a == "--filter-min" && has_next) {
@@ -141,6 +147,9 @@ int run_topk(const std::vector<std::string>& args) {
       if (plan.filter) {
         std::snprintf(plan_str, sizeof(plan_str), "filter: %d tiles of %d%s", plan.f_tiles, 512 * plan.f_per,
                       plan.f_digit2 ? ", 2 digits" : "");
+      } else if (plan.sampled) {
+        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates",
+                      plan.s_mcap);
       } else if (plan.cluster > 0) {
         std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d keys per thread", plan.cluster,
                       plan.small_v);

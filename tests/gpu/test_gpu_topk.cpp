@@ -643,6 +643,81 @@ TEST(GpuTopk, ClusterKernelRows) {
   }
 }
 
+// The sampled-threshold kernel (topk_sampled.cuh) forced onto every split shape: lengths around k and
+// around its candidate capacity (8192 at k <= 2048: rows up to it skip the sample), unaligned rows,
+// rows whose sample leads to the exact fallback (constant, all NaN, -inf under NaN, heavy ties),
+// sorted rows (all candidates at one end), sorted output, values, slot ids, bf16, k = 1 and 4096.
+struct SampledEverywhere : TopkTuningScope {
+  SampledEverywhere() {
+    cuda::topk_tuning().sampled_min_width = 1;
+    cuda::topk_tuning().sampled_min_rows = 1;
+    cuda::topk_tuning().cluster_max_ctas = 0;
+  }
+};
+
+TEST(GpuTopk, SampledKernelRows) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  SampledEverywhere on;
+  Rng rng(51);
+  {  // lengths around k and the capacity, random starts (unaligned rows), values, repeats
+    Case c;
+    c.rows = 40;
+    c.width = 40000;
+    c.k = 2048;
+    c.bounds = true;
+    c.values = true;
+    c.repeats = 3;
+    ASSERT_TRUE(device_plan(c.rows, c.width, c.k).sampled);
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).s_mcap, 8192);
+    run_case(c, normals(rng, c.rows * c.width),
+             {0, 1, 2047, 2048, 2049, 4000, 8191, 8192, 8193, 9000, 16385, 30000, 39999, 40000}, 5100);
+    c.sorted = true;
+    run_case(c, normals(rng, c.rows * c.width), {}, 5101);
+  }
+  {  // rows of every kind, whole and unaligned (ld = W + 3), slot ids through row_request
+    Case c;
+    c.rows = 10;
+    c.width = 65536;
+    c.k = 2048;
+    c.values = true;
+    c.slots = true;
+    c.row_request = true;
+    c.ld_pad = 3;
+    ASSERT_TRUE(device_plan(c.rows, c.width, c.k).sampled);
+    std::vector<float> v = normals(rng, c.rows * c.width);
+    const std::vector<float> ties = coarse(rng, c.width, 20);
+    for (int64_t i = 0; i < c.width; ++i) {
+      v[0 * c.width + i] = kNaN;                                    // all NaN: fallback, the first k
+      v[1 * c.width + i] = (i % 3 == 0) ? -kInf : kNaN;             // -inf above NaN: fallback
+      v[2 * c.width + i] = 0.5f;                                    // constant: overflow, the first k
+      v[3 * c.width + i] = ties[i];                                 // ~3300 copies of each value
+      if (i % 997 == 5) v[4 * c.width + i] = kInf;                  // 66 infinities among normals
+      if (i % 2 == 0) v[5 * c.width + i] = -0.0f;                   // -0 ties +0
+      v[6 * c.width + i] = static_cast<float>(i);                   // ascending: winners at the end
+      v[7 * c.width + i] = -static_cast<float>(i);                  // descending: the first k
+      v[8 * c.width + i] = (i % 64 == 0) ? 1.0f + 1e-3f * static_cast<float>(i % 1000) : -1.0f;  // sparse
+    }
+    run_case(c, v, {}, 5102);
+    c.sorted = true;
+    run_case(c, v, {}, 5103);
+  }
+  for (int k : {1, 512, 4096}) {  // other k; bf16; sorted; mcap = max(8192, 4 round_up(k, 4))
+    Case c;
+    c.rows = 6;
+    c.width = 70001;
+    c.k = k;
+    c.sorted = k != 512;
+    c.values = true;
+    c.bounds = true;
+    const cuda::TopkPlan plan = device_plan(c.rows, c.width, c.k);
+    ASSERT_TRUE(plan.sampled) << k;
+    EXPECT_EQ(plan.s_mcap, std::max(8192, 4 * plan.kc));
+    run_case(c, normals(rng, c.rows * c.width), {70001, 65536, 33333, 20000, 16385, k + 1}, 5200 + k);
+    c.bf16 = true;
+    run_case(c, normals(rng, c.rows * c.width), {}, 5300 + k);
+  }
+}
+
 // The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows
 // emit 0..len-1, the others filter), sorted, values, bf16.
 TEST(GpuTopk, FilterPlanAroundK) {

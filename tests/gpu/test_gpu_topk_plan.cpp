@@ -3,6 +3,7 @@
 // Host code only: runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/common/topk_plan.h"
@@ -135,6 +136,41 @@ TEST(GpuTopkPlan, ClusterPolicy) {
   EXPECT_EQ(p.cluster, 0);
 }
 
+TEST(GpuTopkPlan, SampledPolicy) {
+  // Default: rows the split plan would chunk, at least 32 of them, 16K..256K wide (and >= 8 kc).
+  TopkPlan p;
+  ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200Cluster, &p).ok());
+  EXPECT_TRUE(p.sampled);
+  EXPECT_EQ(p.s_mcap, 8192);
+  EXPECT_EQ(p.smem_final, size_t(2 * 8192 + 4096) * 4);
+  ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200Cluster, &p).ok());
+  EXPECT_TRUE(p.sampled);
+  ASSERT_TRUE(plan_topk(64, 16384, 2048, kH200, &p).ok());  // split to fill the SMs: 2 chunks
+  EXPECT_TRUE(p.sampled);
+  ASSERT_TRUE(plan_topk(128, 131072, 4096, kH200, &p).ok());
+  EXPECT_TRUE(p.sampled);
+  EXPECT_EQ(p.s_mcap, 16384);
+  // Not: rows that fit one CTA (direct), fewer than 32 rows, narrower than 8 kc or wider than 256K,
+  // k = 4096 in 99 KiB (160 KiB of candidates), or when disabled.
+  ASSERT_TRUE(plan_topk(128, 32768, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  EXPECT_TRUE(p.direct);
+  ASSERT_TRUE(plan_topk(16, 65536, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  ASSERT_TRUE(plan_topk(64, 16384, 4096, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  ASSERT_TRUE(plan_topk(64, 262145, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  ASSERT_TRUE(plan_topk(64, 131072, 4096, kSm120, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  ASSERT_TRUE(plan_topk(64, 131072, 2048, kSm120, &p).ok());
+  EXPECT_TRUE(p.sampled);  // 80 KiB fits the 99 KiB budget
+  testing_gpu::TopkTuningScope scope;
+  cuda::topk_tuning().sampled_min_width = 0;
+  ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+}
+
 TEST(GpuTopkPlan, RejectsOutOfRangeK) {
   TopkPlan p;
   EXPECT_FALSE(plan_topk(1, 100, 0, kH200, &p).ok());
@@ -186,6 +222,17 @@ TEST(GpuTopkPlan, InvariantsOverShapes) {
             EXPECT_GE(p.f_zero_bytes, size_t(rows) * (4096 + 4) * 4);
             EXPECT_GE(p.f_off_cand_key, p.f_off_tile_cnt + size_t(rows) * p.f_tiles * 4);
             EXPECT_GE(p.workspace_bytes, p.f_off_cand_idx + size_t(rows) * p.f_mcap * 4);
+            continue;
+          }
+          if (p.sampled) {
+            EXPECT_FALSE(p.direct);
+            EXPECT_EQ(p.cluster, 0);
+            EXPECT_GE(rows, 32);
+            EXPECT_GE(width, 8 * p.kc);
+            EXPECT_LE(width, 262144);
+            EXPECT_EQ(p.s_mcap, std::max(8192, 4 * p.kc));
+            EXPECT_EQ(p.smem_final, size_t(2 * p.s_mcap + std::max(4096, 2 * p.k_pad)) * 4);
+            EXPECT_EQ(p.workspace_bytes, 0u);
             continue;
           }
           if (p.cluster > 0) {

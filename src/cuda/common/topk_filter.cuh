@@ -322,6 +322,23 @@ __device__ __forceinline__ void stream_hist(const T* __restrict__ src, int n, ui
   }
 }
 
+// One 10-bit digit of a row streamed from global memory: among the keys whose bits above
+// shift + 10 equal `prefix`, the bin of the k_rem-th largest. Returns (prefix << 10) | bin and
+// lowers k_rem by the keys in higher bins. Block-wide; ends synced (hist and sh free to reuse).
+template <typename T>
+__device__ __forceinline__ uint32_t stream_digit(const T* __restrict__ src, int n, uint32_t prefix, int shift,
+                                                 int& k_rem, uint32_t* hist, TopkShared& sh) {
+  for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) hist[i] = 0;
+  __syncthreads();
+  stream_hist(src, n, prefix, shift, hist);
+  __syncthreads();
+  find_bin(hist, kBins2, k_rem, sh);
+  const uint32_t p = (prefix << 10) | sh.bin;
+  k_rem -= sh.above;
+  __syncthreads();
+  return p;
+}
+
 // Dynamic shared memory of the final kernel: [keys mcap][idx mcap][pre kFilterBatch + 32]
 // [offs kFilterBatch][region].
 __host__ __device__ inline size_t filter_final_smem_bytes(int mcap, int k_pad, int m_cap) {
@@ -433,24 +450,10 @@ __global__ void __launch_bounds__(kTopkThreads, 1)
     p2 = (b1 << 10) | static_cast<uint32_t>(rec[kRecB2]);
     k_rem -= rec[kRecAbove2];
   } else {
-    for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-    __syncthreads();
-    stream_hist(src, len, b1, 10, region);
-    __syncthreads();
-    find_bin(region, kBins2, k_rem, sh);
-    p2 = (b1 << 10) | sh.bin;
-    k_rem -= sh.above;
-    __syncthreads();
+    p2 = stream_digit(src, len, b1, 10, k_rem, region, sh);
   }
-  for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) region[i] = 0;
-  __syncthreads();
-  stream_hist(src, len, p2, 0, region);
-  __syncthreads();
-  find_bin(region, kBins2, k_rem, sh);
-  const uint32_t thr = (p2 << 10) | sh.bin;
-  const int need = k_rem - sh.above;
-  __syncthreads();
-  stream_select_in_order(src, len, thr, need, sel_key, sel_pos, sh);
+  const uint32_t thr = stream_digit(src, len, p2, 0, k_rem, region, sh);
+  stream_select_in_order(src, len, thr, k_rem, sel_key, sel_pos, sh);
   finish_row(sel_key, sel_pos, count, k, k_pad, sorted, src, r, out);
 }
 

@@ -9,6 +9,7 @@
 #include "cuda/common/topk_cluster.cuh"
 #include "cuda/common/topk_filter.cuh"
 #include "cuda/common/topk_launch.cuh"
+#include "cuda/common/topk_sampled.cuh"
 #include "cuda/cuda_ops.h"
 
 namespace dsattn {
@@ -173,6 +174,21 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   const int64_t chunk_len = std::max<int64_t>(8, (ceil_div(W, C) + 7) & ~int64_t(7));
   C = std::max<int64_t>(1, ceil_div(W, chunk_len));
   if (C > 65535) return detail::not_implemented("topk", "rows of %lld are too long", static_cast<long long>(W));
+  // Rows the split plan would break into chunks: one CTA per row with a sampled threshold instead
+  // (reads each row once, no candidate buffers, no merge launch), when there are enough of them.
+  if (C > 1 && tune.sampled_min_width > 0 && rows >= std::max(1, tune.sampled_min_rows) &&
+      W >= tune.sampled_min_width && W >= int64_t(kSampledMinRatio) * plan->kc && W <= kSampledMaxWidth) {
+    const int mcap = std::max(kSampledMinMcap, 4 * plan->kc);
+    const size_t smem = sampled_smem_bytes(mcap, plan->k_pad);
+    if (smem <= static_cast<size_t>(lim.smem_max)) {
+      plan->direct = false;
+      plan->sampled = true;
+      plan->s_mcap = mcap;
+      plan->smem_final = smem;
+      plan->workspace_bytes = 0;
+      return Status::Ok();
+    }
+  }
   plan->chunks = static_cast<int>(C);
   plan->chunk_len = static_cast<int>(chunk_len);
   if (C == 1) {
@@ -234,6 +250,17 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
                         bool sorted, const TopkOutputs& out, const Exec& ex, const char* op) {
   cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   if (plan.filter) return run_topk_filter<T>(plan, rows, logits, ld, rb, sorted, out, ex, op);
+  if (plan.sampled) {
+    auto kern = topk_sampled_kernel<T>;
+    DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
+    // Two CTAs per SM need the largest shared-memory carveout (a hint; the default may pick less).
+    DSATTN_RETURN_IF_ERROR(cuda_status(
+        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared), op,
+        "cudaFuncSetAttribute(topk carveout)"));
+    kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
+                                                                            plan.s_mcap, sorted, out);
+    return last_launch_status(op, "topk_sampled_kernel");
+  }
   if (plan.cluster > 0) {
     return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, rows, plan.smem_final, st, op,
                           "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, sorted, out);

@@ -49,6 +49,9 @@ struct TopkPlan {
   size_t f_off_ghist2 = 0, f_off_counters = 0, f_off_rec = 0, f_off_tile_off = 0, f_off_tile_cnt = 0;
   size_t f_off_cand_key = 0, f_off_cand_idx = 0;
   size_t smem_filter_final = 0;
+  // Sampled-threshold plan (topk_sampled.cuh): one CTA per row, candidates of a sampled threshold.
+  bool sampled = false;
+  int s_mcap = 0;  // candidates a row's CTA holds
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
@@ -79,6 +82,15 @@ struct TopkTuning {
   // (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs), but at 128 CTAs in clusters of 4 and 8 the split
   // plans win: 32 x 32K 29.6 / 24.7, 16 x 64K 33.2 / 25.8.
   int cluster_max_ctas = 96;
+  // Rows the split plan would break into chunks (wider than one CTA's shared memory, or split to
+  // fill the SMs), of sampled_min_width .. 256K positions and at least 8 round_up(k, 4), take the
+  // sampled-threshold kernel (topk_sampled.cuh) when there are at least sampled_min_rows of them;
+  // sampled_min_width = 0 disables it. H200, k = 2048 (sampled / split, us): 32 x 64K 30.2 / 35.2,
+  // 128 x 64K 36.4 / 47.1, 256 x 64K 58.0 / 86.9, 128 x 128K 55.0 / 76.8, 64 x 16K 17.6 / 24.1;
+  // 16 x 64K 29.1 / 25.6 (fewer rows stay split); rows that fit one CTA stay direct (128 x 32K
+  // 23.6 / 20.6 direct).
+  int sampled_min_width = 16384;
+  int sampled_min_rows = 32;
 };
 TopkTuning& topk_tuning();
 

@@ -1,0 +1,238 @@
+// Sampled-threshold top-k for many wide rows (SPEC §3.3): one CTA per row reads its row from
+// global memory once and keeps in shared memory only the states that pass a threshold guessed from
+// a sample of the row; the exact selection then runs over those few thousand candidates.
+//
+// Why: the direct and split plans hold every key of a row (or chunk) in shared memory, so one CTA
+// fills an SM, each key costs a histogram atomic and a compaction pass, and the barrier-separated
+// phases of one CTA leave the SM idle (H200, 256 x 64K, k = 2048: 87 us, 18 % of copy; ncu: ~70
+// instructions per key, one CTA per SM). Here a key costs a load and one compare; two CTAs share
+// an SM, so one streams while the other selects.
+//
+// One row (len > k):
+//   1. threshold: 2048 evenly spaced states are sampled. One or two radix digits over the sample
+//      find the 12-bit (when that bin is narrow enough) or 22-bit key prefix P of the sample's r-th
+//      largest key, r = 1.25 mu + 4 sqrt(mu) + 4, where mu = 2048 k / len is the sample count
+//      expected above the row's k-th key. Candidates are the keys with a prefix >= P: about
+//      1.25 k + 4 sqrt(k len / 2048) plus P's bin; fewer than k only when the sample is 4 standard
+//      deviations off. Rows of len <= mcap skip the sample: every state is a candidate.
+//   2. stream: tiles of 1024 threads x 16 consecutive states (64 or 32 bytes) each; a block
+//      scan per tile (one barrier) appends the tile's candidates in position order.
+//   3. select: the block radix select of topk_kernel.cuh over the n candidates (k <= n <= mcap),
+//      then finish_row (sort on request, values, slot ids). The winners and the tie rule (smaller
+//      position first) are those of every other plan: the candidates hold every key >= the k-th.
+//   4. fallback (a bad sample: fewer than k candidates, more than mcap, or a threshold among NaN /
+//      -inf): the exact radix select streams the row from global memory (four more reads; slow but
+//      exact, e.g. constant rows).
+//
+// Shared memory (dynamic): [cand_key mcap][cand_pos mcap][region sel_words(k_pad)]: the histograms,
+// then (sel_key, sel_pos).
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/topk_filter.cuh"
+
+namespace dsattn {
+namespace cuda {
+namespace topk_detail {
+
+constexpr int kSampleKeys = 2 * kTopkThreads;  // sampled states per row
+constexpr int kSampledElems = 16;              // consecutive states per thread and tile
+constexpr int kSampledMinMcap = 8192;          // candidate capacity, at least 4 round_up(k, 4)
+// Plan limits: rows at least 8 round_up(k, 4) wide (narrower rows gain nothing from the filter)
+// and at most 256K wide (beyond it a 2048-state sample overshoots the candidate capacity).
+constexpr int kSampledMinRatio = 8;
+constexpr int64_t kSampledMaxWidth = 262144;
+
+__host__ __device__ inline size_t sampled_smem_bytes(int mcap, int k_pad) {
+  return (2 * static_cast<size_t>(mcap) + sel_words(k_pad)) * 4;
+}
+
+struct SampledShared {
+  int cnt[2][kTopkWarps];  // candidates of each warp in a tile, by tile parity
+};
+
+// The lowest key that can be a candidate, from the sample, or 0 when the
+// sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced.
+template <typename T>
+__device__ __forceinline__ uint32_t sampled_threshold(const T* __restrict__ src, int len, int k, int mcap,
+                                                      uint32_t* hist, TopkShared& sh) {
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
+  uint32_t sk[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int s = tid + j * kTopkThreads;
+    sk[j] = key_of(src[static_cast<int64_t>(s) * len / kSampleKeys]);
+  }
+  __syncthreads();  // hist zeroed
+  hist_add(hist, sk[0] >> 20, true);
+  hist_add(hist, sk[1] >> 20, true);
+  __syncthreads();
+  const float mu = static_cast<float>(kSampleKeys) * static_cast<float>(k) / static_cast<float>(len);
+  int rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * sqrtf(mu) + 4.0f));
+  rank = rank < kSampleKeys ? rank : kSampleKeys;
+  find_bin(hist, kBins1, rank, sh);
+  const uint32_t b1 = sh.bin;
+  const int rem = rank - sh.above;
+  // The first digit alone when its bin keeps the expected candidates within 3/4 of the capacity
+  // (saves the second histogram's barriers; normal-like rows of 64K at k = 2048: ~5000 expected).
+  const bool one_digit =
+      static_cast<int64_t>(sh.above + static_cast<int>(hist[b1])) * len <= static_cast<int64_t>(mcap) * kSampleKeys * 3 / 4;
+  __syncthreads();  // sh and hist read by every thread
+  if (one_digit) return b1 >= 8u ? b1 << 20 : 0u;  // b1 < 8: the bin holds -inf / NaN keys
+  for (int i = tid; i < kBins2; i += kTopkThreads) hist[i] = 0;
+  __syncthreads();
+  hist_add(hist, (sk[0] >> 10) & (kBins2 - 1), (sk[0] >> 20) == b1);
+  hist_add(hist, (sk[1] >> 10) & (kBins2 - 1), (sk[1] >> 20) == b1);
+  __syncthreads();
+  find_bin(hist, kBins2, rem, sh);
+  const uint32_t lo = ((b1 << 10) | sh.bin) << 10;
+  __syncthreads();  // sh and hist read by every thread
+  // Keys below 0x00800000 are -inf, NaN and absent: a float comparison cannot express them.
+  return lo >= 0x00800000u ? lo : 0u;
+}
+
+// Streams the row once and appends, in position order, the states whose value is >= thr (every
+// in-range state when `all`) to cand_pos, with their values' float bits (not yet keys) in
+// cand_key. Returns their number, or -1 when there are more than mcap. Block-wide; ends synced.
+// Thread t of a tile takes E consecutive states (16-byte vectors), so thread order is position
+// order and one block scan per tile places the candidates. H200 profile of a first version with a
+// vector per thread and step (coalesced, order from three ballots per vector) and per-element key
+// conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
+template <typename T>
+__device__ __forceinline__ int sampled_stream(const T* __restrict__ src, int len, bool all, float thr, int mcap,
+                                              uint32_t* cand_key, int* cand_pos, SampledShared& ss) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
+  constexpr int kVecs = kSampledElems / V;             // vectors per thread and tile
+  constexpr int E = kSampledElems;                     // consecutive elements per thread and tile
+  constexpr int kTile = E * kTopkThreads;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  // Aligned space: element a lives at abase[a]; the row is a in [mis, span).
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(src) / sizeof(T)) % V);
+  const T* abase = src - mis;
+  const int span = len + mis;
+  int n = 0;
+  int parity = 0;
+  for (int t0 = 0; t0 < span; t0 += kTile, parity ^= 1) {
+    const int a0 = t0 + tid * E;
+    uint4 raw[kVecs];
+    T* e = reinterpret_cast<T*>(raw);
+    unsigned f = 0u;
+    if (a0 >= mis && a0 + E <= span) {  // every element in the row (all but two threads per row)
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(abase + a0) + u);
+      if (all) {
+        f = (1u << E) - 1u;
+      } else {
+#pragma unroll
+        for (int j = 0; j < E; ++j) f |= (to_float(e[j]) >= thr ? 1u : 0u) << j;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        const bool in = a0 + j >= mis && a0 + j < span;
+        e[j] = in ? abase[a0 + j] : T(0.0f);
+        if (in && (all || to_float(e[j]) >= thr)) f |= 1u << j;
+      }
+    }
+    const int c = __popc(f);
+    const int incl = warp_inclusive_scan(c);
+    if (lane == 31) ss.cnt[parity][warp] = incl;
+    __syncthreads();
+    const int wt = ss.cnt[parity][lane];
+    const int total = __reduce_add_sync(0xffffffffu, wt);
+    if (n + total > mcap) return -1;  // uniform
+    const int o = n + __reduce_add_sync(0xffffffffu, lane < warp ? wt : 0) + incl - c;
+    if (f != 0u) {
+      uint32_t* kp = cand_key + o;
+      int* pp = cand_pos + o;
+      const int p0 = a0 - mis;
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        if (f & (1u << j)) {
+          *kp++ = __float_as_uint(to_float(e[j]));
+          *pp++ = p0 + j;
+        }
+      }
+    }
+    n += total;
+    // No barrier: the next tile writes the other parity's counts, and its barrier comes before
+    // the tile after it rewrites these.
+  }
+  __syncthreads();  // the candidates are complete
+  return n;
+}
+
+// The exact radix select of a row streamed from global memory (three histogram passes, then the
+// ordered write): (sel_key, sel_pos) [0, k) hold the k winners in position order. Block-wide.
+template <typename T>
+__device__ __forceinline__ void sampled_fallback(const T* __restrict__ src, int len, int k, uint32_t* region,
+                                                 uint32_t* sel_key, int* sel_pos, TopkShared& sh) {
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int i = tid; i < kBins1; i += kTopkThreads) region[i] = 0;
+  __syncthreads();
+  for (int base = 0; base < len; base += kTopkThreads) {
+    const int i = base + tid;
+    const uint32_t key = i < len ? key_of(src[i]) : 0u;
+    hist_add(region, key >> 20, i < len);
+  }
+  __syncthreads();
+  find_bin(region, kBins1, k, sh);
+  const uint32_t b1 = sh.bin;
+  int k_rem = k - sh.above;
+  __syncthreads();
+  const uint32_t p2 = stream_digit(src, len, b1, 10, k_rem, region, sh);
+  const uint32_t thr = stream_digit(src, len, p2, 0, k_rem, region, sh);
+  stream_select_in_order(src, len, thr, k_rem, sel_key, sel_pos, sh);
+}
+
+// grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment.
+template <typename T>
+__global__ void __launch_bounds__(kTopkThreads, 2)
+    topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
+                        int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
+  __shared__ TopkShared sh;
+  __shared__ SampledShared ss;
+  const int64_t r = blockIdx.x;
+  int start, len;
+  rb.get(r, &start, &len);
+  const T* src = row_ptr(logits, ld, r) + start;
+  uint32_t* cand_key = topk_dyn_smem;
+  int* cand_pos = reinterpret_cast<int*>(topk_dyn_smem + mcap);
+  uint32_t* region = topk_dyn_smem + 2 * mcap;
+  uint32_t* sel_key = region;
+  int* sel_pos = reinterpret_cast<int*>(region + k_pad);
+  if (len <= k) {
+    finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+    return;
+  }
+  const bool all = len <= mcap;
+  uint32_t lo = 0u;
+  if (!all) lo = sampled_threshold(src, len, k, mcap, region, sh);
+  int n = -1;
+  if (all || lo != 0u) n = sampled_stream(src, len, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+  if (n >= k) {
+    for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+    __syncthreads();
+    for (int base = 0; base < n; base += kTopkThreads) {  // float bits -> keys, histogram
+      const int i = base + static_cast<int>(threadIdx.x);
+      uint32_t key = 0u;
+      if (i < n) {
+        key = topk_key(__uint_as_float(cand_key[i]));
+        cand_key[i] = key;
+      }
+      hist_add(region, key >> 20, i < n);
+    }
+    __syncthreads();
+    // No mlist (m_cap 0): the candidates are already few; digits 2-3 and the ordered write run
+    // over all of them.
+    select_topk_by(cand_key, n, k, k_pad, 0, region, sh, sel_pos, [&](int i) { return cand_pos[i]; });
+  } else {
+    sampled_fallback(src, len, k, region, sel_key, sel_pos, sh);
+  }
+  finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
+}
+
+}  // namespace topk_detail
+}  // namespace cuda
+}  // namespace dsattn
