@@ -137,12 +137,12 @@ Status topk(const TopkParams& p, const Exec& ex);
 // ---------------------------------------------------------------- fused indexer + top-k
 // paged_mqa_logits followed by topk without writing the [R, max_context] logits anywhere: the
 // workspace (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k),
-// independent of the context length. Opt-in (CUDA, DSATTN_FUSED_LOGITS=1): where the call's [R, W]
-// fp32 scores (W = max_pages x S) fit in that same workspace -- small batches, whose pieces are
-// shorter than k, so the candidate buffers hold every score anyway -- the op writes them there as
-// dense rows and selects with topk's kernels, which is faster (H200, k = 2048: 1 x 8K 31 -> 20 us,
-// 8 x 64K 79 -> 62 us) and never needs more workspace, but is off by default because it writes
-// score rows to memory, which SPEC §3.4 rules out.
+// independent of the context length. Opt-in (CUDA; `logits_route` below, or DSATTN_FUSED_LOGITS=1
+// for the whole process): where the call's [R, W] fp32 scores (W = max_pages x S) fit in that same
+// workspace -- small batches, whose pieces are shorter than k, so the candidate buffers hold every
+// score anyway -- the op writes them there as dense rows and selects with topk's kernels, which is
+// faster (H200, k = 2048: 1 x 8K 31 -> 20 us, 8 x 64K 79 -> 62 us) and never needs more workspace,
+// but is off by default because it writes score rows to memory, which SPEC §3.4 rules out.
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
 // partition per SM) runs the tile kernel instead, same results, slower at large batch (H200,
@@ -154,6 +154,10 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   TensorView values;    // optional f32 [R, k] out: their scores
   TensorView slot_ids;  // optional i32 [R, k] out: block_table[b][i / S] * S + i % S
   bool sorted = false;
+  // CUDA: allow the logits route (see above) where it fits in the streaming plan's workspace. Same
+  // results either way; the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 /
+  // force, overrides it.
+  bool logits_route = false;
 };
 Status paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const Exec& ex, size_t* bytes);
 Status paged_mqa_topk(const PagedMqaTopkParams& p, const Exec& ex);

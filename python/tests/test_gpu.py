@@ -111,6 +111,11 @@ def test_gpu_fused_topk_matches_reference():
     fin = np.abs(want[np.isfinite(want)])
     ref.topk_is_valid(idx, want, k, None, c.row_ctx(), atol=1e-4 * fin.max())
     np.testing.assert_array_equal(host(res.slot_ids), ref.slot_ids(idx, c.block_table, 32, next_n=2))
+    # The opt-in logits route (small batch: it fits) returns the same selection.
+    res2 = dsattn.paged_mqa_topk(cu(c.q, "fp8"), cu(c.weights), cache, cu(c.block_table), cu(c.context_lens), k,
+                                 return_values=True, return_slot_ids=True, logits_route=True, stream=_cur())
+    ref.topk_is_valid(host(res2.indices), want, k, None, c.row_ctx(), atol=1e-4 * fin.max())
+    np.testing.assert_array_equal(np.sort(host(res2.indices), axis=1), np.sort(idx, axis=1))
 
 
 @gpu_op

@@ -6,7 +6,8 @@
 //  3. slot ids recomputed here from the block table.
 // Every case runs on both routes of the op (run_fused_case): streaming candidates through the
 // collector and the merges (the default; DSATTN_FUSED_LOGITS=0), and scores in the workspace +
-// topk's kernels (the opt-in route, forced: =force). Skips without a GPU.
+// topk's kernels (the opt-in route, forced: =force); then once more through the call's own switch
+// (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -93,7 +94,7 @@ struct TopkOut {
 };
 
 // Fused path. With c.graph, captured into a CUDA graph and replayed twice.
-void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o) {
+void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o, bool logits_route = false) {
   const int64_t R = pc.rows;
   const size_t n = static_cast<size_t>(R * c.k);
   DeviceBuffer idx(n * 4), val(n * 4), slots(n * 4);
@@ -104,6 +105,7 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
   static_cast<PagedIndexerArgs&>(p) = g.args;
   p.k = c.k;
   p.sorted = c.sorted;
+  p.logits_route = logits_route;
   p.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
   if (c.values) p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
   if (c.slots) p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
@@ -314,6 +316,14 @@ void run_fused_case(const FusedCase& c) {
       EnvScope scope("DSATTN_FUSED_LOGITS", route);
       run_fused(c, pc, g, &fused);
     }
+    if (::testing::Test::HasFatalFailure()) return;
+    check_fused(c, pc, fused, unfused);
+  }
+  {  // The call's own switch (no environment override): the logits route where it fits.
+    SCOPED_TRACE("PagedMqaTopkParams::logits_route");
+    ASSERT_EQ(std::getenv("DSATTN_FUSED_LOGITS"), nullptr);
+    TopkOut fused;
+    run_fused(c, pc, g, &fused, true);
     if (::testing::Test::HasFatalFailure()) return;
     check_fused(c, pc, fused, unfused);
   }

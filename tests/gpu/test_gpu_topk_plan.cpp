@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/common/topk_plan.h"
+#include "cuda/sm80/fused_route.h"
 #include "gpu/topk_test_util.h"
 
 namespace dsattn {
@@ -169,6 +170,19 @@ TEST(GpuTopkPlan, SampledPolicy) {
   cuda::topk_tuning().sampled_min_width = 0;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);
+}
+
+TEST(GpuTopkPlan, FusedRouteSwitch) {
+  // paged_mqa_topk's route: the call's field, unless DSATTN_FUSED_LOGITS overrides it.
+  using cuda::FusedRouteMode;
+  using cuda::fused_route_mode;
+  EXPECT_EQ(fused_route_mode(nullptr, false), FusedRouteMode::kStreaming);
+  EXPECT_EQ(fused_route_mode(nullptr, true), FusedRouteMode::kWhereItFits);
+  EXPECT_EQ(fused_route_mode("0", true), FusedRouteMode::kStreaming);
+  EXPECT_EQ(fused_route_mode("1", false), FusedRouteMode::kWhereItFits);
+  EXPECT_EQ(fused_route_mode("force", false), FusedRouteMode::kForce);
+  EXPECT_EQ(fused_route_mode("yes", false), FusedRouteMode::kStreaming);  // unknown values: the field
+  EXPECT_EQ(fused_route_mode("", true), FusedRouteMode::kWhereItFits);
 }
 
 TEST(GpuTopkPlan, RejectsOutOfRangeK) {

@@ -2,7 +2,8 @@
 // wgmma tile or warp-specialized; fused_topk_epilogue.cuh), then the merges (fused_topk_merge.cuh,
 // fused_topk_cluster_merge.cuh). Device scratch is the schedule metadata plus
 // (partitions + groups) x rows_per_group x ccap candidates, independent of context. Opt-in
-// (DSATTN_FUSED_LOGITS=1): where the rows' scores fit in that same scratch (small batches), they
+// (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): where the rows' scores fit in
+// that same scratch (small batches), they
 // are written there as dense rows and selected by topk's kernels instead (plan_logits_route):
 // faster, no more memory, but score rows in memory, which SPEC §3.4 rules out by default.
 // No host synchronization: capturable in CUDA graphs.
@@ -20,6 +21,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/sm80/fused_topk_cluster_merge.cuh"
 #include "cuda/sm80/fused_topk_epilogue.cuh"
+#include "cuda/sm80/fused_route.h"
 #include "cuda/sm80/fused_topk_merge.cuh"
 #include "cuda/sm80/indexer_launch.h"
 #include "cuda/sm90/indexer_wgmma_launch.h"
@@ -113,17 +115,16 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // 2 x 128K 53.3 / 65.4, 8 x 64K 63.6 / 78.5, 32 x 128K H = 32 206.9 / 267.4, 128 x 32K 194.8 /
 // 198.3; one shape loses: 32 x 32K 91.6 / 88.4). But it writes [rows, width] score rows, which
 // SPEC §3.4 rules out for this op ("without writing the logits to memory"), so it is opt-in:
-// DSATTN_FUSED_LOGITS=1 takes it only where its workspace (schedule + rows x width fp32 logits +
-// top-k scratch) is no larger than the streaming plan's, so the op's memory stays what the
-// streaming plan needs (independent of the context length; longer contexts stream), and not for
-// the filter plan; =force takes it whenever the top-k can plan it (tests: both routes on the same
-// inputs). Unset or anything else: streaming only.
+// PagedMqaTopkParams::logits_route (or DSATTN_FUSED_LOGITS=1, see fused_route.h) takes it only
+// where its workspace (schedule + rows x width fp32 logits + top-k scratch) is no larger than the
+// streaming plan's, so the op's memory stays what the streaming plan needs (independent of the
+// context length; longer contexts stream), and not for the filter plan; DSATTN_FUSED_LOGITS=force
+// takes it whenever the top-k can plan it (tests: both routes on the same inputs).
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                          FusedPlan* f) {
-  const char* env = std::getenv("DSATTN_FUSED_LOGITS");
-  if (env == nullptr) return Status::Ok();
-  const bool force = std::strcmp(env, "force") == 0;
-  if (!force && std::strcmp(env, "1") != 0) return Status::Ok();
+  const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
+  if (mode == FusedRouteMode::kStreaming) return Status::Ok();
+  const bool force = mode == FusedRouteMode::kForce;
   const int64_t width = pb.max_pages * pb.states_per_page;
   if (width <= 0 || width > INT32_MAX) return Status::Ok();
   detail::PagedIndexerProblem lpb;
