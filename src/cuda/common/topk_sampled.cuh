@@ -186,9 +186,18 @@ __device__ __forceinline__ void sampled_fallback(const T* __restrict__ src, int 
   stream_select_in_order(src, len, thr, k_rem, sel_key, sel_pos, sh);
 }
 
+// Two CTAs per SM where an SM holds 2048 threads (sm_80, sm_90, sm_100, sm_103: at most 32
+// registers); sm_86 / sm_89 / sm_120 hold 1536 and take one.
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030)
+#define DSATTN_TOPK_SAMPLED_MIN_BLOCKS 2
+#else
+#define DSATTN_TOPK_SAMPLED_MIN_BLOCKS 1
+#endif
+
 // grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment.
 template <typename T>
-__global__ void __launch_bounds__(kTopkThreads, 2)
+__global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
   __shared__ TopkShared sh;
