@@ -138,7 +138,8 @@ TEST(GpuTopkPlan, ClusterPolicy) {
 }
 
 TEST(GpuTopkPlan, SampledPolicy) {
-  // Default: rows the split plan would chunk, at least 32 of them, 16K..256K wide (and >= 8 kc).
+  // Default: rows the split plan would chunk, at least 32 of them per 64K of width, 16K..256K wide
+  // (and >= 8 kc).
   TopkPlan p;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200Cluster, &p).ok());
   EXPECT_TRUE(p.sampled);
@@ -151,6 +152,12 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(128, 131072, 4096, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_EQ(p.s_mcap, 16384);
+  ASSERT_TRUE(plan_topk(64, 131072, 2048, kH200, &p).ok());  // 32 rows per 64K of width
+  EXPECT_TRUE(p.sampled);
+  ASSERT_TRUE(plan_topk(63, 131072, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  ASSERT_TRUE(plan_topk(96, 196608, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.sampled);
   // Not: rows that fit one CTA (direct), fewer than 32 rows, narrower than 8 kc or wider than 256K,
   // k = 4096 in 99 KiB (160 KiB of candidates), or when disabled.
   ASSERT_TRUE(plan_topk(128, 32768, 2048, kH200, &p).ok());
@@ -241,7 +248,7 @@ TEST(GpuTopkPlan, InvariantsOverShapes) {
           if (p.sampled) {
             EXPECT_FALSE(p.direct);
             EXPECT_EQ(p.cluster, 0);
-            EXPECT_GE(rows, 32);
+            EXPECT_GE(rows, 32 * ((width + 65535) / 65536));
             EXPECT_GE(width, 8 * p.kc);
             EXPECT_LE(width, 262144);
             EXPECT_EQ(p.s_mcap, std::max(8192, 4 * p.kc));
