@@ -543,6 +543,14 @@ TEST(GpuFusedTopk, PureDensePiecesAt32And64Heads) {
   }
 }
 
+// 140 rows of 3000..4688 states, every fifth of 63: with k = 100, pieces much longer than the
+// collector's buffers (PiecesCompactWhileScoring, PureKernelPositionalAppends).
+std::vector<int64_t> long_piece_lens() {
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 140; ++b) lens.push_back(b % 5 == 4 ? 63 : 3000 + 211 * (b % 9));
+  return lens;
+}
+
 // Pieces much longer than the collector's buffer on the scoring kernel the op picks (Hopper: the
 // warp-specialized one; k = 64: 576 entries, ~1100 states per piece), so every piece compacts while
 // scoring, with and without the row histograms (6 rows: split merge; 140 rows: one merge CTA per
@@ -552,8 +560,7 @@ TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
   c.k = 64;
   c.spec = spec(IndexerFormat::kFp8, 6, 1, 32, 128, 64, {120000, 90000, 65, 64, 70000, 100000}, 121);
   run_fused_case(c);
-  std::vector<int64_t> lens;
-  for (int b = 0; b < 140; ++b) lens.push_back(b % 5 == 4 ? 63 : 3000 + 211 * (b % 9));
+  const std::vector<int64_t> lens = long_piece_lens();
   c.k = 100;
   c.sorted = true;
   c.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, lens, 122);
@@ -565,8 +572,7 @@ TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
 // table move the partition boundaries: each piece overflows, goes on with positional appends and
 // compacts while scoring; at 64 and 32 heads, against the reference and the unfused path.
 TEST(GpuFusedTopk, PureKernelPositionalAppends) {
-  std::vector<int64_t> lens;
-  for (int b = 0; b < 140; ++b) lens.push_back(b % 5 == 4 ? 63 : 3000 + 211 * (b % 9));
+  const std::vector<int64_t> lens = long_piece_lens();
   EnvScope force("DSATTN_FUSED_PURE", "force");
   FusedCase c;
   c.k = 100;
