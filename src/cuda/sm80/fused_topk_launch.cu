@@ -3,9 +3,9 @@
 // fused_topk_cluster_merge.cuh). Device scratch is the schedule metadata plus
 // (partitions + groups) x rows_per_group x ccap candidates, independent of context. Opt-in
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): where the rows' scores fit in
-// that same scratch (small batches), they
-// are written there as dense rows and selected by topk's kernels instead (plan_logits_route):
-// faster, no more memory, but score rows in memory, which SPEC §3.4 rules out by default.
+// that same scratch (small batches), they are written there as dense rows and selected by topk's
+// kernels instead (plan_logits_route): faster, no more memory, but score rows in memory, which
+// SPEC §3.4 rules out by default.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
