@@ -701,6 +701,37 @@ TEST(GpuTopk, SampledKernelRows) {
     c.sorted = true;
     run_case(c, v, {}, 5103);
   }
+  // Rows of every kind in one launch (short, all candidates, sampled, fallback: constant and NaN
+  // rows; unaligned starts), f32 and bf16 (8192-state sample), at the device maximum and at the
+  // 99 KiB budget of sm_120.
+  for (int budget : {0, 101376}) {
+    for (bool bf16 : {false, true}) {
+      Case c;
+      c.rows = 26;
+      c.width = 70001;
+      c.k = 2048;
+      c.bf16 = bf16;
+      c.bounds = true;
+      c.values = true;
+      c.repeats = 2;
+      c.smem_budget = budget;
+      cuda::TopkDeviceLimits lim;
+      Exec ex;
+      ex.smem_budget_bytes = budget;
+      ASSERT_TRUE(cuda::topk_device_limits(ex, &lim).ok());
+      cuda::TopkPlan plan;
+      ASSERT_TRUE(cuda::plan_topk(c.rows, c.width, c.k, lim, &plan).ok());
+      ASSERT_TRUE(plan.sampled);
+      std::vector<float> v = normals(rng, c.rows * c.width);
+      for (int64_t i = 0; i < c.width; ++i) {
+        v[4 * c.width + i] = 0.25f;  // constant: overflow, then the first k
+        v[11 * c.width + i] = kNaN;  // all NaN: the threshold is among NaN, fallback
+        v[16 * c.width + i] = static_cast<float>(i % 5000);  // ascending runs
+      }
+      run_case(c, v, {70001, 65536, 1, 9000, 70000, 0, 2049, 30000, 8192, 16385, 2048, 69999, 40000},
+               5400 + budget + bf16);
+    }
+  }
   for (int k : {1, 512, 4096}) {  // other k; bf16; sorted; mcap = max(8192, 4 round_up(k, 4))
     Case c;
     c.rows = 6;

@@ -86,10 +86,11 @@ struct TopkTuning {
   // fill the SMs), of sampled_min_width .. 256K positions and at least 8 round_up(k, 4), take the
   // sampled-threshold kernel (topk_sampled.cuh) when there are at least sampled_min_rows of them
   // per 64K positions of width (one CTA per row: its time grows with the row); sampled_min_width
-  // = 0 disables it. H200, k = 2048, same run (sampled / split, us): 32 x 64K 30.0 / 35.3,
-  // 128 x 64K 36.7 / 46.9, 256 x 64K 58.4 / 86.9, 512 x 64K 100.5 / 161.8, 64 x 128K 48.4 / 53.7,
-  // 128 x 128K 55.4 / 77.0, 64 x 16K 16.9 / 24.1; but 32 x 128K 44.6 / 34.4 and 64 x 64K
-  // 31.9 / 30.7. Rows that fit one CTA stay direct (128 x 32K 20.5).
+  // = 0 disables it. H200, k = 2048, same run (sampled / split, us): 32 x 64K 26.1 / 35.4,
+  // 128 x 64K 32.2 / 47.1, 256 x 64K 47.9 / 87.3, 512 x 64K 81.5 / 161.9, 1024 x 64K 146 / 311,
+  // 128 x 128K 47.7 / 77.1, 64 x 16K 16.8 / 24.2. With the earlier 2048-state strided sample
+  // 32 x 128K lost (44.6 / 34.4), hence the rows-per-width rule (not re-measured since). Rows
+  // that fit one CTA stay direct (128 x 32K 20.5).
   int sampled_min_width = 16384;
   int sampled_min_rows = 32;
 };

@@ -9,12 +9,14 @@
 // an SM, so one streams while the other selects.
 //
 // One row (len > k):
-//   1. threshold: 2048 evenly spaced states are sampled. One or two radix digits over the sample
-//      find the 12-bit (when that bin is narrow enough) or 22-bit key prefix P of the sample's r-th
-//      largest key, r = 1.25 mu + 4 sqrt(mu) + 4, where mu = 2048 k / len is the sample count
-//      expected above the row's k-th key. Candidates are the keys with a prefix >= P: about
-//      1.25 k + 4 sqrt(k len / 2048) plus P's bin; fewer than k only when the sample is 4 standard
-//      deviations off. Rows of len <= mcap skip the sample: every state is a candidate.
+//   1. threshold: S states are sampled (S = 4096 f32 / 8192 bf16: 512 evenly spaced 32-byte
+//      sectors). One or two radix digits over the sample find the 12-bit (when that bin is narrow
+//      enough) or 22-bit key prefix P of the sample's r-th largest key, r = 1.25 mu + 4 sqrt(mu)
+//      + 4, where mu = S k / len is the sample count expected above the row's k-th key.
+//      Candidates are the keys with a prefix >= P: about 1.25 k + 4 sqrt(k len / S) plus P's bin;
+//      fewer than k only when the sample is 4 standard deviations off (more often when the scores
+//      of neighbouring states within a sector are alike). Rows of len <= mcap skip the sample:
+//      every state is a candidate.
 //   2. stream: tiles of 1024 threads x 16 consecutive states (64 or 32 bytes) each; a block
 //      scan per tile (one barrier) appends the tile's candidates in position order.
 //   3. select: the block radix select of topk_kernel.cuh over the n candidates (k <= n <= mcap),
@@ -35,7 +37,6 @@ namespace dsattn {
 namespace cuda {
 namespace topk_detail {
 
-constexpr int kSampleKeys = 2 * kTopkThreads;  // sampled states per row
 constexpr int kSampledElems = 16;              // consecutive states per thread and tile
 constexpr int kSampledMinMcap = 8192;          // candidate capacity, at least 4 round_up(k, 4)
 // Plan limits: rows at least 8 round_up(k, 4) wide (narrower rows gain nothing from the filter)
@@ -51,39 +52,99 @@ struct SampledShared {
   int cnt[2][kTopkWarps];  // candidates of each warp in a tile, by tile parity
 };
 
-// The lowest key that can be a candidate, from the sample, or 0 when the
-// sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced.
+// A row in the aligned space of 16-byte vectors: element a lives at abase[a]; the row is
+// a in [mis, span).
 template <typename T>
-__device__ __forceinline__ uint32_t sampled_threshold(const T* __restrict__ src, int len, int k, int mcap,
-                                                      uint32_t* hist, TopkShared& sh) {
+struct SampledRow {
+  const T* src = nullptr;
+  const T* abase = nullptr;
+  int len = 0, mis = 0, span = 0;
+};
+
+template <typename T>
+__device__ __forceinline__ SampledRow<T> sampled_row(const T* logits, int64_t ld, const TopkRowBounds& rb, int64_t r) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  SampledRow<T> g;
+  int start;
+  rb.get(r, &start, &g.len);
+  g.src = row_ptr(logits, ld, r) + start;
+  g.mis = static_cast<int>((reinterpret_cast<uintptr_t>(g.src) / sizeof(T)) % V);
+  g.abase = g.src - g.mis;
+  g.span = g.len + g.mis;
+  return g;
+}
+
+// The sample: kTopkThreads 16-byte vectors (4096 f32 / 8192 bf16 states) in kSampleChunkVecs-vector
+// chunks (one 32-byte sector each), evenly spaced over the row. H200, 256 x 64K f32, k = 2048
+// (phase timers, same run): 2048 single states 128 bytes apart took 23 us of the kernel's 58,
+// longer than streaming the row (18 us): each state costs a DRAM access of its own. 512 sectors:
+// 8.5 us, kernel 48.6; 128-byte chunks 5.4 / 46.8, but chunks that long see fewer independent
+// places of a row whose nearby scores are alike.
+constexpr int kSampleChunkVecs = 2;
+
+// The vector of the sample that this thread loads (len > mcap >= 8192: at least 1024 vectors,
+// so every chunk lies in [0, span / V)).
+template <typename T>
+__device__ __forceinline__ int sample_vec(const SampledRow<T>& g) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunks = kTopkThreads / kSampleChunkVecs;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nvec = g.span / V;
+  const int64_t gv0 = static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.abase) / 16);  // abase's vector number
+  int v = static_cast<int>(static_cast<int64_t>(tid / kSampleChunkVecs) * nvec / kChunks);
+  v = static_cast<int>(((gv0 + v) & ~static_cast<int64_t>(kSampleChunkVecs - 1)) - gv0);  // sector-aligned
+  return (v < 0 ? v + kSampleChunkVecs : v) + tid % kSampleChunkVecs;
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 sample_load(const SampledRow<T>& g) {
+  return __ldg(reinterpret_cast<const uint4*>(g.abase) + sample_vec(g));
+}
+
+// The lowest key that can be a candidate, from the sample (`raw`: this thread's sample_load), or 0
+// when the sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced.
+// Rank r = 1.25 mu + 4 sqrt(mu) + 4 of the sample, mu = S k / len the sample states expected above
+// the row's k-th key (S = 4096 f32 / 8192 bf16).
+template <typename T>
+__device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRow<T>& g, int k, int mcap, uint32_t* hist,
+                                                      TopkShared& sh) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  constexpr int kSample = kTopkThreads * V;
   const int tid = static_cast<int>(threadIdx.x);
   for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
-  uint32_t sk[2];
+  const int v = sample_vec(g);
+  const T* e = reinterpret_cast<const T*>(&raw);
+  uint32_t sk[V], bin[V];
+  bool act[V];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int s = tid + j * kTopkThreads;
-    sk[j] = key_of(src[static_cast<int64_t>(s) * len / kSampleKeys]);
+  for (int j = 0; j < V; ++j) {
+    act[j] = v * V + j >= g.mis;  // at most V - 1 states of the first vector lie before the row
+    sk[j] = key_of(e[j]);
+    bin[j] = sk[j] >> 20;
   }
   __syncthreads();  // hist zeroed
-  hist_add(hist, sk[0] >> 20, true);
-  hist_add(hist, sk[1] >> 20, true);
+  hist_add_v<V>(hist, bin, act);
   __syncthreads();
-  const float mu = static_cast<float>(kSampleKeys) * static_cast<float>(k) / static_cast<float>(len);
+  const float mu = static_cast<float>(kSample) * static_cast<float>(k) / static_cast<float>(g.len);
   int rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * sqrtf(mu) + 4.0f));
-  rank = rank < kSampleKeys ? rank : kSampleKeys;
+  rank = rank < kSample - V ? rank : kSample - V;
   find_bin(hist, kBins1, rank, sh);
   const uint32_t b1 = sh.bin;
   const int rem = rank - sh.above;
   // The first digit alone when its bin keeps the expected candidates within 3/4 of the capacity
-  // (saves the second histogram's barriers; normal-like rows of 64K at k = 2048: ~5000 expected).
-  const bool one_digit =
-      static_cast<int64_t>(sh.above + static_cast<int>(hist[b1])) * len <= static_cast<int64_t>(mcap) * kSampleKeys * 3 / 4;
+  // (saves the second histogram's barriers; normal-like rows of 64K at k = 2048: ~4000 expected).
+  const bool one_digit = static_cast<int64_t>(sh.above + static_cast<int>(hist[b1])) * g.len <=
+                         static_cast<int64_t>(mcap) * kSample * 3 / 4;
   __syncthreads();  // sh and hist read by every thread
   if (one_digit) return b1 >= 8u ? b1 << 20 : 0u;  // b1 < 8: the bin holds -inf / NaN keys
   for (int i = tid; i < kBins2; i += kTopkThreads) hist[i] = 0;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    bin[j] = (sk[j] >> 10) & (kBins2 - 1);
+    act[j] = act[j] && (sk[j] >> 20) == b1;
+  }
   __syncthreads();
-  hist_add(hist, (sk[0] >> 10) & (kBins2 - 1), (sk[0] >> 20) == b1);
-  hist_add(hist, (sk[1] >> 10) & (kBins2 - 1), (sk[1] >> 20) == b1);
+  hist_add_v<V>(hist, bin, act);
   __syncthreads();
   find_bin(hist, kBins2, rem, sh);
   const uint32_t lo = ((b1 << 10) | sh.bin) << 10;
@@ -100,17 +161,15 @@ __device__ __forceinline__ uint32_t sampled_threshold(const T* __restrict__ src,
 // vector per thread and step (coalesced, order from three ballots per vector) and per-element key
 // conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
 template <typename T>
-__device__ __forceinline__ int sampled_stream(const T* __restrict__ src, int len, bool all, float thr, int mcap,
-                                              uint32_t* cand_key, int* cand_pos, SampledShared& ss) {
+__device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
+                                              int* cand_pos, SampledShared& ss) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
   constexpr int kVecs = kSampledElems / V;             // vectors per thread and tile
   constexpr int E = kSampledElems;                     // consecutive elements per thread and tile
   constexpr int kTile = E * kTopkThreads;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  // Aligned space: element a lives at abase[a]; the row is a in [mis, span).
-  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(src) / sizeof(T)) % V);
-  const T* abase = src - mis;
-  const int span = len + mis;
+  const T* abase = g.abase;
+  const int mis = g.mis, span = g.span;
   int n = 0;
   int parity = 0;
   for (int t0 = 0; t0 < span; t0 += kTile, parity ^= 1) {
@@ -203,9 +262,9 @@ __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
   __shared__ TopkShared sh;
   __shared__ SampledShared ss;
   const int64_t r = blockIdx.x;
-  int start, len;
-  rb.get(r, &start, &len);
-  const T* src = row_ptr(logits, ld, r) + start;
+  const SampledRow<T> g = sampled_row(logits, ld, rb, r);
+  const T* src = g.src;
+  const int len = g.len;
   uint32_t* cand_key = topk_dyn_smem;
   int* cand_pos = reinterpret_cast<int*>(topk_dyn_smem + mcap);
   uint32_t* region = topk_dyn_smem + 2 * mcap;
@@ -217,9 +276,9 @@ __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
   }
   const bool all = len <= mcap;
   uint32_t lo = 0u;
-  if (!all) lo = sampled_threshold(src, len, k, mcap, region, sh);
+  if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
-  if (all || lo != 0u) n = sampled_stream(src, len, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+  if (all || lo != 0u) n = sampled_stream(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
   if (n >= k) {
     for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
     __syncthreads();
