@@ -381,6 +381,63 @@ TEST(GpuFusedTopk, Varlen) {
   run_fused_case(c);
 }
 
+// A varlen row_request outside the block table that only the device sees (host validation cannot
+// read device memory): the row has no keys, so every route returns -1 for it (the logits route
+// takes its row windows from the indexer's, as the streaming route does), and the other rows are
+// those of the same call with valid requests.
+TEST(GpuFusedTopk, VarlenRowRequestOutOfRangeOnDevice) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 5, 4, 32, 128, 64, {6000, 100, 3000, 512, 9000}, 35);
+  c.spec.varlen = true;
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  GpuInputs g;
+  upload_case(pc, &g);
+  if (::testing::Test::HasFatalFailure()) return;
+  TopkOut base;
+  {
+    EnvScope scope("DSATTN_FUSED_LOGITS", "0");
+    run_fused(c, pc, g, &base);
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  std::vector<int64_t> bad;  // two rows with more than k states
+  for (int64_t r = 0; r < pc.rows && bad.size() < 2; ++r) {
+    if (pc.row_ctx[static_cast<size_t>(r)] > c.k) bad.push_back(r);
+  }
+  ASSERT_EQ(bad.size(), 2u);
+  const int32_t bad_req[2] = {-1, 1 << 20};
+  for (int i = 0; i < 2; ++i) {
+    DSATTN_CUDA_ASSERT(cudaMemcpy(static_cast<int32_t*>(g.rr.buf.ptr) + bad[i], &bad_req[i], 4, cudaMemcpyHostToDevice));
+  }
+  for (int route = 0; route < 3; ++route) {  // streaming, logits route (forced), the call's switch
+    SCOPED_TRACE(route == 0 ? "DSATTN_FUSED_LOGITS=0" : route == 1 ? "DSATTN_FUSED_LOGITS=force" : "logits_route");
+    TopkOut o;
+    if (route < 2) {
+      EnvScope scope("DSATTN_FUSED_LOGITS", route == 0 ? "0" : "force");
+      run_fused(c, pc, g, &o);
+    } else {
+      run_fused(c, pc, g, &o, true);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int64_t r = 0; r < pc.rows; ++r) {
+      const bool empty = r == bad[0] || r == bad[1];
+      for (int j = 0; j < c.k; ++j) {
+        const size_t i = static_cast<size_t>(r * c.k + j);
+        if (empty) {
+          ASSERT_EQ(o.idx[i], -1) << "row " << r << " (row_request out of range) slot " << j;
+          ASSERT_EQ(o.slots[i], -1) << "row " << r << " (row_request out of range) slot " << j;
+        } else {
+          ASSERT_EQ(o.idx[i], base.idx[i]) << "row " << r << " slot " << j;
+          ASSERT_EQ(o.slots[i], base.slots[i]) << "row " << r << " slot " << j;
+          ASSERT_TRUE(o.val[i] == base.val[i] || (std::isnan(o.val[i]) && std::isnan(base.val[i])))
+              << "row " << r << " slot " << j << ": " << o.val[i] << " vs " << base.val[i];
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuFusedTopk, Mxfp4) {
   FusedCase c;
   c.k = 512;

@@ -15,13 +15,16 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/indexer_work.h"
 #include "cuda/common/topk_kernel.cuh"
 
 namespace dsattn {
 namespace cuda {
 namespace topk_detail {
 
-// Row extent: either explicit [start, end) bounds (topk) or context lengths (paged_mqa_topk).
+// Row extent: either explicit [start, end) bounds (topk) or, for paged_mqa_topk's logits route,
+// the indexer's own row windows (indexer_row_window: the N rule, [B, N] and varlen lengths, and an
+// empty row for a varlen row_request outside the block table, as the streaming route sees them).
 struct TopkRowBounds {
   // topk: starts / ends (optional; absent = 0 / width), clamped into [0, width].
   const int32_t* starts = nullptr;  // [R]
@@ -29,27 +32,18 @@ struct TopkRowBounds {
   const int32_t* ends = nullptr;  // [R]
   int64_t ends_stride = 0;
   int width = 0;
-  // paged_mqa_topk's logits route: context lengths (SPEC §3.1), used when `lens` is set, capped
-  // at `width` when it is > 0.
-  const int32_t* lens = nullptr;  // [B], [B, N] or varlen [R]
-  int64_t lens_stride0 = 0, lens_stride1 = 0;
-  int next_n = 1;
-  bool varlen = false;
-  bool lens_per_row = false;
+  // paged_mqa_topk's logits route: row r is row r % rows_per_group of group r / rows_per_group of
+  // `work`, capped at `width` when it is > 0.
+  bool paged = false;
+  detail::IndexerWork work;
 
   __device__ __forceinline__ void get(int64_t r, int* start, int* len) const {
-    if (lens != nullptr) {
-      int64_t L;
-      if (varlen) {
-        L = lens[r * lens_stride0];
-      } else {
-        const int32_t b = static_cast<int32_t>(r) / next_n, j = static_cast<int32_t>(r) - b * next_n;  // r < 2^31
-        L = lens_per_row ? lens[b * lens_stride0 + j * lens_stride1]
-                         : int64_t(lens[b * lens_stride0]) - next_n + j + 1;
-      }
+    if (paged) {
+      const int64_t g = r / work.rows_per_group;
+      int64_t L = detail::indexer_row_window(work, g, static_cast<int>(r - g * work.rows_per_group)).hi;
       if (width > 0 && L > width) L = width;  // states beyond the rows' width are not scored
       *start = 0;
-      *len = L < 0 ? 0 : static_cast<int>(L);
+      *len = static_cast<int>(L);
       return;
     }
     int s = starts ? starts[r * starts_stride] : 0;

@@ -315,12 +315,8 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   DSATTN_RETURN_IF_ERROR(paged_mqa_logits(lp, lpb, lex));
   topk_detail::TopkRowBounds rb;
   rb.width = static_cast<int>(f.width);
-  rb.lens = a.context_lens.ptr<const int32_t>();
-  rb.lens_stride0 = a.context_lens.ndim > 0 ? a.context_lens.strides[0] : 0;
-  rb.lens_stride1 = a.context_lens.ndim > 1 ? a.context_lens.strides[1] : 0;
-  rb.next_n = pb.next_n;
-  rb.varlen = pb.varlen;
-  rb.lens_per_row = pb.lens_per_row;
+  rb.paged = true;
+  rb.work = detail::paged_indexer_work(pb, a.context_lens, a.row_request, pb.batch);
   Exec tex = ex;
   tex.workspace = ws + f.off_topk;
   tex.workspace_bytes = f.tp.workspace_bytes;
