@@ -3,14 +3,21 @@
 #   1. build for sm_90a with CXX=/usr/bin/g++ (or use binaries from --prebuilt DIR),
 #   2. run every GPU test suite (dsattn_gpu_tests),
 #   3. a reduced compute-sanitizer memcheck + racecheck pass (tests whose name contains "Sanitizer"),
-#   4. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present),
+#   4. the Python tests (python/tests, GPU ones included) with torch, when $PYTHON has torch:
+#      from the wheels given with --wheel (unpacked into $OUT/pysite: the dsattn wheel, plus e.g.
+#      pytest's on a machine without it), else from a wheel built here when scikit-build-core
+#      and nanobind are installed (CXX=/usr/bin/g++: the image's /opt/gcc links libstdc++
+#      statically, and such an extension crashed inside torch),
+#   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present),
 # writing logs to ${OUT:-./gpu_out} and printing a summary table last.
 #
-# Usage: scripts/gpu_check.sh [--prebuilt DIR] [--quick] [--no-bench] [--no-sanitizer]
-#                             [--san-filter GTEST_FILTER] [--test-filter GTEST_FILTER]
+# Usage: scripts/gpu_check.sh [--prebuilt DIR] [--quick] [--no-bench] [--no-sanitizer] [--no-python]
+#                             [--wheel FILE]... [--san-filter GTEST_FILTER] [--test-filter GTEST_FILTER]
 #   --prebuilt DIR   DIR holds dsattn_gpu_tests and dsattn (built elsewhere for sm_90a)
+#   --wheel FILE     a wheel to unpack for the Python tests (repeatable; the dsattn one built
+#                    elsewhere with DSATTN_CUDA=ON for this Python version)
 #   --quick          quick benchmark shapes
-# Environment: OUT (log folder), STEP_TIMEOUT (seconds per step, default 1800).
+# Environment: OUT (log folder), STEP_TIMEOUT (seconds per step, default 1800), PYTHON (python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +25,8 @@ PREBUILT=""
 QUICK=0
 BENCH=1
 SAN=1
+PYTESTS=1
+WHEELS=()
 SAN_FILTER="*Sanitizer*"
 TEST_FILTER="*"
 while [ $# -gt 0 ]; do
@@ -26,9 +35,11 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --no-bench) BENCH=0; shift ;;
     --no-sanitizer) SAN=0; shift ;;
+    --no-python) PYTESTS=0; shift ;;
+    --wheel) WHEELS+=("$2"); shift 2 ;;
     --san-filter) SAN_FILTER="$2"; shift 2 ;;
     --test-filter) TEST_FILTER="$2"; shift 2 ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -70,6 +81,31 @@ if [ $SAN -eq 1 ]; then
       "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
   else
     SUMMARY+=("| compute-sanitizer      | missing   |")
+  fi
+fi
+
+if [ $PYTESTS -eq 1 ]; then
+  PY="${PYTHON:-python3}"
+  if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    SUMMARY+=("$(printf '| %-22s | %-9s | needs torch in %s' "python tests" "skipped" "$PY")")
+  else
+    if [ ${#WHEELS[@]} -eq 0 ]; then
+      if "$PY" -c "import scikit_build_core, nanobind" >/dev/null 2>&1; then
+        rm -rf "$OUT/wheel"
+        step python_build python_build.log env CXX=/usr/bin/g++ DSATTN_CUDA=ON DSATTN_CUDA_ARCHS=90a \
+          "$PY" -m pip wheel . --no-deps --no-build-isolation -w "$OUT/wheel" && WHEELS=("$OUT"/wheel/dsattn-*.whl)
+      else
+        SUMMARY+=("$(printf '| %-22s | %-9s | no --wheel, and no scikit-build-core + nanobind to build one' \
+          "python tests" "skipped")")
+      fi
+    fi
+    if [ ${#WHEELS[@]} -gt 0 ]; then
+      rm -rf "$OUT/pysite"
+      for w in "${WHEELS[@]}"; do "$PY" -m zipfile -e "$w" "$OUT/pysite"; done
+      step python_tests python_tests.log env PYTHONPATH="$(cd "$OUT/pysite" && pwd)" \
+        "$PY" -m pytest -q -rs -p no:cacheprovider python/tests
+      tail -n 3 "$OUT/python_tests.log"
+    fi
   fi
 fi
 
