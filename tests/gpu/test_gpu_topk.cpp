@@ -496,10 +496,12 @@ TEST(GpuTopk, CudaGraphReplay) {
 }
 
 // The plan topk takes for rows x width (k) on this device.
-cuda::TopkPlan device_plan(int64_t rows, int64_t width, int k) {
+cuda::TopkPlan device_plan(int64_t rows, int64_t width, int k, int smem_budget = 0) {
   cuda::TopkDeviceLimits lim;
   cuda::TopkPlan plan;
-  EXPECT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
+  Exec ex;
+  ex.smem_budget_bytes = smem_budget;
+  EXPECT_TRUE(cuda::topk_device_limits(ex, &lim).ok());
   EXPECT_TRUE(cuda::plan_topk(rows, width, k, lim, &plan).ok());
   return plan;
 }
@@ -715,13 +717,7 @@ TEST(GpuTopk, SampledKernelRows) {
       c.values = true;
       c.repeats = 2;
       c.smem_budget = budget;
-      cuda::TopkDeviceLimits lim;
-      Exec ex;
-      ex.smem_budget_bytes = budget;
-      ASSERT_TRUE(cuda::topk_device_limits(ex, &lim).ok());
-      cuda::TopkPlan plan;
-      ASSERT_TRUE(cuda::plan_topk(c.rows, c.width, c.k, lim, &plan).ok());
-      ASSERT_TRUE(plan.sampled);
+      ASSERT_TRUE(device_plan(c.rows, c.width, c.k, budget).sampled);
       std::vector<float> v = normals(rng, c.rows * c.width);
       for (int64_t i = 0; i < c.width; ++i) {
         v[4 * c.width + i] = 0.25f;  // constant: overflow, then the first k

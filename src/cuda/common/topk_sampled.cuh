@@ -40,7 +40,8 @@ namespace topk_detail {
 constexpr int kSampledElems = 16;              // consecutive states per thread and tile
 constexpr int kSampledMinMcap = 8192;          // candidate capacity, at least 4 round_up(k, 4)
 // Plan limits: rows at least 8 round_up(k, 4) wide (narrower rows gain nothing from the filter)
-// and at most 256K wide (beyond it a 2048-state sample overshoots the candidate capacity).
+// and at most 256K wide (set for the earlier 2048-state sample, which overshot the candidate
+// capacity beyond it; not re-measured with the 4096 / 8192-state one).
 constexpr int kSampledMinRatio = 8;
 constexpr int64_t kSampledMaxWidth = 262144;
 

@@ -316,7 +316,7 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   topk_detail::TopkRowBounds rb;
   rb.width = static_cast<int>(f.width);
   rb.paged = true;
-  rb.work = detail::paged_indexer_work(pb, a.context_lens, a.row_request, pb.batch);
+  rb.work = f.p.work;  // the rows the scoring kernel (and the streaming route) sees
   Exec tex = ex;
   tex.workspace = ws + f.off_topk;
   tex.workspace_bytes = f.tp.workspace_bytes;
