@@ -199,8 +199,7 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   cluster_sync();  // every CTA's digit-1 histogram, chunk totals and present count
   if (warp0) {
     const int lane = tid & 31;
-    int p = lane < C ? cluster.map_shared_rank(tot, lane)[2] : 0;
-    p = __reduce_add_sync(0xffffffffu, p);
+    const int p = cluster_prefix_word(tot, 2, C);
     if (lane == 0) s_present = p;
     if (p > k) cluster_pick(cluster, C, h.hist1, h.csum1, kBins1, k, &pick);
   }
@@ -242,11 +241,8 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
     tot[1] = static_cast<int>(cta_ge >> 32);
   }
   cluster_sync();  // every CTA's totals
-  for (int q = 0; q < c; ++q) {  // the winners of the CTAs before this one (index order)
-    const int* t = cluster.map_shared_rank(tot, q);
-    g_before += t[0];
-    e_before += t[1];
-  }
+  g_before += cluster_prefix_word(tot, 0, c);  // the winners of the CTAs before this one (index order)
+  e_before += cluster_prefix_word(tot, 1, c);
   const int count = min(min(P, k), max(len, 0));
   if (!sorted) {
     cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
