@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/warp_scan.cuh"
 
 namespace dsattn {
@@ -35,6 +36,8 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total, int64_t* warp
 // thread of the group took 42 us at batch 1 with 264 partitions: one thread, 264 64-bit divisions
 // and stores in a row.)
 __global__ void __launch_bounds__(kSchedThreads) indexer_schedule_kernel(detail::IndexerWork w, int P, int32_t* meta) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ int64_t warp_buf[32];
   __shared__ int64_t s_end[kSchedThreads];  // chunk group t's units end at s_end[t] (exclusive)
   const int64_t G = w.groups;
@@ -102,8 +105,7 @@ cudaError_t launch_indexer_schedule(const detail::IndexerWork& w, int partitions
   // partitions, ncu: 4.9 us with 1024 threads and the old search / divisions, 3.5 us now).
   const int64_t want = std::max<int64_t>(32, std::max<int64_t>(w.groups, partitions));
   const int threads = static_cast<int>(std::min<int64_t>(kSchedThreads, (want + 31) / 32 * 32));
-  indexer_schedule_kernel<<<1, threads, 0, stream>>>(w, partitions, meta);
-  return cudaGetLastError();
+  return launch_pdl(indexer_schedule_kernel, dim3(1), dim3(threads), 0, stream, LaunchOpt{}, w, partitions, meta);
 }
 
 }  // namespace cuda

@@ -209,6 +209,8 @@ template <typename T, int V>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_cluster_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, bool sorted, TopkOutputs out) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
 #if DSATTN_TOPK_CLUSTER_DEVICE
   namespace cg = cooperative_groups;
   __shared__ TopkShared sh;

@@ -154,6 +154,8 @@ template <typename T>
 __global__ void __launch_bounds__(kFilterThreads)
     topk_filter_hist_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                             int64_t ld, TopkRowBounds rb, int k, FilterWork w) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ uint32_t hist[kBins1];
   __shared__ FilterShared sh;
   const int64_t r = blockIdx.x;
@@ -192,6 +194,8 @@ template <typename T>
 __global__ void __launch_bounds__(kFilterThreads)
     topk_filter_hist2_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                              int64_t ld, TopkRowBounds rb, int k, FilterWork w) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ uint32_t hist[kBins2];
   __shared__ FilterShared sh;
   const int64_t r = blockIdx.x;
@@ -235,6 +239,8 @@ template <typename T>
 __global__ void __launch_bounds__(kFilterThreads)
     topk_filter_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                        int64_t ld, TopkRowBounds rb, int k, FilterWork w) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ FilterShared sh;
   __shared__ int prefix[kFilterMaxPer * 32];  // exclusive prefix of the (u, warp) counts
   const int64_t r = blockIdx.x;
@@ -351,6 +357,8 @@ __global__ void __launch_bounds__(kTopkThreads, 1)
     topk_filter_final_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                              int64_t ld, TopkRowBounds rb, int k, int k_pad, int m_cap, bool sorted, FilterWork w,
                              TopkOutputs out) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ TopkShared sh;
   __shared__ FilterShared fsh;
   const int64_t r = blockIdx.x;

@@ -140,6 +140,8 @@ __global__ void __launch_bounds__(kTopkThreads)
                       int64_t ld, TopkRowBounds rb, int k, int kc, int k_pad, int m_cap, int chunk_len,
                       uint32_t* __restrict__ out_key,  // [R, C, kc]
                       int32_t* __restrict__ out_idx) {  // [R, C, kc]
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ TopkShared sh;
   const int64_t r = blockIdx.x;
   const int c = blockIdx.y;
@@ -180,6 +182,8 @@ __global__ void __launch_bounds__(kTopkThreads)
                       int in_n, int fan_n, int k, int kc, int k_pad, int m_cap,
                       uint32_t* __restrict__ out_key,  // [R, C_out, kc]
                       int32_t* __restrict__ out_idx) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ TopkShared sh;
   const int64_t r = blockIdx.x;
   const int c = blockIdx.y;
@@ -331,6 +335,8 @@ template <typename T, int V>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_small_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                       int64_t ld, TopkRowBounds rb, int k, int k_pad, bool sorted, TopkOutputs out) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ TopkShared sh;
   const int64_t r = blockIdx.x;
   int start, len;
@@ -405,6 +411,8 @@ __global__ void __launch_bounds__(kTopkThreads)
                       const uint32_t* __restrict__ cand_key,  // [R, cand_n] (kFromCands)
                       const int32_t* __restrict__ cand_idx,   // [R, cand_n]
                       int cand_n, TopkOutputs out) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ TopkShared sh;
   const int64_t r = blockIdx.x;
   int start, len;

@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/warp_scan.cuh"
 
 namespace dsattn {

@@ -230,19 +230,22 @@ Status run_topk_filter(const TopkPlan& plan, int64_t rows, const T* logits, int6
   w.mcap = plan.f_mcap;
   DSATTN_CUDA_RETURN(op, cudaMemsetAsync(ws, 0, plan.f_zero_bytes, st));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.f_tiles));
-  topk_filter_hist_kernel<T><<<grid, kFilterThreads, 0, st>>>(logits, ld, rb, plan.k, w);
-  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_filter_hist_kernel"));
+  const dim3 block(kFilterThreads);
+  DSATTN_RETURN_IF_ERROR(cuda_status(launch_pdl(topk_filter_hist_kernel<T>, grid, block, 0, st, LaunchOpt{}, logits, ld, rb,
+                                                plan.k, w),
+                                     op, "topk_filter_hist_kernel"));
   if (plan.f_digit2) {
-    topk_filter_hist2_kernel<T><<<grid, kFilterThreads, 0, st>>>(logits, ld, rb, plan.k, w);
-    DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_filter_hist2_kernel"));
+    DSATTN_RETURN_IF_ERROR(cuda_status(launch_pdl(topk_filter_hist2_kernel<T>, grid, block, 0, st, LaunchOpt{}, logits, ld, rb,
+                                                  plan.k, w),
+                                       op, "topk_filter_hist2_kernel"));
   }
-  topk_filter_kernel<T><<<grid, kFilterThreads, 0, st>>>(logits, ld, rb, plan.k, w);
-  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_filter_kernel"));
+  DSATTN_RETURN_IF_ERROR(cuda_status(launch_pdl(topk_filter_kernel<T>, grid, block, 0, st, LaunchOpt{}, logits, ld, rb, plan.k, w),
+                                     op, "topk_filter_kernel"));
   auto fin = topk_filter_final_kernel<T>;
   DSATTN_RETURN_IF_ERROR(set_smem(fin, plan.smem_filter_final, op));
-  fin<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_filter_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
-                                                                               plan.m_cap, sorted, w, out);
-  return last_launch_status(op, "topk_filter_final_kernel");
+  return cuda_status(launch_pdl(fin, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_filter_final, st,
+                                LaunchOpt{}, logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, sorted, w, out),
+                     op, "topk_filter_final_kernel");
 }
 
 // Every launch of a planned top-k over rows [rows, W] of `logits` (row stride ld) with the given
@@ -259,35 +262,37 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
     DSATTN_RETURN_IF_ERROR(cuda_status(
         cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared), op,
         "cudaFuncSetAttribute(topk carveout)"));
-    kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
-                                                                            plan.s_mcap, sorted, out);
-    return last_launch_status(op, "topk_sampled_kernel");
+    return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
+                                  logits, ld, rb, plan.k, plan.k_pad, plan.s_mcap, sorted, out),
+                       op, "topk_sampled_kernel");
   }
   if (plan.cluster > 0) {
-    return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, rows, plan.smem_final, st, op,
+    return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, rows, plan.smem_final, st, true, op,
                           "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, sorted, out);
   }
   if (plan.direct && plan.small_v > 0) {
     auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-    kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(logits, ld, rb, plan.k, plan.k_pad,
-                                                                            sorted, out);
-    return last_launch_status(op, "topk_small_kernel");
+    return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
+                                  logits, ld, rb, plan.k, plan.k_pad, sorted, out),
+                       op, "topk_small_kernel");
   }
   if (plan.direct) {
     auto kern = topk_final_kernel<T, false>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-    kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(
-        logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, rb.width, sorted, nullptr, nullptr, 0, out);
-    return last_launch_status(op, "topk_final_kernel");
+    return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
+                                  logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, rb.width, sorted,
+                                  static_cast<const uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, out),
+                       op, "topk_final_kernel");
   }
   const TopkBuffers buf = topk_buffers(plan, ex.workspace);
   auto kern = topk_chunk_kernel<T>;
   DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_chunk, op));
   dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.chunks));
-  kern<<<grid, kTopkThreads, plan.smem_chunk, st>>>(logits, ld, rb, plan.k, plan.kc, plan.k_pad, plan.m_cap, plan.chunk_len,
-                                                     buf.key[0], buf.idx[0]);
-  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_chunk_kernel"));
+  DSATTN_RETURN_IF_ERROR(cuda_status(launch_pdl(kern, grid, dim3(kTopkThreads), plan.smem_chunk, st, LaunchOpt{}, logits, ld, rb,
+                                                plan.k, plan.kc, plan.k_pad, plan.m_cap, plan.chunk_len, buf.key[0],
+                                                buf.idx[0]),
+                                     op, "topk_chunk_kernel"));
   return launch_merge_and_final<T>(plan, rows, buf, logits, ld, rb, sorted, out, st, op);
 }
 

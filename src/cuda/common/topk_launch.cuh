@@ -76,23 +76,13 @@ inline Status set_smem(K kernel, size_t bytes, const char* op) {
 // Launches `kernel` on grid (cluster, rows) with thread-block clusters of (cluster, 1, 1) (the
 // cluster top-k and the fused cluster merge; sm_90 and newer), kTopkThreads threads per CTA.
 template <typename... KArgs, typename... Args>
-Status launch_cluster(void (*kernel)(KArgs...), int cluster, int64_t rows, size_t smem, cudaStream_t st,
+Status launch_cluster(void (*kernel)(KArgs...), int cluster, int64_t rows, size_t smem, cudaStream_t st, bool pdl,
                       const char* op, const char* name, Args&&... args) {
   DSATTN_RETURN_IF_ERROR(set_smem(kernel, smem, op));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(cluster), static_cast<unsigned>(rows));
-  cfg.blockDim = dim3(kTopkThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DSATTN_CUDA_RETURN(op, cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-  return last_launch_status(op, name);
+  return cuda_status(launch_pdl(kernel, dim3(static_cast<unsigned>(cluster), static_cast<unsigned>(rows)),
+                                dim3(kTopkThreads), smem, st, LaunchOpt{static_cast<unsigned>(cluster), pdl},
+                                std::forward<Args>(args)...),
+                     op, name);
 }
 
 // Candidates of every row are in buf.key[0] / buf.idx[0] ([rows, plan.level_in_n[0]] or, without
@@ -106,17 +96,19 @@ Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuff
     auto kern = topk_merge_kernel<0>;
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_merge[l], op));
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.level_out_chunks[l]));
-    kern<<<grid, kTopkThreads, plan.smem_merge[l], st>>>(buf.key[cur], buf.idx[cur], plan.level_in_n[l],
-                                                         plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad, plan.m_cap,
-                                                         buf.key[cur ^ 1], buf.idx[cur ^ 1]);
-    DSATTN_RETURN_IF_ERROR(last_launch_status(op, "topk_merge_kernel"));
+    DSATTN_RETURN_IF_ERROR(cuda_status(
+        launch_pdl(kern, grid, dim3(kTopkThreads), plan.smem_merge[l], st, LaunchOpt{}, buf.key[cur], buf.idx[cur],
+                   plan.level_in_n[l], plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad, plan.m_cap, buf.key[cur ^ 1],
+                   buf.idx[cur ^ 1]),
+        op, "topk_merge_kernel"));
     cur ^= 1;
   }
   auto kern = topk_final_kernel<T, true>;
   DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-  kern<<<static_cast<unsigned>(rows), kTopkThreads, plan.smem_final, st>>>(
-      logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, plan.final_n, sorted, buf.key[cur], buf.idx[cur], plan.final_n, out);
-  return last_launch_status(op, "topk_final_kernel");
+  return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
+                                logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, plan.final_n, sorted, buf.key[cur],
+                                buf.idx[cur], plan.final_n, out),
+                     op, "topk_final_kernel");
 }
 
 }  // namespace topk_detail

@@ -260,6 +260,8 @@ template <typename T>
 __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   __shared__ TopkShared sh;
   __shared__ SampledShared ss;
   const int64_t r = blockIdx.x;

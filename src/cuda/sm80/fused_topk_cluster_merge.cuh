@@ -131,6 +131,8 @@ template <class SlotRange>
 __global__ void __launch_bounds__(topk_detail::kTopkThreads)
     fused_topk_cluster_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, bool sorted,
                                     topk_detail::TopkOutputs out) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
 #if DSATTN_TOPK_CLUSTER_DEVICE
   using namespace topk_detail;
   namespace cg = cooperative_groups;

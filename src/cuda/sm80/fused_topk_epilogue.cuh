@@ -23,6 +23,7 @@ namespace dsattn {
 namespace cuda {
 
 struct TopkEpilogue {
+  static constexpr bool kPdl = false;  // pdl.cuh's EpiPdl: the streaming route measured slower with it
   fused_topk::CollectorBuffers buf;
   fused_topk::CollectorShared* sh = nullptr;
   int64_t cur_group = -1;

@@ -345,6 +345,14 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   if (f.logits_route) return run_logits_route(a, pb, ex, f, out);
   cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
   char* ws = static_cast<char*>(ex.workspace);
+  // No PDL on this route (pdl.cuh's EpiPdl): the scoring kernels' top-k epilogues say so, and so
+  // do the merges below.
+  constexpr bool kNoPdl = false;
+  const LaunchOpt stream_opt{0, kNoPdl};
+  // Pieces that never run (no tile survives the state limit) must read as empty: the headers (and
+  // what follows them, f.zero_bytes) are zeroed first, so the kernels after it follow one another
+  // (pdl.cuh: a launch after a memset waits for it in full).
+  DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(ws + f.off_hdr, 0, f.zero_bytes, stream));
   if (f.own_schedule) {
     int32_t* meta = reinterpret_cast<int32_t*>(ws);
     DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(f.p.work, f.partitions, meta, stream), kOp,
@@ -360,9 +368,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   epi.buf.ccap = f.ccap;
   epi.buf.rows_per_slot = f.p.work.rows_per_group;
   epi.buf.k = a.k;
-  // Pieces that never run (no tile survives the state limit) must read as empty.
   if (f.off_hist != 0) epi.buf.hist = reinterpret_cast<uint32_t*>(ws + f.off_hist);
-  DSATTN_CUDA_RETURN(kOp, cudaMemsetAsync(epi.buf.header, 0, f.zero_bytes, stream));
   cudaError_t e;
   if (f.wg.ws_stages > 0) {
     e = launch_indexer_ws_topk(f.wg, f.p, epi.buf, f.ws_grid, stream);
@@ -380,7 +386,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   slots.partitions = f.partitions;
   if (f.cluster > 0) {
     return topk_detail::launch_cluster(fused_topk::fused_topk_cluster_merge_kernel<MetaSlots>, f.cluster, pb.rows,
-                                       fused_topk::cluster_merge_smem_bytes(), stream, kOp,
+                                       fused_topk::cluster_merge_smem_bytes(), stream, kNoPdl, kOp,
                                        "fused_topk_cluster_merge_kernel", epi.buf, slots, a.k, f.k_pad,
                                        static_cast<bool>(a.sorted), out);
   }
@@ -397,23 +403,27 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
     epi.buf.rec = part.rec = reinterpret_cast<int32_t*>(ws + f.off_rec);
     auto level1 = fused_topk::fused_topk_merge_kernel<MetaSlots, true>;
     DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(level1, f.merge_smem, kOp));
-    level1<<<dim3(static_cast<unsigned>(pb.rows), static_cast<unsigned>(f.split)), topk_detail::kTopkThreads,
-             f.merge_smem, stream>>>(epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out, part);
-    DSATTN_RETURN_IF_ERROR(last_launch_status(kOp, "fused_topk_merge_kernel (level 1)"));
+    DSATTN_RETURN_IF_ERROR(cuda_status(
+        launch_pdl(level1, dim3(static_cast<unsigned>(pb.rows), static_cast<unsigned>(f.split)),
+                   dim3(topk_detail::kTopkThreads), f.merge_smem, stream, stream_opt, epi.buf, slots, a.k, f.k_pad, f.m_cap,
+                   f.mcap, static_cast<bool>(a.sorted), out, part),
+        kOp, "fused_topk_merge_kernel (level 1)"));
     fused_topk::SplitSlots<MetaSlots> split;
     split.inner = slots;
     split.parts = f.split;
     auto level2 = fused_topk::fused_topk_merge_kernel<fused_topk::SplitSlots<MetaSlots>>;
     DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(level2, f.merge_smem, kOp));
-    level2<<<static_cast<unsigned>(pb.rows), topk_detail::kTopkThreads, f.merge_smem, stream>>>(
-        part, split, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out, fused_topk::CollectorBuffers{});
-    return last_launch_status(kOp, "fused_topk_merge_kernel (level 2)");
+    return cuda_status(launch_pdl(level2, dim3(static_cast<unsigned>(pb.rows)), dim3(topk_detail::kTopkThreads),
+                                  f.merge_smem, stream, stream_opt, part, split, a.k, f.k_pad, f.m_cap, f.mcap,
+                                  static_cast<bool>(a.sorted), out, fused_topk::CollectorBuffers{}),
+                       kOp, "fused_topk_merge_kernel (level 2)");
   }
   auto merge = fused_topk::fused_topk_merge_kernel<MetaSlots>;
   DSATTN_RETURN_IF_ERROR(topk_detail::set_smem(merge, f.merge_smem, kOp));
-  merge<<<static_cast<unsigned>(pb.rows), topk_detail::kTopkThreads, f.merge_smem, stream>>>(
-      epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap, a.sorted, out, fused_topk::CollectorBuffers{});
-  return last_launch_status(kOp, "fused_topk_merge_kernel");
+  return cuda_status(launch_pdl(merge, dim3(static_cast<unsigned>(pb.rows)), dim3(topk_detail::kTopkThreads),
+                                f.merge_smem, stream, stream_opt, epi.buf, slots, a.k, f.k_pad, f.m_cap, f.mcap,
+                                static_cast<bool>(a.sorted), out, fused_topk::CollectorBuffers{}),
+                     kOp, "fused_topk_merge_kernel");
 }
 
 }  // namespace cuda

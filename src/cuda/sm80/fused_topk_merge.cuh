@@ -307,6 +307,8 @@ template <typename SlotRange, bool kPartial = false>
 __global__ void __launch_bounds__(kTopkThreads)
     fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int m_cap, int mcap, bool sorted,
                             topk_detail::TopkOutputs out, CollectorBuffers part) {
+  pdl_trigger();  // pdl.cuh: before any global-memory access
+  pdl_wait();
   using namespace topk_detail;
   __shared__ MergeShared sh;
   const int64_t r = blockIdx.x;

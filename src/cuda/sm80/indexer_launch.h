@@ -27,8 +27,7 @@ cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Ep
   auto kern = indexer_kernel<F, D, Epi>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  kern<<<grid, p.warps * 32, smem, stream>>>(p, epi);
-  return cudaGetLastError();
+  return launch_pdl(kern, dim3(grid), dim3(p.warps * 32), smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, p, epi);
 }
 
 template <IndexerFormat F, int D, class Epi>

@@ -100,8 +100,8 @@ cudaError_t WgmmaKernelOps<Epi>::launch(const WgmmaPlan& plan, const IndexerPara
   return wgmma_detail::with_kernel<Epi>(plan, [&](auto kern) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
     if (e != cudaSuccess) return e;
-    kern<<<grid, kWgThreads, plan.smem, stream>>>(plan.maps, p, plan.shape, epi);
-    return cudaGetLastError();
+    return launch_pdl(kern, dim3(grid), dim3(kWgThreads), plan.smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, plan.maps,
+                      p, plan.shape, epi);
   });
 }
 

@@ -308,6 +308,7 @@ __device__ __noinline__ inline void ws_positional_end(const fused_topk::Collecto
 // appended at the row's count inside the store measured 197 -> 204 us at 128 x 32K, never taken.
 template <bool kDense, bool kPure = false>
 struct WsTopkT {
+  static constexpr bool kPdl = false;  // pdl.cuh's EpiPdl: the streaming route measured slower with it
   static_assert(kDense || !kPure, "pure mode is a dense mode");
   // Dense at 64 padded heads, pure also at 32 (ws_topk_dense): kernels for padded heads >= kHpMin.
   static constexpr int kHpMin = kPure ? 32 : kDense ? 64 : 16;
@@ -503,6 +504,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int stages = s.stages;
   const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, Epi::smem_bytes(p, kStage));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // No pdl_trigger() (pdl.cuh): the top-k kernels after the logits would be placed on the SMs as
+  // they free up, two CTAs on each of the first (H200, 32 x 32K logits + topk: 86 -> 93 us).
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       mbar_init(smem_u32(smem + L.full) + 8 * i, 1);
@@ -511,6 +514,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     mbar_fence_init();
   }
   __syncthreads();
+  pdl_wait();  // the barriers above are shared memory only; everything below reads global memory
   if (warp >= kWsProducerWarp) {
     const int w = warp - kWsProducerWarp;
     IdxCursor lc;

@@ -69,8 +69,8 @@ cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& 
   return with_ws_kernel<Epi>(plan, [&](auto kern) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
     if (e != cudaSuccess) return e;
-    kern<<<grid, kWsThreads, plan.ws_smem, stream>>>(plan.maps, p, s, epi);
-    return cudaGetLastError();
+    return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, plan.maps,
+                      p, s, epi);
   });
 }
 }  // namespace
