@@ -10,9 +10,13 @@
 //     distributed shared memory), a (greater, equal) scan per CTA and an exchange of the CTA
 //     totals place every winner in index order; unsorted output goes straight to the outputs,
 //     sorted output is gathered into CTA 0.
-// Keys are re-read from global memory (L2) on every pass instead of held in registers, so the
-// kernel is correct for any number of candidates (a row longer than its block table included),
-// only slower when it is large. Absent keys (0: states outside the row's window in dense pieces)
+// A thread's run of at most kClusterMergeRun candidates (rows of up to C x 8192 candidates, e.g. a
+// 64K-state row) is read once and held in registers (CmHeld), as topk_cluster_kernel holds its
+// keys; longer runs are re-read from global memory (L2) on every pass (CmRun), so the kernel is
+// correct for any number of candidates (a row longer than its block table included), only slower
+// when it is large. H200, paged_mqa_topk k = 2048, DSATTN_FUSED_CLUSTER=1, re-read / held, us
+// (same device call, two runs): 1 x 64K 43.6-43.9 / 41.9-42.4, 2 x 64K 48.5-48.7 / 46.7-47.4,
+// 4 x 64K 55.6-56.0 / 54.7-54.8, 8 x 64K 69.8-70.3 / 69.1-69.8. Absent keys (0: states outside the row's window in dense pieces)
 // never count. Values come from the keys (the scores only ever existed as keys).
 //
 // Shared memory (dynamic, cluster_merge_smem_bytes()): [topk_cluster's histograms / CTA 0's
@@ -104,11 +108,29 @@ struct CmRun {
   }
 };
 
+// A run of at most one step, read once into registers. Its slots are not held (register room at
+// 1024 threads): index_of finds a winner's slot again.
+struct CmHeld {
+  const CmRun* run;
+  uint32_t key[kClusterMergeRun];
+  __device__ __forceinline__ explicit CmHeld(const CmRun& r) : run(&r) {
+    int w = r.w_lo;
+    int slot[kClusterMergeRun];
+    r.keys(r.lo, w, key, slot);
+  }
+  template <class Fn>
+  __device__ __forceinline__ void for_each(int, Fn fn) const {
+    const int slot[kClusterMergeRun] = {};  // unused (index_of)
+    fn(key, slot, run->lo);
+  }
+  __device__ __forceinline__ int32_t index_of(int f, int) const { return run->index_of(f, run->slot_of(f)); }
+};
+
 // One radix digit over the run: keys present (not absent) whose bits from kShift + kBits up equal
 // prefix, histogrammed by bits [kShift, kShift + kBits). Also counts the present keys. Block-wide
 // (the step count is uniform: every run of the CTA has the same length bound).
-template <int kShift, int kBits>
-__device__ __forceinline__ int cm_digit_pass(const CmRun& run, int steps, uint32_t prefix, uint32_t* hist) {
+template <int kShift, int kBits, class Src>
+__device__ __forceinline__ int cm_digit_pass(const Src& run, int steps, uint32_t prefix, uint32_t* hist) {
   int present = 0;
   run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&)[kClusterMergeRun], int) {
     uint32_t bin[kClusterMergeRun];
@@ -192,99 +214,108 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   run.hi = min(run.lo + L, hi_c);
   run.w_lo = run.lo < run.hi ? run.slot_of(run.lo) : 0;
 
-  // Digit 1 (and the present keys of the row).
-  const int present = cm_digit_pass<20, 12>(run, steps, 0u, h.hist1);
-  const int warp_present = __reduce_add_sync(0xffffffffu, present);
-  if ((tid & 31) == 0 && warp_present > 0) atomicAdd(&tot[2], warp_present);
-  __syncthreads();
-  cluster_chunk_sums(h.hist1, h.csum1, kBins1);
-  cluster_sync();  // every CTA's digit-1 histogram, chunk totals and present count
-  if (warp0) {
-    const int lane = tid & 31;
-    const int p = cluster_prefix_word(tot, 2, C);
-    if (lane == 0) s_present = p;
-    if (p > k) cluster_pick(cluster, C, h.hist1, h.csum1, kBins1, k, &pick);
-  }
-  __syncthreads();
-  const int P = s_present;
-  uint32_t T_key = kAbsentKey;  // P <= k: every present key wins
-  int need = 0;
-  if (P > k) {  // uniform over the cluster
-    const uint32_t b1 = pick.bin;
-    int k_rem = k - pick.above;
-    cm_digit_pass<10, 10>(run, steps, b1, h.hist2);
-    cluster_digit(cluster, C, h.hist2, h.csum2, kBins2, k_rem, &pick);
-    const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
-    k_rem -= pick.above;
-    if (p2 > 0u && pick.count == k_rem) {  // the whole 22-bit bin is needed (uniform)
-      T_key = (p2 << 10) - 1u;
-    } else {
-      cm_digit_pass<0, 10>(run, steps, p2, h.hist3);
-      cluster_digit(cluster, C, h.hist3, h.csum3, kBins2, k_rem, &pick);
-      T_key = (p2 << 10) | pick.bin;
-      need = k_rem - pick.above;
+  // The selection over this thread's run: one pass per digit, the counts, the output. Every CTA
+  // passes the same cluster barriers whichever source it holds (steps differ only in the last CTA).
+  auto select = [&](const auto& src) {
+    // Digit 1 (and the present keys of the row).
+    const int present = cm_digit_pass<20, 12>(src, steps, 0u, h.hist1);
+    const int warp_present = __reduce_add_sync(0xffffffffu, present);
+    if ((tid & 31) == 0 && warp_present > 0) atomicAdd(&tot[2], warp_present);
+    __syncthreads();
+    cluster_chunk_sums(h.hist1, h.csum1, kBins1);
+    cluster_sync();  // every CTA's digit-1 histogram, chunk totals and present count
+    if (warp0) {
+      const int lane = tid & 31;
+      const int p = cluster_prefix_word(tot, 2, C);
+      if (lane == 0) s_present = p;
+      if (p > k) cluster_pick(cluster, C, h.hist1, h.csum1, kBins1, k, &pick);
     }
-  }
-  // (greater, equal) counts of the run, their block prefix and the CTA totals.
-  uint64_t ge = 0;
-  run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&)[kClusterMergeRun], int) {
-#pragma unroll
-    for (int v = 0; v < kClusterMergeRun; ++v) {
-      if (key[v] == kAbsentKey) continue;
-      ge += key[v] > T_key ? 1u : 0u;
-      ge += key[v] == T_key ? uint64_t(1) << 32 : 0u;
+    __syncthreads();
+    const int P = s_present;
+    uint32_t T_key = kAbsentKey;  // P <= k: every present key wins
+    int need = 0;
+    if (P > k) {  // uniform over the cluster
+      const uint32_t b1 = pick.bin;
+      int k_rem = k - pick.above;
+      cm_digit_pass<10, 10>(src, steps, b1, h.hist2);
+      cluster_digit(cluster, C, h.hist2, h.csum2, kBins2, k_rem, &pick);
+      const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
+      k_rem -= pick.above;
+      if (p2 > 0u && pick.count == k_rem) {  // the whole 22-bit bin is needed (uniform)
+        T_key = (p2 << 10) - 1u;
+      } else {
+        cm_digit_pass<0, 10>(src, steps, p2, h.hist3);
+        cluster_digit(cluster, C, h.hist3, h.csum3, kBins2, k_rem, &pick);
+        T_key = (p2 << 10) | pick.bin;
+        need = k_rem - pick.above;
+      }
     }
-  });
-  uint64_t cta_ge;
-  const uint64_t before = cm_block_scan64(ge, warp_tot64, &cta_ge);
-  int g_before = static_cast<int>(before & 0xffffffffu), e_before = static_cast<int>(before >> 32);
-  if (tid == 0) {
-    tot[0] = static_cast<int>(cta_ge & 0xffffffffu);
-    tot[1] = static_cast<int>(cta_ge >> 32);
-  }
-  cluster_sync();  // every CTA's totals
-  g_before += cluster_prefix_word(tot, 0, c);  // the winners of the CTAs before this one (index order)
-  e_before += cluster_prefix_word(tot, 1, c);
-  const int count = min(min(P, k), max(len, 0));
-  if (!sorted) {
-    cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
-    int wpos = g_before + min(e_before, need);
-    run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&slot)[kClusterMergeRun], int f0) {
-#pragma unroll
+    // (greater, equal) counts of the run, their block prefix and the CTA totals.
+    uint64_t ge = 0;
+    src.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&)[kClusterMergeRun], int) {
+  #pragma unroll
       for (int v = 0; v < kClusterMergeRun; ++v) {
         if (key[v] == kAbsentKey) continue;
-        const bool sel = key[v] > T_key || (key[v] == T_key && e_before++ < need);
-        if (sel && wpos < count) {
-          const int f = f0 + v;
-          out.write(r, wpos, run.index_of(f, slot[v]), [&] { return key_to_float(key[v]); });
-        }
-        wpos += sel ? 1 : 0;
+        ge += key[v] > T_key ? 1u : 0u;
+        ge += key[v] == T_key ? uint64_t(1) << 32 : 0u;
       }
     });
-    if (c == 0) {
-      for (int q = count + tid; q < k; q += kTopkThreads) out.write(r, q, -1, [] { return 0.0f; });
+    uint64_t cta_ge;
+    const uint64_t before = cm_block_scan64(ge, warp_tot64, &cta_ge);
+    int g_before = static_cast<int>(before & 0xffffffffu), e_before = static_cast<int>(before >> 32);
+    if (tid == 0) {
+      tot[0] = static_cast<int>(cta_ge & 0xffffffffu);
+      tot[1] = static_cast<int>(cta_ge >> 32);
     }
-    cluster_wait();  // no CTA leaves while another may still read its shared memory
-    return;
-  }
-  {
-    uint32_t* key0 = cluster.map_shared_rank(sel_key, 0);
-    int* pos0 = cluster.map_shared_rank(sel_pos, 0);
-    run.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&slot)[kClusterMergeRun], int f0) {
-#pragma unroll
-      for (int v = 0; v < kClusterMergeRun; ++v) {
-        if (key[v] == kAbsentKey) continue;
-        const int pos = winner_pos(key[v], T_key, need, g_before, e_before);
-        if (pos >= 0 && pos < count) {
-          const int f = f0 + v;
-          key0[pos] = key[v];
-          pos0[pos] = run.index_of(f, slot[v]);
+    cluster_sync();  // every CTA's totals
+    g_before += cluster_prefix_word(tot, 0, c);  // the winners of the CTAs before this one (index order)
+    e_before += cluster_prefix_word(tot, 1, c);
+    const int count = min(min(P, k), max(len, 0));
+    if (!sorted) {
+      cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
+      int wpos = g_before + min(e_before, need);
+      src.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&slot)[kClusterMergeRun], int f0) {
+  #pragma unroll
+        for (int v = 0; v < kClusterMergeRun; ++v) {
+          if (key[v] == kAbsentKey) continue;
+          const bool sel = key[v] > T_key || (key[v] == T_key && e_before++ < need);
+          if (sel && wpos < count) {
+            const int f = f0 + v;
+            out.write(r, wpos, src.index_of(f, slot[v]), [&] { return key_to_float(key[v]); });
+          }
+          wpos += sel ? 1 : 0;
         }
+      });
+      if (c == 0) {
+        for (int q = count + tid; q < k; q += kTopkThreads) out.write(r, q, -1, [] { return 0.0f; });
       }
-    });
+      cluster_wait();  // no CTA leaves while another may still read its shared memory
+      return;
+    }
+    {
+      uint32_t* key0 = cluster.map_shared_rank(sel_key, 0);
+      int* pos0 = cluster.map_shared_rank(sel_pos, 0);
+      src.for_each(steps, [&](const uint32_t (&key)[kClusterMergeRun], const int (&slot)[kClusterMergeRun], int f0) {
+  #pragma unroll
+        for (int v = 0; v < kClusterMergeRun; ++v) {
+          if (key[v] == kAbsentKey) continue;
+          const int pos = winner_pos(key[v], T_key, need, g_before, e_before);
+          if (pos >= 0 && pos < count) {
+            const int f = f0 + v;
+            key0[pos] = key[v];
+            pos0[pos] = src.index_of(f, slot[v]);
+          }
+        }
+      });
+    }
+    cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
+    if (c == 0) finish_row<float>(sel_key, sel_pos, count, k, k_pad, sorted, nullptr, r, out);
+  };
+  if (steps <= 1) {
+    select(CmHeld(run));
+  } else {
+    select(run);
   }
-  cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
-  if (c == 0) finish_row<float>(sel_key, sel_pos, count, k, k_pad, sorted, nullptr, r, out);
 #else
   (void)b; (void)slots; (void)k; (void)k_pad; (void)sorted; (void)out;
   __trap();  // never launched: the host takes this kernel only on devices with cluster launch

@@ -64,9 +64,13 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 // us): 8 x 64K 78.5-79.2 / 84.1-84.3, 16 x 32K 66.1-66.2 / 66.0-66.6, 4 x 64K 64.1 / 64.4-64.7,
 // but 1 x 64K 47.9-48.6 / 36.6-36.8 and 1 x 256K 129 / 53: one cluster's eight CTAs then read
 // and select the whole row (ncu, 1 x 64K: scoring 15.3 -> 12.5 us without the row histograms, the
-// merge 39.6 us against 13.4 + 11.1 for the split merge's two levels). So by default from 8 rows
-// on; DSATTN_FUSED_CLUSTER=1 takes it from 1 row (tests), =0 never.
-constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
+// merge 39.6 us against 13.4 + 11.1 for the split merge's two levels). Since the cluster pick
+// reads the other CTAs' histograms with all loads in flight (same binary, DSATTN_FUSED_CLUSTER=1 /
+// =0, two runs): 4 x 64K 56.3-56.4 / 64.4-64.9, 2 x 64K 48.1-48.4 / 43.0-43.1, 1 x 64K 43.7-44.0 /
+// 35.5-35.7; with a thread's keys held in registers (CmHeld): 4 x 64K 54.7-54.8 / 64.6-64.7,
+// 3 x 64K 49.6-49.9 / 47.5-47.7, 2 x 64K 46.7-47.4 / 43.5, 1 x 64K 41.9-42.4 / 35.7-35.9. So by
+// default from 4 rows on; DSATTN_FUSED_CLUSTER=1 takes it from 1 row (tests), =0 never.
+constexpr int64_t kClusterMergeMinRows = 4, kClusterMergeMaxRows = 16;
 
 struct FusedPlan {
   IndexerParams p;
