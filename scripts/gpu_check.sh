@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command GPU check for an H100/H200 (sm_90a):
 #   1. build for sm_90a with CXX=/usr/bin/g++ (or use binaries from --prebuilt DIR),
-#   2. run every GPU test suite (dsattn_gpu_tests),
+#   2. run every GPU test suite (dsattn_gpu_tests), then the CUDA-graph and cluster tests again with
+#      DSATTN_PDL=0 (kernels launched without programmatic dependent launch),
 #   3. a reduced compute-sanitizer memcheck + racecheck pass (tests whose name contains "Sanitizer"),
 #   4. the Python tests (python/tests, GPU ones included) with torch, when $PYTHON has torch:
 #      from the wheels given with --wheel (unpacked into $OUT/pysite: the dsattn wheel, plus e.g.
@@ -72,6 +73,8 @@ fi
 
 step gpu_tests gpu_tests.log "$BIN/dsattn_gpu_tests" --gtest_filter="$TEST_FILTER"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$OUT/gpu_tests.log" | head -20
+step gpu_tests_no_pdl gpu_tests_no_pdl.log env DSATTN_PDL=0 "$BIN/dsattn_gpu_tests" \
+  --gtest_filter='*GraphReplay*:GpuTopk.ClusterKernelRows:GpuFusedTopk.Fp8DecodeLengthsAroundK'
 
 if [ $SAN -eq 1 ]; then
   if command -v compute-sanitizer >/dev/null; then
