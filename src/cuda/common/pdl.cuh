@@ -70,7 +70,9 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) cudaGetLastError();  // reported here; not left for the caller's next check
+  return e;
 }
 
 // Whether an indexer kernel with epilogue Epi takes PDL: Epi::kPdl where the epilogue has one, else

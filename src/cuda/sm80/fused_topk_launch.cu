@@ -351,8 +351,8 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   char* ws = static_cast<char*>(ex.workspace);
   // No PDL on this route (pdl.cuh's EpiPdl): the scoring kernels' top-k epilogues say so, and so
   // do the merges below.
-  constexpr bool kNoPdl = false;
-  const LaunchOpt stream_opt{0, kNoPdl};
+  constexpr bool kPdl = false;
+  const LaunchOpt stream_opt{0, kPdl};
   // Pieces that never run (no tile survives the state limit) must read as empty: the headers (and
   // what follows them, f.zero_bytes) are zeroed first, so the kernels after it follow one another
   // (pdl.cuh: a launch after a memset waits for it in full).
@@ -390,7 +390,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   slots.partitions = f.partitions;
   if (f.cluster > 0) {
     return topk_detail::launch_cluster(fused_topk::fused_topk_cluster_merge_kernel<MetaSlots>, f.cluster, pb.rows,
-                                       fused_topk::cluster_merge_smem_bytes(), stream, kNoPdl, kOp,
+                                       fused_topk::cluster_merge_smem_bytes(), stream, kPdl, kOp,
                                        "fused_topk_cluster_merge_kernel", epi.buf, slots, a.k, f.k_pad,
                                        static_cast<bool>(a.sorted), out);
   }
