@@ -610,9 +610,8 @@ std::vector<int64_t> long_piece_lens() {
 
 // Pieces much longer than the collector's buffer on the scoring kernel the op picks (Hopper: the
 // warp-specialized one; k = 64: 576 entries, ~1100 states per piece), so every piece compacts while
-// scoring (6 rows: the cluster merge where the device has cluster launch, else the split merge with
-// row histograms, which SplitMergeWithoutClusters forces on the same rows; 140 rows: one merge CTA
-// per row), against the reference and the unfused path. The other cases' pieces are too short to.
+// scoring, with and without the row histograms (6 rows: split merge; 140 rows: one merge CTA per
+// row), against the reference and the unfused path. The other cases' pieces are too short to.
 TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
   FusedCase c;
   c.k = 64;
@@ -640,7 +639,7 @@ TEST(GpuFusedTopk, PureKernelPositionalAppends) {
   }
 }
 
-// 4..16 rows spread over many pieces take the cluster merge on devices with cluster launch (one
+// 8..16 rows spread over many pieces take the cluster merge on devices with cluster launch (one
 // cluster of 8 CTAs per row), fewer with DSATTN_FUSED_CLUSTER=1: 16 rows, lengths around k, empty
 // and one-state rows, N = 2, scores + slot ids, sorted, indices only; pieces that compact (stored
 // indices) and the pure kernel's positional appends (forced, k = 100). It asserts nothing
@@ -674,7 +673,7 @@ TEST(GpuFusedTopk, ClusterMergeRows) {
   }
 }
 
-// The split merge (two launches, row histograms), which few long rows take below 4 rows and on
+// The split merge (two launches, row histograms), which few long rows take below 8 rows and on
 // devices without cluster launch, forced with DSATTN_FUSED_CLUSTER=0: one row, sorted; every
 // score tied; a few rows with N = 2; pieces that compact; 8 rows (the cluster merge's by default).
 TEST(GpuFusedTopk, SplitMergeWithoutClusters) {

@@ -68,9 +68,12 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 // reads the other CTAs' histograms with all loads in flight (same binary, DSATTN_FUSED_CLUSTER=1 /
 // =0, two runs): 4 x 64K 56.3-56.4 / 64.4-64.9, 2 x 64K 48.1-48.4 / 43.0-43.1, 1 x 64K 43.7-44.0 /
 // 35.5-35.7; with a thread's keys held in registers (CmHeld): 4 x 64K 54.7-54.8 / 64.6-64.7,
-// 3 x 64K 49.6-49.9 / 47.5-47.7, 2 x 64K 46.7-47.4 / 43.5, 1 x 64K 41.9-42.4 / 35.7-35.9. So by
-// default from 4 rows on; DSATTN_FUSED_CLUSTER=1 takes it from 1 row (tests), =0 never.
-constexpr int64_t kClusterMergeMinRows = 4, kClusterMergeMaxRows = 16;
+// 3 x 64K 49.6-49.9 / 47.5-47.7, 2 x 64K 46.7-47.4 / 43.5, 1 x 64K 41.9-42.4 / 35.7-35.9. But at
+// 4-6 rows of other widths the split merge still won (one run): 4 x 32K 44.9 / 42.8, 5 x 16K
+// 42.0 / 38.9, 4 x 128K 86.9 / 83.4, 6 x 256K 191.6 / 159.9, 2 x 64K with N = 2 51.0 / 47.3
+// (8 x 128K: 110.4 / 126.5). So by default from 8 rows on; DSATTN_FUSED_CLUSTER=1 takes it from 1
+// row (tests), =0 never.
+constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
 
 struct FusedPlan {
   IndexerParams p;
