@@ -157,8 +157,8 @@ __device__ __forceinline__ void cluster_pick_n(int C, const uint32_t* hist, cons
 
 // Warp 0, after the cluster barrier that published every CTA's hist and csum (nbins = 4096 or
 // 1024): the bin of the cluster-wide histogram holding the k_rem-th largest key into *pick.
-__device__ __forceinline__ void cluster_pick(const cooperative_groups::cluster_group&, int C, const uint32_t* hist,
-                                             const uint32_t* csum, int nbins, int k_rem, ClusterPick* pick) {
+__device__ __forceinline__ void cluster_pick(int C, const uint32_t* hist, const uint32_t* csum, int nbins, int k_rem,
+                                             ClusterPick* pick) {
   if (C <= 2) {
     cluster_pick_n<2>(C, hist, csum, nbins, k_rem, pick);
   } else if (C <= 4) {
@@ -192,13 +192,12 @@ struct ClusterHists {
 // totals, and the bin of the cluster-wide histogram holding the k_rem-th key lands in *pick (every
 // thread may read it on return; it is rewritten only after the next cluster barrier). Block-wide,
 // every CTA of the cluster.
-__device__ __forceinline__ void cluster_digit(const cooperative_groups::cluster_group& cluster, int C,
-                                              const uint32_t* hist, uint32_t* csum, int nbins, int k_rem,
+__device__ __forceinline__ void cluster_digit(int C, const uint32_t* hist, uint32_t* csum, int nbins, int k_rem,
                                               ClusterPick* pick) {
   __syncthreads();
   cluster_chunk_sums(hist, csum, nbins);
   cluster_sync();
-  if (threadIdx.x < 32) cluster_pick(cluster, C, hist, csum, nbins, k_rem, pick);
+  if (threadIdx.x < 32) cluster_pick(C, hist, csum, nbins, k_rem, pick);
   __syncthreads();
 }
 #endif
@@ -240,12 +239,12 @@ __global__ void __launch_bounds__(kTopkThreads)
   run_digit<20, 12>(key, base, len, 0u, act, bin);
   __syncthreads();  // histograms zeroed
   hist_add_v<V>(h.hist1, bin, act);
-  cluster_digit(cluster, C, h.hist1, h.csum1, kBins1, k, &pick);
+  cluster_digit(C, h.hist1, h.csum1, kBins1, k, &pick);
   const uint32_t b1 = pick.bin;
   int k_rem = k - pick.above;
   run_digit<10, 10>(key, base, len, b1, act, bin);
   hist_add_v<V>(h.hist2, bin, act);
-  cluster_digit(cluster, C, h.hist2, h.csum2, kBins2, k_rem, &pick);
+  cluster_digit(C, h.hist2, h.csum2, kBins2, k_rem, &pick);
   const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
   k_rem -= pick.above;
   // As in topk_small_kernel: the whole 22-bit bin needed skips the third digit (uniform).
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   } else {
     run_digit<0, 10>(key, base, len, p2, act, bin);
     hist_add_v<V>(h.hist3, bin, act);
-    cluster_digit(cluster, C, h.hist3, h.csum3, kBins2, k_rem, &pick);
+    cluster_digit(C, h.hist3, h.csum3, kBins2, k_rem, &pick);
     T_key = (p2 << 10) | pick.bin;
     need = k_rem - pick.above;
   }

@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
       const int lane = tid & 31;
       const int p = cluster_prefix_word(tot, 2, C);
       if (lane == 0) s_present = p;
-      if (p > k) cluster_pick(cluster, C, h.hist1, h.csum1, kBins1, k, &pick);
+      if (p > k) cluster_pick(C, h.hist1, h.csum1, kBins1, k, &pick);
     }
     __syncthreads();
     const int P = s_present;
@@ -238,14 +238,14 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
       const uint32_t b1 = pick.bin;
       int k_rem = k - pick.above;
       cm_digit_pass<10, 10>(src, steps, b1, h.hist2);
-      cluster_digit(cluster, C, h.hist2, h.csum2, kBins2, k_rem, &pick);
+      cluster_digit(C, h.hist2, h.csum2, kBins2, k_rem, &pick);
       const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
       k_rem -= pick.above;
       if (p2 > 0u && pick.count == k_rem) {  // the whole 22-bit bin is needed (uniform)
         T_key = (p2 << 10) - 1u;
       } else {
         cm_digit_pass<0, 10>(src, steps, p2, h.hist3);
-        cluster_digit(cluster, C, h.hist3, h.csum3, kBins2, k_rem, &pick);
+        cluster_digit(C, h.hist3, h.csum3, kBins2, k_rem, &pick);
         T_key = (p2 << 10) | pick.bin;
         need = k_rem - pick.above;
       }

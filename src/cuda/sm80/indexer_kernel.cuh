@@ -821,8 +821,7 @@ __device__ __forceinline__ void indexer_body(const IndexerParams& p, Epi& epi) {
 
 template <IndexerFormat F, int D, class Epi>
 __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
-  // No pdl_trigger() (pdl.cuh): the top-k kernels after the logits would be placed on the SMs as
-  // they free up, two CTAs on each of the first (H200, 32 x 32K logits + topk: 86 -> 93 us).
+  // No pdl_trigger(): see pdl.cuh.
   pdl_wait();  // before any global-memory access
   indexer_body<F, D, Epi>(p, epi);
 }

@@ -512,8 +512,7 @@ constexpr int wg_min_blocks() {
 template <int HP, int NW, class Epi>
 __global__ void __launch_bounds__(kWgThreads, wg_min_blocks<Epi>())
     indexer_wgmma_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
-  // No pdl_trigger() (pdl.cuh): the top-k kernels after the logits would be placed on the SMs as
-  // they free up, two CTAs on each of the first (H200, 32 x 32K logits + topk: 86 -> 93 us).
+  // No pdl_trigger(): see pdl.cuh.
   pdl_wait();  // before any global-memory access
 #if DSATTN_SM90A_DEVICE
   indexer_wgmma_body<HP, NW, Epi>(maps, p, s, epi);

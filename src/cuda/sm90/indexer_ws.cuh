@@ -504,8 +504,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int stages = s.stages;
   const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, Epi::smem_bytes(p, kStage));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // No pdl_trigger() (pdl.cuh): the top-k kernels after the logits would be placed on the SMs as
-  // they free up, two CTAs on each of the first (H200, 32 x 32K logits + topk: 86 -> 93 us).
+  // No pdl_trigger(): see pdl.cuh.
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       mbar_init(smem_u32(smem + L.full) + 8 * i, 1);
