@@ -45,6 +45,9 @@ struct IndexerWork {
   const int32_t* ks = nullptr;           // prefill: [M]
   const int32_t* ke = nullptr;           // prefill: [M]
   int64_t ks_s0 = 0, ke_s0 = 0;
+  // paged, > 0: every row's window ends at min(length, len_cap) (paged_mqa_topk's resident route
+  // caps lengths at the block table's states, so no partition outgrows the plan's piece bound)
+  int32_t len_cap = 0;
 };
 
 // The paged-mode work of a validated decode problem (host code: the CPU schedule, the schedule
@@ -102,6 +105,7 @@ DSATTN_HD RowWindow indexer_row_window(const IndexerWork& w, int64_t g, int j) {
     } else {
       len = int64_t(w.lens[g * w.lens_s0]) - w.next_n + j + 1;
     }
+    if (w.len_cap > 0 && len > w.len_cap) len = w.len_cap;
     rw.hi = static_cast<int32_t>(len < 0 ? 0 : len);
     return rw;
   }

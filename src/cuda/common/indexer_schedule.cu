@@ -35,9 +35,11 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total, int64_t* warp
 // floor(p * total / P)), which the host-side schedule uses. (Filling a group's partitions in the
 // thread of the group took 42 us at batch 1 with 264 partitions: one thread, 264 64-bit divisions
 // and stores in a row.)
-__global__ void __launch_bounds__(kSchedThreads) indexer_schedule_kernel(detail::IndexerWork w, int P, int32_t* meta) {
+__global__ void __launch_bounds__(kSchedThreads)
+    indexer_schedule_kernel(detail::IndexerWork w, int P, int32_t* meta, uint32_t* zero, int zero_words) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
+  for (int i = threadIdx.x; i < zero_words; i += blockDim.x) zero[i] = 0u;
   __shared__ int64_t warp_buf[32];
   __shared__ int64_t s_end[kSchedThreads];  // chunk group t's units end at s_end[t] (exclusive)
   const int64_t G = w.groups;
@@ -99,13 +101,15 @@ __global__ void __launch_bounds__(kSchedThreads) indexer_schedule_kernel(detail:
 }  // namespace
 
 cudaError_t launch_indexer_schedule(const detail::IndexerWork& w, int partitions, int32_t* meta,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, uint32_t* zero, int zero_words) {
   // As few warps as the work needs (one thread per group or partition, up to 1024): the block runs
   // alone on one SM, so its idle warps would only slow every barrier (H200, batch 1 with 396
   // partitions, ncu: 4.9 us with 1024 threads and the old search / divisions, 3.5 us now).
   const int64_t want = std::max<int64_t>(32, std::max<int64_t>(w.groups, partitions));
+  if (zero == nullptr) zero_words = 0;
   const int threads = static_cast<int>(std::min<int64_t>(kSchedThreads, (want + 31) / 32 * 32));
-  return launch_pdl(indexer_schedule_kernel, dim3(1), dim3(threads), 0, stream, LaunchOpt{}, w, partitions, meta);
+  return launch_pdl(indexer_schedule_kernel, dim3(1), dim3(threads), 0, stream, LaunchOpt{}, w, partitions, meta, zero,
+                    zero_words);
 }
 
 }  // namespace cuda

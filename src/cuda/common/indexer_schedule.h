@@ -10,9 +10,11 @@
 namespace dsattn {
 namespace cuda {
 
-// meta: device i32 [indexer_meta_size(partitions)].
+// meta: device i32 [indexer_meta_size(partitions)]. zero (optional): zero_words words the kernel
+// also sets to 0 (paged_mqa_topk's resident route: its grid barrier and histograms, so that the
+// kernel after this one finds them zeroed without a memset of its own).
 cudaError_t launch_indexer_schedule(const detail::IndexerWork& w, int partitions, int32_t* meta,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, uint32_t* zero = nullptr, int zero_words = 0);
 
 }  // namespace cuda
 }  // namespace dsattn

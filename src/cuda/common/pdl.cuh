@@ -45,6 +45,7 @@ bool pdl_enabled();
 struct LaunchOpt {
   unsigned cluster = 0;  // > 0: thread-block clusters of (cluster, 1, 1)
   bool pdl = true;       // PDL when pdl_enabled() too
+  bool cooperative = false;  // every CTA co-resident (grid-wide barriers; fails when they cannot be)
 };
 
 // kernel<<<grid, block, smem, stream>>>(args...), with PDL when opt.pdl and pdl_enabled(), and in
@@ -57,7 +58,7 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[3];
   unsigned n = 0;
   if (opt.cluster > 0) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
@@ -69,6 +70,11 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   if (opt.pdl && pdl_enabled()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (opt.cooperative) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n].val.cooperative = 1;
     ++n;
   }
   cfg.attrs = attr;

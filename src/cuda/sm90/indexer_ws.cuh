@@ -207,7 +207,8 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 // Epilogues of the warp-specialized kernel. Members other than finish() are called by the 128
 // threads of one consumer warpgroup w (which owns the object's scratch); store() by the lanes that
 // hold a score (wg_score_block's sink).
-//   static size_t smem_bytes(const IndexerParams&, int stage)   scratch per warpgroup
+//   size_t smem_bytes(const IndexerParams&, int stage)          scratch per warpgroup (static, or
+//        a member where it depends on the call: the kernel calls it on its epilogue object)
 //   static int partition(const IndexerParams&, int w)            partition of w's first tile
 //   static void cursor(const IndexerParams&, int w, IdxCursor*)  the tiles of ring w
 //   void begin(uint8_t* scratch, int w, int stage, int rows_per_group)
@@ -216,7 +217,8 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 //   void tile_begin(rows, t0, count)          before a tile's scores
 //   void store(p, row, r, t, v, row0, win)    score of group row `row`, tile state r (state t)
 //   void tile_end(p, g, rows, row0, t0, count, win)  after the tile's stage was released
-//   void finish(p)                            every thread of the CTA, at the end
+//   void finish(p, smem, L)                   every thread of the CTA, at the end (smem: the
+//        kernel's aligned shared memory, laid out as L)
 
 // paged_mqa_logits: scores straight to the logits; the CTA's partition (split over p.split CTAs)
 // dealt round robin to the three rings.
@@ -242,7 +244,7 @@ struct WsLogits {
     if (t < p.out_width) LogitsEpilogue::store(p, row0 + row, t, v);
   }
   __device__ void tile_end(const IndexerParams&, int64_t, int, int64_t, int32_t, int, const detail::RowWindow*) {}
-  __device__ void finish(const IndexerParams& p) { LogitsEpilogue{}.finish(p); }
+  __device__ void finish(const IndexerParams& p, uint8_t*, const WsSmemLayout&) { LogitsEpilogue{}.finish(p); }
 };
 
 // The switch-out from dense positions to entries (the ordered and the positional appends take
@@ -409,7 +411,7 @@ struct WsTopkT {
     fused_topk::collector_append_block(buf, *sh, slot, row0, rows, t0, count, scores, ld, win, grp);
     grp.sync();  // the scores may be rewritten; the counts are published
   }
-  __device__ void finish(const IndexerParams&) {}
+  __device__ void finish(const IndexerParams&, uint8_t*, const WsSmemLayout&) {}
 };
 
 // Consumer warpgroup wg: the tiles of its ring, each as kStage / 64 MMA blocks in turn (the other
@@ -502,7 +504,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   extern __shared__ __align__(1024) uint8_t ws_smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws_smem_raw) + 1023) & ~uintptr_t(1023));
   const int stages = s.stages;
-  const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, Epi::smem_bytes(p, kStage));
+  const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, epi.smem_bytes(p, kStage));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // No pdl_trigger(): see pdl.cuh.
   if (threadIdx.x == 0) {
@@ -524,7 +526,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     epi.begin(smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);
     ws_consume<HP, NW, kStage>(p, s, stages, smem, L, epi, w, warp & 3, lane);
   }
-  epi.finish(p);
+  epi.finish(p, smem, L);
 #else
   (void)maps; (void)p; (void)s; (void)epi;
   __trap();  // never launched: the host picks this kernel only where sm_90a code exists
