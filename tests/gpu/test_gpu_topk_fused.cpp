@@ -4,9 +4,10 @@
 //  2. against the unfused GPU path on the same inputs (paged_mqa_logits -> topk): identical
 //     indices (same order), slot ids, and scores;
 //  3. slot ids recomputed here from the block table.
-// Every case runs on both routes of the op (run_fused_case): streaming candidates through the
-// collector and the merges (the default; DSATTN_FUSED_LOGITS=0), and scores in the workspace +
-// topk's kernels (the opt-in route, forced: =force); then once more through the call's own switch
+// Every case runs on every route of the op (run_fused_case): streaming candidates through the
+// collector and the merges (DSATTN_FUSED_LOGITS=0), scores in the workspace + topk's kernels (the
+// opt-in route, forced: =force), the defaults (one request on Hopper: the resident route, whose
+// scores stay in the scoring kernel's shared memory), and the call's own switch
 // (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -307,13 +308,18 @@ void run_fused_case(const FusedCase& c) {
   TopkOut unfused;
   run_unfused(c, pc, g, &unfused);
   if (::testing::Test::HasFatalFailure()) return;
-  // Both routes of the op on the same inputs: streaming candidates through the collector and the
-  // merges (DSATTN_FUSED_LOGITS=0), and logits in the workspace + the top-k kernels (=force).
-  for (const char* route : {"0", "force"}) {
+  // The routes of the op on the same inputs: streaming candidates through the collector and the
+  // merges (DSATTN_FUSED_LOGITS=0), logits in the workspace + the top-k kernels (=force), both
+  // with the resident route off (DSATTN_FUSED_RESIDENT=0); then the defaults, where one request
+  // on Hopper takes the resident route (scores in the scoring kernel's shared memory).
+  for (const char* route : {"0", "force", "default"}) {
     SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
     TopkOut fused;
-    {
+    if (std::string(route) == "default") {
+      run_fused(c, pc, g, &fused);
+    } else {
       EnvScope scope("DSATTN_FUSED_LOGITS", route);
+      EnvScope off("DSATTN_FUSED_RESIDENT", "0");
       run_fused(c, pc, g, &fused);
     }
     if (::testing::Test::HasFatalFailure()) return;
@@ -696,6 +702,149 @@ TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
   run_fused_case(c);
   c.k = 2048;
   c.spec = spec(IndexerFormat::kFp8, 8, 1, 64, 128, 64, {65536, 30000, 2049, 0, 50000, 8000, 65000, 1}, 185);
+  run_fused_case(c);
+}
+
+// One request on Hopper takes the resident route by default (the scores stay in the scoring
+// kernel's shared memory; grid-wide radix select): run_fused_case compares it with the streaming
+// and logits routes and the reference. Lengths around k and an empty row (every key wins, then
+// -1), one to four rows (N), 32 and 64 heads, page sizes 1 .. 256, one long row, k = 2048 / 512
+// / 1, scores + slot ids or indices only, per-row lengths; elsewhere (other GPUs, heads <= 16,
+// sorted output) the same cases check whichever route runs.
+TEST(GpuFusedTopk, ResidentRoute) {
+  FusedCase c;
+  c.k = 2048;
+  int seed = 191;
+  for (int64_t len : {int64_t(0), int64_t(1), int64_t(2047), int64_t(2048), int64_t(2049), int64_t(9000)}) {
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {len}, seed++);
+    run_fused_case(c);
+  }
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 32, {150000}, seed++);
+  run_fused_case(c);
+  for (int N : {2, 3, 4}) {
+    c.spec = spec(IndexerFormat::kFp8, 1, N, N == 3 ? 32 : 64, 128, 64, {30000}, seed++);
+    run_fused_case(c);
+  }
+  c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {2050}, seed++);  // rows of 2049 and 2050 states
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kFp8, 1, 2, 32, 128, 64, {40000, 2000}, seed++);
+  c.spec.lens_per_row = true;
+  run_fused_case(c);
+  c.k = 512;
+  for (int S : {1, 2, 48, 100, 256}) {
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 32, 128, S, {20000}, seed++);
+    run_fused_case(c);
+  }
+  c.values = false;
+  c.slots = false;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {65536}, seed++);
+  run_fused_case(c);
+  c.k = 1;
+  c.values = true;
+  c.slots = true;
+  c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {5000}, seed++);
+  run_fused_case(c);
+}
+
+// The resident route's select under ties: zero keys (every score ties at 0, so the k-th key's
+// ties span every CTA and go to the smallest indices), and a short row (every state wins).
+TEST(GpuFusedTopk, ResidentRouteTies) {
+  FusedCase c;
+  c.zero_keys = true;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {100000}, 201);
+  run_fused_case(c);
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 1, 3, 32, 128, 32, {7000}, 202);
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {300}, 203);
+  run_fused_case(c);
+}
+
+// One captured graph of the default route (the resident one on Hopper) replayed with new context
+// lengths written into the same device buffer: shorter, shorter than k, zero, longer than the
+// block table holds (states past it are not scored, as on the other routes), and the first again.
+// Each replay must give what the streaming route gives on the same inputs, so the barrier word
+// and histograms the kernel leaves behind never leak into the next call.
+TEST(GpuFusedTopk, ResidentGraphNewLengths) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {20000}, 211);
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  GpuInputs g;
+  upload_case(pc, &g);
+  if (::testing::Test::HasFatalFailure()) return;
+  const int64_t R = pc.rows;
+  const size_t n = static_cast<size_t>(R * c.k);
+  DeviceBuffer idx(n * 4), val(n * 4), slots(n * 4);
+  PagedMqaTopkParams p;
+  static_cast<PagedIndexerArgs&>(p) = g.args;
+  p.k = c.k;
+  p.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
+  p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  size_t ws = 0;
+  Status s = paged_mqa_topk_workspace(p, ex, &ws);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  DeviceBuffer d_ws(ws);
+  DSATTN_CUDA_ASSERT(cudaMemset(d_ws.ptr, 0xff, ws));
+  ex.workspace = d_ws.ptr;
+  ex.workspace_bytes = ws;
+  cudaStream_t st;
+  DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  ex.stream = st;
+  cudaGraph_t graph;
+  DSATTN_CUDA_ASSERT(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  s = paged_mqa_topk(p, ex);
+  DSATTN_CUDA_ASSERT(cudaStreamEndCapture(st, &graph));
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  cudaGraphExec_t exec;
+  DSATTN_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  const int32_t table_states = static_cast<int32_t>(pc.cache.max_pages * c.spec.states_per_page);
+  for (int32_t len : {20000, 6000, 2048, 0, table_states + 5000, 20000}) {
+    SCOPED_TRACE("context length " + std::to_string(len));
+    DSATTN_CUDA_ASSERT(cudaMemcpy(g.lens.buf.ptr, &len, 4, cudaMemcpyHostToDevice));
+    DSATTN_CUDA_ASSERT(cudaMemset(idx.ptr, 0x7b, n * 4));
+    DSATTN_CUDA_ASSERT(cudaGraphLaunch(exec, st));
+    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(st));
+    TopkOut o;
+    o.idx.resize(n);
+    o.val.resize(n);
+    o.slots.resize(n);
+    ASSERT_TRUE(idx.download(o.idx.data(), n * 4));
+    ASSERT_TRUE(val.download(o.val.data(), n * 4));
+    ASSERT_TRUE(slots.download(o.slots.data(), n * 4));
+    TopkOut base;
+    {
+      EnvScope route("DSATTN_FUSED_LOGITS", "0");
+      EnvScope off("DSATTN_FUSED_RESIDENT", "0");
+      run_fused(c, pc, g, &base);
+    }
+    if (::testing::Test::HasFatalFailure()) break;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(o.idx[i], base.idx[i]) << "entry " << i;
+      ASSERT_EQ(o.slots[i], base.slots[i]) << "entry " << i;
+      ASSERT_TRUE(o.val[i] == base.val[i] || (std::isnan(o.val[i]) && std::isnan(base.val[i]))) << "entry " << i;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+// A small call of the resident route (and the other routes) for the compute-sanitizer pass of
+// scripts/gpu_check.sh (tests named *Sanitizer*): two rows of 9000 states, and every score tied
+// (the k-th key's ties spread over the CTAs).
+TEST(GpuFusedTopk, ResidentSanitizerSmall) {
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {9000}, 221);
+  run_fused_case(c);
+  c.zero_keys = true;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {3000}, 222);
   run_fused_case(c);
 }
 

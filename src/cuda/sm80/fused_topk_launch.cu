@@ -26,6 +26,7 @@
 #include "cuda/sm80/indexer_launch.h"
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
+#include "cuda/sm90/indexer_ws_resident.cuh"
 
 namespace dsattn {
 namespace cuda {
@@ -74,6 +75,8 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 // (8 x 128K: 110.4 / 126.5). So by default from 8 rows on; DSATTN_FUSED_CLUSTER=1 takes it from 1
 // row (tests), =0 never.
 constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
+// Widest rows (block table states) where the opt-in logits route beats the resident route.
+constexpr int64_t kLogitsOverResidentMaxWidth = 131072;
 
 struct FusedPlan {
   IndexerParams p;
@@ -101,6 +104,12 @@ struct FusedPlan {
   bool logits_route = false;
   int64_t width = 0;
   TopkPlan tp;
+  // Resident route (see plan_resident): scores kept in the scoring kernel's shared memory and
+  // selected there; its scratch after the schedule: the barrier word and grid histograms (zeroed
+  // by the schedule kernel: res_zero_bytes from off_res), then the per-CTA suffix sums.
+  bool resident = false;
+  int res_cap = 0;
+  size_t off_res = 0, res_zero_bytes = 0, off_suf = 0;
   size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
 };
 
@@ -156,7 +165,54 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   return Status::Ok();
 }
 
-Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
+// One request (one group of N rows) on Hopper: the resident route (indexer_ws_resident.cuh), one
+// cooperative scoring kernel that keeps its scores in shared memory and selects with grid-wide
+// histograms, when each warpgroup's piece (the schedule's bound over the block table's states)
+// fits beside a ring of at least kWsMinStages stages. Unsorted output only (it writes in index
+// order). DSATTN_FUSED_RESIDENT=0 turns it off (tests and benchmarks: the other routes).
+bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
+                   FusedPlan* f) {
+  const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (!f->wg.use || a.schedule.defined() || a.sorted || f->p.work.groups != 1) return false;
+  int dev = 0, coop = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+      coop == 0) {
+    return false;
+  }
+  const int64_t width = pb.max_pages * pb.states_per_page;
+  if (width <= 0 || width > INT32_MAX) return false;
+  const int partitions = sms * kWsConsumers;
+  // The schedule starts partition p at unit floor(p * U / P), U <= the block table's units once
+  // the lengths are capped there (len_cap): no piece is longer than ceil(U / P) units.
+  const int64_t units = (width + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+  const int64_t cap = (units + partitions - 1) / partitions * detail::kIndexerUnit;
+  const int rows = f->p.work.rows_per_group;
+  if (cap > INT32_MAX / 8 || rows < 1 || rows > kIdxMaxRows) return false;
+  WgmmaPlan plan = f->wg;
+  if (!plan_wgmma_ws_resident(f->p, budget, rows, static_cast<int>(cap), &plan)) return false;
+  f->wg = plan;
+  f->resident = true;
+  f->ws_grid = sms;
+  f->partitions = partitions;
+  f->own_schedule = true;
+  f->p.tile_states = plan.ws_stage;
+  f->p.split = 1;
+  f->p.work.len_cap = static_cast<int32_t>(width);
+  f->res_cap = static_cast<int>(cap);
+  f->off_res = align256(indexer_schedule_workspace(partitions));
+  f->res_zero_bytes = 256 + static_cast<size_t>(resident::kRounds) * rows * resident::kBins * 4;
+  f->off_suf = f->off_res + align256(f->res_zero_bytes);
+  f->total = f->off_suf + align256(static_cast<size_t>(resident::kRounds) * sms * rows * resident::kBins * 4);
+  return true;
+}
+
+// The streaming plan, or one of the routes that replace it (resident: *resident, when
+// *have_resident is set and the logits route does not take the call).
+Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                         FusedPlan* f, FusedPlan* resident_out, bool* have_resident_out) {
+  FusedPlan& resident = *resident_out;
+  bool& have_resident = *have_resident_out;
   DSATTN_RETURN_IF_ERROR(fill_paged_indexer_params(kOp, a, pb, &f->p));
   int sms = 0, optin = 0;
   DSATTN_RETURN_IF_ERROR(device_limits(kOp, &sms, &optin));
@@ -175,6 +231,20 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
     }
     f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
   } else {
+    // The resident route for one request, except where the opt-in logits route is allowed and the
+    // rows are short enough for it to win (H200, k = 2048, us, resident / logits route: 1 x 8K
+    // 26.2 / 19.1, 1 x 64K 31.3 / 28.3, 1 x 256K 41.6 / 53.1, 1 x 1M 84.7 / 138.6).
+    resident = *f;
+    if (plan_resident(a, pb, budget, sms, &resident)) {
+      const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
+      const int64_t width = pb.max_pages * pb.states_per_page;
+      if (mode == FusedRouteMode::kStreaming ||
+          (mode == FusedRouteMode::kWhereItFits && width > kLogitsOverResidentMaxWidth)) {
+        *f = resident;
+        return Status::Ok();
+      }
+      have_resident = true;  // unless the logits route takes the call after all
+    }
     // Own schedule: on Hopper the warp-specialized kernel when it fits (one CTA per SM, each
     // consumer warpgroup scoring its own partition); a caller schedule keeps the tile kernel.
     if (f->wg.use) plan_wgmma_ws(f->p, budget, true, &f->wg);
@@ -309,6 +379,14 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   return plan_logits_route(a, pb, ex, f);
 }
 
+Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
+  FusedPlan resident;
+  bool have_resident = false;
+  DSATTN_RETURN_IF_ERROR(plan_fused_routes(a, pb, ex, f, &resident, &have_resident));
+  if (have_resident && !f->logits_route) *f = resident;
+  return Status::Ok();
+}
+
 // The logits route's launches (see plan_logits_route).
 Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                         const FusedPlan& f, const topk_detail::TopkOutputs& out) {
@@ -330,6 +408,31 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   return topk_rows_f32(f.tp, pb.rows, logits, f.width, rb, a.sorted, out, tex, kOp);
 }
 
+// The resident route's launches (see plan_resident): the schedule (which also zeroes the barrier
+// and the grid histograms), then the scoring kernel that selects.
+Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_detail::TopkOutputs& out,
+                    const Exec& ex) {
+  cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
+  char* ws = static_cast<char*>(ex.workspace);
+  int32_t* meta = reinterpret_cast<int32_t*>(ws);
+  uint32_t* res = reinterpret_cast<uint32_t*>(ws + f.off_res);
+  DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(f.p.work, f.partitions, meta, stream, res,
+                                                             static_cast<int>(f.res_zero_bytes / 4)),
+                                     kOp, "indexer_schedule_kernel launch"));
+  IndexerParams p = f.p;
+  p.meta = meta;
+  WsResident epi;
+  epi.buf.bar = res;
+  epi.buf.hist = res + 64;  // after the barrier's 256 bytes
+  epi.buf.suf = reinterpret_cast<uint32_t*>(ws + f.off_suf);
+  epi.buf.rows = f.p.work.rows_per_group;
+  epi.buf.cap = f.res_cap;
+  epi.buf.k = a.k;
+  epi.buf.out = out;
+  return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp,
+                     "indexer_ws_kernel<WsResident> launch");
+}
+
 }  // namespace
 
 size_t paged_mqa_topk_workspace(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
@@ -349,6 +452,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerPro
   // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
   const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
       a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
+  if (f.resident) return run_resident(a, f, out, ex);
   if (f.logits_route) return run_logits_route(a, pb, ex, f, out);
   cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
   char* ws = static_cast<char*>(ex.workspace);

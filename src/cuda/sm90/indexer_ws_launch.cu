@@ -4,6 +4,7 @@
 
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
+#include "cuda/sm90/indexer_ws_resident.cuh"
 
 namespace dsattn {
 namespace cuda {
@@ -31,6 +32,31 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
   plan->ws_stage = stage;
   plan->ws_smem = need(stages);
   plan->ws_pure = pure;
+}
+
+bool plan_wgmma_ws_resident(const IndexerParams& p, int budget, int rows, int cap, WgmmaPlan* plan) {
+  (void)p;
+  plan->ws_stages = 0;
+  plan->ws_smem = 0;
+  plan->ws_pure = false;
+  if (!plan->use || plan->shape.prefill) return false;
+  if (const char* env = std::getenv("DSATTN_INDEXER_WS")) {
+    if (std::atoi(env) == 0) return false;
+  }
+  const WgmmaShape& s = plan->shape;
+  if (s.hp < WsResident::kHpMin) return false;
+  const int stage = ws_stage(s.q_rows, s.hp, WsResident::kStaged);
+  const size_t epi = WsResident::scratch_bytes(rows, cap);
+  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
+  int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
+  while (stages >= kWsMinStages && need(stages) > static_cast<size_t>(budget)) stages -= kWsConsumers;
+  if (stages < kWsMinStages) return false;
+  // The select's histograms live in the ring once the scoring is over.
+  if (size_t(stages) * stage * kWgHeadDim < resident::select_smem_bytes(rows)) return false;
+  plan->ws_stages = stages;
+  plan->ws_stage = stage;
+  plan->ws_smem = need(stages);
+  return true;
 }
 
 namespace {
@@ -61,16 +87,17 @@ cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   return cudaErrorInvalidValue;
 }
 
+// opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given.
 template <class Epi>
-cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream) {
+cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream,
+                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}) {
   WgmmaShape s = plan.shape;
   s.stages = plan.ws_stages;
   s.tile = plan.ws_stage;
   return with_ws_kernel<Epi>(plan, [&](auto kern) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
     if (e != cudaSuccess) return e;
-    return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, plan.maps,
-                      p, s, epi);
+    return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, opt, plan.maps, p, s, epi);
   });
 }
 }  // namespace
@@ -94,6 +121,11 @@ cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p
   WsTopkT<false> epi;
   epi.buf = buf;
   return launch_ws(plan, p, epi, grid, stream);
+}
+
+cudaError_t launch_indexer_ws_resident(const WgmmaPlan& plan, const IndexerParams& p, const WsResident& epi, int grid,
+                                       bool pdl, cudaStream_t stream) {
+  return launch_ws(plan, p, epi, grid, stream, LaunchOpt{0, pdl, true});  // every CTA resident: grid barriers
 }
 
 }  // namespace cuda
