@@ -82,11 +82,26 @@ void upload_case(PagedCase& pc, GpuInputs* g) {
   g->args.row_request = g->rr.view;
 }
 
-// Sets an environment variable (the op's plan knobs) for a scope, unset again however it ends.
+// Sets an environment variable (the op's plan knobs) for a scope; its previous value (or its
+// absence) is restored however the scope ends.
 struct EnvScope {
   const char* name;
-  EnvScope(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
-  ~EnvScope() { unsetenv(name); }
+  bool had = false;
+  std::string old;
+  EnvScope(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) {
+      had = true;
+      old = v;
+    }
+    setenv(n, value, 1);
+  }
+  ~EnvScope() {
+    if (had) {
+      setenv(name, old.c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
 };
 
 struct TopkOut {
@@ -705,13 +720,14 @@ TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
   run_fused_case(c);
 }
 
-// One request on Hopper takes the resident route by default (the scores stay in the scoring
-// kernel's shared memory; grid-wide radix select): run_fused_case compares it with the streaming
-// and logits routes and the reference. Lengths around k and an empty row (every key wins, then
+// One request on Hopper takes the resident route (by default for N = 1; forced here for any N):
+// the scores stay in the scoring kernel's shared memory, grid-wide radix select. run_fused_case
+// compares it with the streaming and logits routes and the reference. Lengths around k and an empty row (every key wins, then
 // -1), one to four rows (N), 32 and 64 heads, page sizes 1 .. 256, one long row, k = 2048 / 512
 // / 1, scores + slot ids or indices only, per-row lengths; elsewhere (other GPUs, heads <= 16,
 // sorted output) the same cases check whichever route runs.
 TEST(GpuFusedTopk, ResidentRoute) {
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // also for N > 1
   FusedCase c;
   c.k = 2048;
   int seed = 191;
@@ -749,6 +765,7 @@ TEST(GpuFusedTopk, ResidentRoute) {
 // The resident route's select under ties: zero keys (every score ties at 0, so the k-th key's
 // ties span every CTA and go to the smallest indices), and a short row (every state wins).
 TEST(GpuFusedTopk, ResidentRouteTies) {
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // also for N > 1
   FusedCase c;
   c.zero_keys = true;
   c.k = 2048;
@@ -768,6 +785,7 @@ TEST(GpuFusedTopk, ResidentRouteTies) {
 // and histograms the kernel leaves behind never leak into the next call.
 TEST(GpuFusedTopk, ResidentGraphNewLengths) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // N = 2
   FusedCase c;
   c.k = 2048;
   c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {20000}, 211);
@@ -839,6 +857,7 @@ TEST(GpuFusedTopk, ResidentGraphNewLengths) {
 // scripts/gpu_check.sh (tests named *Sanitizer*): two rows of 9000 states, and every score tied
 // (the k-th key's ties spread over the CTAs).
 TEST(GpuFusedTopk, ResidentSanitizerSmall) {
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // also for N > 1
   FusedCase c;
   c.k = 512;
   c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {9000}, 221);

@@ -169,12 +169,16 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
 // cooperative scoring kernel that keeps its scores in shared memory and selects with grid-wide
 // histograms, when each warpgroup's piece (the schedule's bound over the block table's states)
 // fits beside a ring of at least kWsMinStages stages. Unsorted output only (it writes in index
-// order). DSATTN_FUSED_RESIDENT=0 turns it off (tests and benchmarks: the other routes).
+// order). By default for one row (N = 1): with two rows it measured slower than streaming (H200,
+// 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us). DSATTN_FUSED_RESIDENT=0 turns it off, =force
+// takes it for any N (tests and benchmarks).
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
   if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  const bool force = env != nullptr && std::strcmp(env, "force") == 0;
   if (!f->wg.use || a.schedule.defined() || a.sorted || f->p.work.groups != 1) return false;
+  if (f->p.work.rows_per_group != 1 && !force) return false;
   int dev = 0, coop = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
       coop == 0) {
