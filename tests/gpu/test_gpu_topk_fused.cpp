@@ -326,7 +326,7 @@ void run_fused_case(const FusedCase& c) {
   // The routes of the op on the same inputs: streaming candidates through the collector and the
   // merges (DSATTN_FUSED_LOGITS=0), logits in the workspace + the top-k kernels (=force), both
   // with the resident route off (DSATTN_FUSED_RESIDENT=0); then the defaults, where one request
-  // on Hopper takes the resident route (scores in the scoring kernel's shared memory).
+  // with N = 1 on Hopper takes the resident route (scores in the scoring kernel's shared memory).
   for (const char* route : {"0", "force", "default"}) {
     SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
     TopkOut fused;

@@ -5,7 +5,9 @@
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): where the rows' scores fit in
 // that same scratch (small batches), they are written there as dense rows and selected by topk's
 // kernels instead (plan_logits_route): faster, no more memory, but score rows in memory, which
-// SPEC §3.4 rules out by default.
+// SPEC §3.4 rules out by default. One request with N = 1 on Hopper takes the resident route
+// (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its scores in shared memory
+// and selects across the grid, after the schedule kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
