@@ -722,10 +722,10 @@ TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
 
 // One request on Hopper takes the resident route (by default for N = 1; forced here for any N):
 // the scores stay in the scoring kernel's shared memory, grid-wide radix select. run_fused_case
-// compares it with the streaming and logits routes and the reference. Lengths around k and an empty row (every key wins, then
-// -1), one to four rows (N), 32 and 64 heads, page sizes 1 .. 256, one long row, k = 2048 / 512
-// / 1, scores + slot ids or indices only, per-row lengths; elsewhere (other GPUs, heads <= 16,
-// sorted output) the same cases check whichever route runs.
+// compares it with the streaming and logits routes and the reference. Lengths around k and an
+// empty row (every key wins, then -1), one to four rows (N), 32 and 64 heads, page sizes 1 .. 256,
+// one long row, k = 2048 / 512 / 1, scores + slot ids or indices only, per-row lengths; elsewhere
+// (other GPUs, heads <= 16, sorted output) the same cases check whichever route runs.
 TEST(GpuFusedTopk, ResidentRoute) {
   EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // also for N > 1
   FusedCase c;

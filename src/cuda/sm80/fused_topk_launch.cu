@@ -182,8 +182,8 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   if (!f->wg.use || a.schedule.defined() || a.sorted || f->p.work.groups != 1) return false;
   if (f->p.work.rows_per_group != 1 && !force) return false;
   int dev = 0, coop = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
-      coop == 0) {
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || coop == 0) {
     return false;
   }
   const int64_t width = pb.max_pages * pb.states_per_page;

@@ -2,7 +2,7 @@
 // request (one group of N rows), every score stays in the shared memory of the CTA that computed
 // it, and after its last tile the whole grid selects each row's top k together. One kernel after
 // the schedule: no candidate buffers, no merge kernels, and no scores in global memory (SPEC §3.4:
-// the workspace holds histograms and per-CTA counts, independent of the context length).
+// the workspace holds histograms and per-CTA suffix sums, independent of the context length).
 //
 // Why: at batch 1 the streaming route's pieces are shorter than k, so its merges read and select
 // the whole row after the scoring kernel (H200, 1 x 64K, k = 2048: scoring ~10 us, merges ~20 us,
@@ -19,8 +19,6 @@
 // schedule's bound with the rows' lengths capped at the block table, IndexerWork::len_cap), and
 // the ring's shared memory large enough for the select's histograms once the scoring is over.
 #pragma once
-#include <climits>
-
 #include "cuda/common/topk_grid.cuh"
 #include "cuda/sm90/indexer_ws.cuh"
 
@@ -37,7 +35,9 @@ constexpr size_t kScratchHeader = 16;  // a warpgroup's scratch: {first state, s
 // warpgroups' own are 1..3): the producer warps have nothing to select, and leave.
 constexpr int kSelThreads = 128 * kWsConsumers;
 constexpr int kSelBarrier = 1 + kWsConsumers;
-__device__ __forceinline__ void sel_sync() { asm volatile("bar.sync %0, %1;\n" ::"n"(kSelBarrier), "n"(kSelThreads) : "memory"); }
+__device__ __forceinline__ void sel_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kSelBarrier), "n"(kSelThreads) : "memory");
+}
 struct SelGroup {
   __device__ __forceinline__ int rank() const { return static_cast<int>(threadIdx.x); }
   __device__ __forceinline__ int size() const { return kSelThreads; }
