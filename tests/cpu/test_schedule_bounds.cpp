@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "common/indexer_work.h"
 #include "dsattn/ops.h"
 
 namespace dsattn {
@@ -59,6 +60,59 @@ TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {
     }
     EXPECT_EQ(at(0), 0);
     EXPECT_EQ(covered, total);
+  }
+}
+
+// The resident route's bound (src/cuda/sm80/fused_topk_launch.cu, plan_resident): with the rows'
+// lengths capped at the block table's states (IndexerWork::len_cap = width), a request's units
+// never exceed ceil(width / unit), so no partition of the schedule is longer than the plan's piece
+// capacity ceil(ceil(width / unit) / P) units, whatever lengths the device holds (also lengths
+// beyond the block table, which only the device sees). Without the cap such a length breaks it.
+TEST(ScheduleBounds, LenCapKeepsPiecesWithinTheBlockTable) {
+  const int32_t width = 65536 + 320;  // block-table states
+  const int P = 396;
+  const int64_t width_units = (width + kUnit - 1) / kUnit;
+  const int64_t cap_units = (width_units + P - 1) / P;
+  for (int N : {1, 2, 3}) {
+    for (int32_t len : {0, 1, width - 5, width, width + 1, 10 * width}) {
+      for (int32_t cap : {width, 0}) {
+        detail::IndexerWork w;
+        w.mode = detail::IndexerMode::kPaged;
+        w.rows_per_group = N;
+        w.next_n = N;
+        w.lens_per_row = 0;
+        w.rows = N;
+        w.groups = 1;
+        w.batch = 1;
+        w.lens = &len;
+        w.lens_s0 = 1;
+        w.len_cap = cap;
+        for (int j = 0; j < N; ++j) {
+          int64_t want = int64_t(len) - N + 1 + j;
+          if (cap > 0) want = std::min<int64_t>(want, cap);
+          want = std::max<int64_t>(want, 0);
+          EXPECT_EQ(detail::indexer_row_window(w, 0, j).hi, want) << "N " << N << " len " << len << " row " << j;
+        }
+        const int64_t units = detail::indexer_group_units(w, 0);
+        std::vector<int32_t> meta(size_t(detail::indexer_meta_size(P)), -7);
+        detail::indexer_meta_header(meta.data(), P, 1);
+        detail::indexer_meta_fill_group(meta.data(), P, units, 0, 0, units);
+        meta[4 + 2 * size_t(P)] = 1;  // the end pair (G, 0)
+        meta[5 + 2 * size_t(P)] = 0;
+        int64_t longest = 0;
+        for (int p = 0; units > 0 && p < P; ++p) {  // no units: every partition is empty
+          const int64_t a = meta[4 + 2 * size_t(p)] >= 1 ? units : meta[5 + 2 * size_t(p)];
+          const int64_t b = meta[4 + 2 * size_t(p + 1)] >= 1 ? units : meta[5 + 2 * size_t(p + 1)];
+          longest = std::max(longest, b - a);
+        }
+        if (cap > 0) {
+          EXPECT_LE(units, width_units) << "N " << N << " len " << len;
+          EXPECT_LE(longest, cap_units) << "N " << N << " len " << len;
+        } else if (len == 10 * width) {
+          EXPECT_GT(longest, cap_units) << "without the cap a length past the block table outgrows the pieces";
+        }
+      }
+    }
   }
 }
 
