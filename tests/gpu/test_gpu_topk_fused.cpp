@@ -109,31 +109,39 @@ struct TopkOut {
   std::vector<float> val;
 };
 
-// Fused path. With c.graph, captured into a CUDA graph and replayed twice.
-void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o, bool logits_route = false) {
-  const int64_t R = pc.rows;
-  const size_t n = static_cast<size_t>(R * c.k);
-  DeviceBuffer idx(n * 4), val(n * 4), slots(n * 4);
-  DSATTN_CUDA_ASSERT(cudaMemset(idx.ptr, 0x7b, n * 4));
-  DSATTN_CUDA_ASSERT(cudaMemset(val.ptr, 0x7b, n * 4));
-  DSATTN_CUDA_ASSERT(cudaMemset(slots.ptr, 0x7b, n * 4));
+// One fused call: outputs poisoned (0x7b), the caller schedule when the case asks for one, the
+// params, and the workspace.
+struct FusedCall {
+  size_t n = 0;  // R x k
+  DeviceBuffer idx, val, slots, sched, ws;
   PagedMqaTopkParams p;
+  Exec ex;
+};
+void setup_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, FusedCall* f, bool logits_route) {
+  const int64_t R = pc.rows;
+  const size_t n = f->n = static_cast<size_t>(R * c.k);
+  f->idx.alloc(n * 4);
+  f->val.alloc(n * 4);
+  f->slots.alloc(n * 4);
+  DSATTN_CUDA_ASSERT(cudaMemset(f->idx.ptr, 0x7b, n * 4));
+  DSATTN_CUDA_ASSERT(cudaMemset(f->val.ptr, 0x7b, n * 4));
+  DSATTN_CUDA_ASSERT(cudaMemset(f->slots.ptr, 0x7b, n * 4));
+  PagedMqaTopkParams& p = f->p;
   static_cast<PagedIndexerArgs&>(p) = g.args;
   p.k = c.k;
   p.sorted = c.sorted;
   p.logits_route = logits_route;
-  p.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
-  if (c.values) p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
-  if (c.slots) p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
-  Exec ex;
+  p.indices = make_tensor(f->idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  if (c.values) p.values = make_tensor(f->val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
+  if (c.slots) p.slot_ids = make_tensor(f->slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
+  Exec& ex = f->ex;
   ex.backend = Backend::kCuda;
   ex.smem_budget_bytes = c.smem_budget;
-  DeviceBuffer sched;
   if (c.schedule_parts > 0) {
     const int64_t ms = schedule_metadata_size(c.schedule_parts);
-    sched.alloc(static_cast<size_t>(ms) * 4);
-    DSATTN_CUDA_ASSERT(cudaMemset(sched.ptr, 0x7b, static_cast<size_t>(ms) * 4));
-    p.schedule = make_tensor(sched.ptr, DType::kI32, {ms}, Device::kCuda);
+    f->sched.alloc(static_cast<size_t>(ms) * 4);
+    DSATTN_CUDA_ASSERT(cudaMemset(f->sched.ptr, 0x7b, static_cast<size_t>(ms) * 4));
+    p.schedule = make_tensor(f->sched.ptr, DType::kI32, {ms}, Device::kCuda);
     ScheduleMetadataParams sp;
     sp.context_lens = g.args.context_lens;
     sp.row_request = g.args.row_request;
@@ -145,41 +153,64 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
     ASSERT_TRUE(ss.ok()) << ss.to_string();
   }
   size_t ws = 0;
-  Status s = paged_mqa_topk_workspace(p, ex, &ws);
+  const Status s = paged_mqa_topk_workspace(p, ex, &ws);
   ASSERT_TRUE(s.ok()) << s.to_string();
-  DeviceBuffer d_ws(ws);
+  f->ws.alloc(ws);
   // Caller-owned scratch holds anything: poisoned, a candidate entry the op read without writing
   // it first would show up as a wrong index.
-  DSATTN_CUDA_ASSERT(cudaMemset(d_ws.ptr, 0xff, ws));
-  ex.workspace = d_ws.ptr;
+  DSATTN_CUDA_ASSERT(cudaMemset(f->ws.ptr, 0xff, ws));
+  ex.workspace = f->ws.ptr;
   ex.workspace_bytes = ws;
+}
+
+// The call captured once into a CUDA graph on a new stream (the call's stream from then on);
+// destroyed with the object.
+struct FusedGraph {
+  cudaStream_t st = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~FusedGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (st) cudaStreamDestroy(st);
+  }
+};
+void capture_fused(FusedCall* f, FusedGraph* fg) {
+  DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&fg->st, cudaStreamNonBlocking));
+  f->ex.stream = fg->st;
+  DSATTN_CUDA_ASSERT(cudaStreamBeginCapture(fg->st, cudaStreamCaptureModeGlobal));
+  const Status s = paged_mqa_topk(f->p, f->ex);
+  DSATTN_CUDA_ASSERT(cudaStreamEndCapture(fg->st, &fg->graph));
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  DSATTN_CUDA_ASSERT(cudaGraphInstantiate(&fg->exec, fg->graph, 0));
+}
+
+void download_fused(const FusedCall& f, TopkOut* o) {
+  o->idx.resize(f.n);
+  o->val.resize(f.n);
+  o->slots.resize(f.n);
+  ASSERT_TRUE(f.idx.download(o->idx.data(), f.n * 4));
+  ASSERT_TRUE(f.val.download(o->val.data(), f.n * 4));
+  ASSERT_TRUE(f.slots.download(o->slots.data(), f.n * 4));
+}
+
+// Fused path. With c.graph, captured into a CUDA graph and replayed twice.
+void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o, bool logits_route = false) {
+  FusedCall f;
+  setup_fused(c, pc, g, &f, logits_route);
+  if (::testing::Test::HasFatalFailure()) return;
   if (c.graph) {
-    cudaStream_t st;
-    DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    ex.stream = st;
-    cudaGraph_t graph;
-    DSATTN_CUDA_ASSERT(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    s = paged_mqa_topk(p, ex);
-    DSATTN_CUDA_ASSERT(cudaStreamEndCapture(st, &graph));
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    cudaGraphExec_t exec;
-    DSATTN_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 2; ++rep) DSATTN_CUDA_ASSERT(cudaGraphLaunch(exec, st));
-    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(st));
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(st);
+    FusedGraph fg;
+    capture_fused(&f, &fg);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int rep = 0; rep < 2; ++rep) DSATTN_CUDA_ASSERT(cudaGraphLaunch(fg.exec, fg.st));
+    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(fg.st));
   } else {
-    s = paged_mqa_topk(p, ex);
+    const Status s = paged_mqa_topk(f.p, f.ex);
     ASSERT_TRUE(s.ok()) << s.to_string();
   }
   DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
-  o->idx.resize(n);
-  o->val.resize(n);
-  o->slots.resize(n);
-  ASSERT_TRUE(idx.download(o->idx.data(), n * 4));
-  ASSERT_TRUE(val.download(o->val.data(), n * 4));
-  ASSERT_TRUE(slots.download(o->slots.data(), n * 4));
+  download_fused(f, o);
 }
 
 // Unfused path: paged_mqa_logits into [R, W] then topk over [0, ctx) of each row.
@@ -793,48 +824,22 @@ TEST(GpuFusedTopk, ResidentGraphNewLengths) {
   GpuInputs g;
   upload_case(pc, &g);
   if (::testing::Test::HasFatalFailure()) return;
-  const int64_t R = pc.rows;
-  const size_t n = static_cast<size_t>(R * c.k);
-  DeviceBuffer idx(n * 4), val(n * 4), slots(n * 4);
-  PagedMqaTopkParams p;
-  static_cast<PagedIndexerArgs&>(p) = g.args;
-  p.k = c.k;
-  p.indices = make_tensor(idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
-  p.values = make_tensor(val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
-  p.slot_ids = make_tensor(slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
-  Exec ex;
-  ex.backend = Backend::kCuda;
-  size_t ws = 0;
-  Status s = paged_mqa_topk_workspace(p, ex, &ws);
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  DeviceBuffer d_ws(ws);
-  DSATTN_CUDA_ASSERT(cudaMemset(d_ws.ptr, 0xff, ws));
-  ex.workspace = d_ws.ptr;
-  ex.workspace_bytes = ws;
-  cudaStream_t st;
-  DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  ex.stream = st;
-  cudaGraph_t graph;
-  DSATTN_CUDA_ASSERT(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  s = paged_mqa_topk(p, ex);
-  DSATTN_CUDA_ASSERT(cudaStreamEndCapture(st, &graph));
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  cudaGraphExec_t exec;
-  DSATTN_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  FusedCall f;
+  setup_fused(c, pc, g, &f, false);
+  if (::testing::Test::HasFatalFailure()) return;
+  FusedGraph fg;
+  capture_fused(&f, &fg);
+  if (::testing::Test::HasFatalFailure()) return;
   const int32_t table_states = static_cast<int32_t>(pc.cache.max_pages * c.spec.states_per_page);
   for (int32_t len : {20000, 6000, 2048, 0, table_states + 5000, 20000}) {
     SCOPED_TRACE("context length " + std::to_string(len));
     DSATTN_CUDA_ASSERT(cudaMemcpy(g.lens.buf.ptr, &len, 4, cudaMemcpyHostToDevice));
-    DSATTN_CUDA_ASSERT(cudaMemset(idx.ptr, 0x7b, n * 4));
-    DSATTN_CUDA_ASSERT(cudaGraphLaunch(exec, st));
-    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(st));
+    DSATTN_CUDA_ASSERT(cudaMemset(f.idx.ptr, 0x7b, f.n * 4));
+    DSATTN_CUDA_ASSERT(cudaGraphLaunch(fg.exec, fg.st));
+    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(fg.st));
     TopkOut o;
-    o.idx.resize(n);
-    o.val.resize(n);
-    o.slots.resize(n);
-    ASSERT_TRUE(idx.download(o.idx.data(), n * 4));
-    ASSERT_TRUE(val.download(o.val.data(), n * 4));
-    ASSERT_TRUE(slots.download(o.slots.data(), n * 4));
+    download_fused(f, &o);
+    if (::testing::Test::HasFatalFailure()) break;
     TopkOut base;
     {
       EnvScope route("DSATTN_FUSED_LOGITS", "0");
@@ -842,15 +847,12 @@ TEST(GpuFusedTopk, ResidentGraphNewLengths) {
       run_fused(c, pc, g, &base);
     }
     if (::testing::Test::HasFatalFailure()) break;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < f.n; ++i) {
       ASSERT_EQ(o.idx[i], base.idx[i]) << "entry " << i;
       ASSERT_EQ(o.slots[i], base.slots[i]) << "entry " << i;
       ASSERT_TRUE(o.val[i] == base.val[i] || (std::isnan(o.val[i]) && std::isnan(base.val[i]))) << "entry " << i;
     }
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(st);
 }
 
 // A small call of the resident route (and the other routes) for the compute-sanitizer pass of
