@@ -167,6 +167,14 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   return Status::Ok();
 }
 
+// The longest piece (states) the schedule gives a partition: it starts partition p at unit
+// floor(p * U / P) of U = groups x the block table's units, so no piece is longer than ceil(U / P)
+// units, for lengths within the block table (or capped there: IndexerWork::len_cap).
+int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups, int partitions) {
+  const int64_t units = (pb.max_pages * pb.states_per_page + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+  return (groups * units + partitions - 1) / std::max(partitions, 1) * detail::kIndexerUnit;
+}
+
 // One request (one group of N rows) on Hopper: the resident route (indexer_ws_resident.cuh), one
 // cooperative scoring kernel that keeps its scores in shared memory and selects with grid-wide
 // histograms, when each warpgroup's piece (the schedule's bound over the block table's states)
@@ -189,14 +197,13 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   const int64_t width = pb.max_pages * pb.states_per_page;
   if (width <= 0 || width > INT32_MAX) return false;
   const int partitions = sms * kWsConsumers;
-  // The schedule starts partition p at unit floor(p * U / P), U <= the block table's units once
-  // the lengths are capped there (len_cap): no piece is longer than ceil(U / P) units.
-  const int64_t units = (width + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
-  const int64_t cap = (units + partitions - 1) / partitions * detail::kIndexerUnit;
+  // The bound holds for any device-side length once the lengths are capped at the block table
+  // (len_cap, set below).
+  const int64_t cap = piece_states_bound(pb, 1, partitions);
   const int rows = f->p.work.rows_per_group;
   if (cap > INT32_MAX / 8 || rows < 1 || rows > kIdxMaxRows) return false;
   WgmmaPlan plan = f->wg;
-  if (!plan_wgmma_ws_resident(f->p, budget, rows, static_cast<int>(cap), &plan)) return false;
+  if (!plan_wgmma_ws_resident(budget, rows, static_cast<int>(cap), &plan)) return false;
   f->wg = plan;
   f->resident = true;
   f->ws_grid = sms;
@@ -300,9 +307,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   // less; a longer piece (an unbalanced caller schedule) only compacts more often.
   bool short_pieces = false;  // no piece compacts, so none finds a row bound
   {
-    const int64_t units = (pb.max_pages * pb.states_per_page + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
-    const int64_t total = f->p.work.groups * units;
-    const int64_t piece_max = (total + f->partitions - 1) / std::max(f->partitions, 1) * detail::kIndexerUnit;
+    const int64_t piece_max = piece_states_bound(pb, f->p.work.groups, f->partitions);
     const int64_t fit = std::max<int64_t>(ccap_min, (piece_max + 3) & ~int64_t(3));
     if (fit < f->ccap) f->ccap = static_cast<int>(fit);
     short_pieces = piece_max <= f->ccap;

@@ -66,7 +66,7 @@ inline bool ws_topk_dense(const WgmmaPlan& plan, bool row_hist) {
 // paged_mqa_topk's resident route (indexer_ws_resident.cuh): the ring that fits `budget` beside
 // each warpgroup's scratch of rows x cap keys and still holds the select's histograms; false where
 // none does (or the shape has no such kernel). Then its cooperative launch (one CTA per SM).
-bool plan_wgmma_ws_resident(const IndexerParams& p, int budget, int rows, int cap, WgmmaPlan* plan);
+bool plan_wgmma_ws_resident(int budget, int rows, int cap, WgmmaPlan* plan);
 struct WsResident;
 cudaError_t launch_indexer_ws_resident(const WgmmaPlan& plan, const IndexerParams& p, const WsResident& epi, int grid,
                                        bool pdl, cudaStream_t stream);

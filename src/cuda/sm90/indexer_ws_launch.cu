@@ -9,33 +9,10 @@
 namespace dsattn {
 namespace cuda {
 
-void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure) {
-  plan->ws_stages = 0;
-  plan->ws_smem = 0;
-  plan->ws_pure = false;
-  if (!plan->use || plan->shape.prefill) return;
-  if (const char* env = std::getenv("DSATTN_INDEXER_WS")) {
-    if (std::atoi(env) == 0) return;
-  }
-  const WgmmaShape& s = plan->shape;
-  pure = topk && pure && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
-  const int stage = ws_stage(s.q_rows, s.hp, topk && !pure);
-  const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
-                     : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
-                            : WsTopkT<true>::smem_bytes(p, stage);
-  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
-  // A multiple of the consumer count: consumer w always takes stages w, w + kWsConsumers, ...
-  int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
-  while (stages >= kWsMinStages && need(stages) > static_cast<size_t>(budget)) stages -= kWsConsumers;
-  if (stages < kWsMinStages) return;
-  plan->ws_stages = stages;
-  plan->ws_stage = stage;
-  plan->ws_smem = need(stages);
-  plan->ws_pure = pure;
-}
-
-bool plan_wgmma_ws_resident(const IndexerParams& p, int budget, int rows, int cap, WgmmaPlan* plan) {
-  (void)p;
+namespace {
+// Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
+// DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.
+bool ws_applies(WgmmaPlan* plan) {
   plan->ws_stages = 0;
   plan->ws_smem = 0;
   plan->ws_pure = false;
@@ -43,19 +20,51 @@ bool plan_wgmma_ws_resident(const IndexerParams& p, int budget, int rows, int ca
   if (const char* env = std::getenv("DSATTN_INDEXER_WS")) {
     if (std::atoi(env) == 0) return false;
   }
-  const WgmmaShape& s = plan->shape;
-  if (s.hp < WsResident::kHpMin) return false;
-  const int stage = ws_stage(s.q_rows, s.hp, WsResident::kStaged);
-  const size_t epi = WsResident::scratch_bytes(rows, cap);
+  return true;
+}
+// The deepest ring of `stage`-state stages that fits `budget` beside `epi` bytes of epilogue
+// scratch per warpgroup: a multiple of the consumer count (consumer w always takes stages
+// w, w + kWsConsumers, ...), at least kWsMinStages; 0 when none fits. *smem: its dynamic smem.
+int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem) {
   auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
   int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
   while (stages >= kWsMinStages && need(stages) > static_cast<size_t>(budget)) stages -= kWsConsumers;
-  if (stages < kWsMinStages) return false;
+  if (stages < kWsMinStages) return 0;
+  *smem = need(stages);
+  return stages;
+}
+}  // namespace
+
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure) {
+  if (!ws_applies(plan)) return;
+  const WgmmaShape& s = plan->shape;
+  pure = topk && pure && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
+  const int stage = ws_stage(s.q_rows, s.hp, topk && !pure);
+  const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
+                     : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
+                            : WsTopkT<true>::smem_bytes(p, stage);
+  size_t smem = 0;
+  const int stages = ws_ring(s, stage, epi, budget, &smem);
+  if (stages == 0) return;
+  plan->ws_stages = stages;
+  plan->ws_stage = stage;
+  plan->ws_smem = smem;
+  plan->ws_pure = pure;
+}
+
+bool plan_wgmma_ws_resident(int budget, int rows, int cap, WgmmaPlan* plan) {
+  if (!ws_applies(plan)) return false;
+  const WgmmaShape& s = plan->shape;
+  if (s.hp < WsResident::kHpMin) return false;
+  const int stage = ws_stage(s.q_rows, s.hp, WsResident::kStaged);
+  size_t smem = 0;
+  const int stages = ws_ring(s, stage, WsResident::scratch_bytes(rows, cap), budget, &smem);
+  if (stages == 0) return false;
   // The select's histograms live in the ring once the scoring is over.
   if (size_t(stages) * stage * kWgHeadDim < resident::select_smem_bytes(rows)) return false;
   plan->ws_stages = stages;
   plan->ws_stage = stage;
-  plan->ws_smem = need(stages);
+  plan->ws_smem = smem;
   return true;
 }
 
