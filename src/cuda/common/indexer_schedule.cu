@@ -28,7 +28,7 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total, int64_t* warp
   return warp_prefix + x - v;
 }
 
-// One block of up to 1024 threads. Groups are taken a block at a time: a block scan gives each
+// One block of up to 1024 threads (more blocks only zero their share of the zero range). Groups are taken a block at a time: a block scan gives each
 // group its first unit, then the partitions that start inside the chunk are filled in parallel,
 // each thread finding its partition's group by binary search over the chunk's unit prefix (shared
 // memory). The same boundaries as detail::indexer_meta_fill_group (partition p starts at unit
@@ -39,7 +39,14 @@ __global__ void __launch_bounds__(kSchedThreads)
     indexer_schedule_kernel(detail::IndexerWork w, int P, int32_t* meta, uint32_t* zero, int zero_words) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
-  for (int i = threadIdx.x; i < zero_words; i += blockDim.x) zero[i] = 0u;
+  if (gridDim.x == 1) {
+    for (int i = threadIdx.x; i < zero_words; i += blockDim.x) zero[i] = 0u;
+  } else {  // the zero range split over the blocks; blocks after the first only zero
+    const int per = (zero_words + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+    const int z0 = per * static_cast<int>(blockIdx.x), z1 = z0 + per < zero_words ? z0 + per : zero_words;
+    for (int i = z0 + static_cast<int>(threadIdx.x); i < z1; i += blockDim.x) zero[i] = 0u;
+    if (blockIdx.x > 0) return;
+  }
   __shared__ int64_t warp_buf[32];
   __shared__ int64_t s_end[kSchedThreads];  // chunk group t's units end at s_end[t] (exclusive)
   const int64_t G = w.groups;
@@ -108,8 +115,11 @@ cudaError_t launch_indexer_schedule(const detail::IndexerWork& w, int partitions
   const int64_t want = std::max<int64_t>(32, std::max<int64_t>(w.groups, partitions));
   if (zero == nullptr) zero_words = 0;
   const int threads = static_cast<int>(std::min<int64_t>(kSchedThreads, (want + 31) / 32 * 32));
-  return launch_pdl(indexer_schedule_kernel, dim3(1), dim3(threads), 0, stream, LaunchOpt{}, w, partitions, meta, zero,
-                    zero_words);
+  // Large zero ranges (the resident route's histograms, 24 KiB per row) get blocks of their own,
+  // ~32 KiB each, so the schedule's block does not store them alone.
+  const int blocks = static_cast<int>(std::min<int64_t>(128, std::max<int64_t>(1, int64_t(zero_words) / 8192)));
+  return launch_pdl(indexer_schedule_kernel, dim3(blocks), dim3(threads), 0, stream, LaunchOpt{}, w, partitions, meta,
+                    zero, zero_words);
 }
 
 }  // namespace cuda
