@@ -6,8 +6,8 @@
 //  3. slot ids recomputed here from the block table.
 // Every case runs on every route of the op (run_fused_case): streaming candidates through the
 // collector and the merges (DSATTN_FUSED_LOGITS=0), scores in the workspace + topk's kernels (the
-// opt-in route, forced: =force), the defaults (one request on Hopper: the resident route, whose
-// scores stay in the scoring kernel's shared memory), and the call's own switch
+// opt-in route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
+// whose scores stay in the scoring kernel's shared memory), and the call's own switch
 // (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -356,8 +356,9 @@ void run_fused_case(const FusedCase& c) {
   if (::testing::Test::HasFatalFailure()) return;
   // The routes of the op on the same inputs: streaming candidates through the collector and the
   // merges (DSATTN_FUSED_LOGITS=0), logits in the workspace + the top-k kernels (=force), both
-  // with the resident route off (DSATTN_FUSED_RESIDENT=0); then the defaults, where one request
-  // with N = 1 on Hopper takes the resident route (scores in the scoring kernel's shared memory).
+  // with the resident route off (DSATTN_FUSED_RESIDENT=0); then the defaults, where up to six
+  // requests with N = 1 on Hopper take the resident route (scores in the scoring kernel's shared
+  // memory).
   for (const char* route : {"0", "force", "default"}) {
     SCOPED_TRACE(std::string("DSATTN_FUSED_LOGITS=") + route);
     TopkOut fused;
@@ -793,6 +794,42 @@ TEST(GpuFusedTopk, ResidentRoute) {
   run_fused_case(c);
 }
 
+// Several requests on the resident route (forced: by default it takes up to six): groups
+// shared by many CTAs, groups inside one CTA (selected in its shared memory alone), empty
+// requests (all -1, written by CTA g % grid), lengths around k, N = 2 and varlen rows, 32 and 64
+// heads, indices only, and ties spread over the CTAs of several requests at once.
+TEST(GpuFusedTopk, ResidentRouteManyRequests) {
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");
+  FusedCase c;
+  c.k = 512;
+  int seed = 231;
+  c.spec = spec(IndexerFormat::kFp8, 8, 1, 64, 128, 64, {0, 1, 511, 512, 513, 3000, 7000, 64}, seed++);
+  run_fused_case(c);
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 4, 1, 64, 128, 64, {65536, 30000, 2049, 50000}, seed++);
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kFp8, 3, 2, 64, 128, 32, {20000, 2049, 9000}, seed++);
+  run_fused_case(c);
+  std::vector<int64_t> lens;
+  for (int b = 0; b < 40; ++b) lens.push_back(b % 9 == 4 ? 0 : (b % 5 == 2 ? 700 : 1500 + 977 * (b % 11)));
+  c.k = 1024;
+  c.spec = spec(IndexerFormat::kFp8, 40, 1, 32, 128, 64, lens, seed++);
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kFp8, 5, 4, 32, 128, 64, {6000, 100, 3000, 512, 9000}, seed++);
+  c.spec.varlen = true;
+  run_fused_case(c);
+  c.values = false;
+  c.slots = false;
+  c.spec = spec(IndexerFormat::kFp8, 6, 1, 64, 128, 64, {40000, 0, 12000, 33000, 2048, 70000}, seed++);
+  run_fused_case(c);
+  c.values = true;
+  c.slots = true;
+  c.zero_keys = true;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 3, 1, 64, 128, 64, {60000, 9000, 45000}, seed++);
+  run_fused_case(c);
+}
+
 // The resident route's select under ties: zero keys (every score ties at 0, so the k-th key's
 // ties span every CTA and go to the smallest indices), and a short row (every state wins).
 TEST(GpuFusedTopk, ResidentRouteTies) {
@@ -809,17 +846,15 @@ TEST(GpuFusedTopk, ResidentRouteTies) {
   run_fused_case(c);
 }
 
-// One captured graph of the default route (the resident one on Hopper) replayed with new context
-// lengths written into the same device buffer: shorter, shorter than k, zero, longer than the
-// block table holds (states past it are not scored, as on the other routes), and the first again.
-// Each replay must give what the streaming route gives on the same inputs, so the barrier word
-// and histograms the kernel leaves behind never leak into the next call.
-TEST(GpuFusedTopk, ResidentGraphNewLengths) {
+// One captured graph of the resident route replayed with new context lengths written into the
+// same device buffer (`sets`: one length per request each; -1: longer than the block table holds,
+// whose states past it are not scored, as on the other routes). Each replay must give what the
+// streaming route gives on the same inputs, so the barrier words and histograms the kernel leaves
+// behind never leak into the next call, and requests that change CTAs (or become empty) are
+// selected right.
+void resident_graph_new_lengths(const FusedCase& c, const std::vector<std::vector<int32_t>>& sets) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // N = 2
-  FusedCase c;
-  c.k = 2048;
-  c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {20000}, 211);
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");
   PagedCase pc = testutil::make_paged_case(c.spec);
   GpuInputs g;
   upload_case(pc, &g);
@@ -831,9 +866,16 @@ TEST(GpuFusedTopk, ResidentGraphNewLengths) {
   capture_fused(&f, &fg);
   if (::testing::Test::HasFatalFailure()) return;
   const int32_t table_states = static_cast<int32_t>(pc.cache.max_pages * c.spec.states_per_page);
-  for (int32_t len : {20000, 6000, 2048, 0, table_states + 5000, 20000}) {
-    SCOPED_TRACE("context length " + std::to_string(len));
-    DSATTN_CUDA_ASSERT(cudaMemcpy(g.lens.buf.ptr, &len, 4, cudaMemcpyHostToDevice));
+  for (const auto& set : sets) {
+    std::vector<int32_t> lens(set);
+    std::string trace = "context lengths";
+    for (auto& l : lens) {
+      if (l < 0) l = table_states + 5000;
+      trace += " " + std::to_string(l);
+    }
+    SCOPED_TRACE(trace);
+    ASSERT_EQ(lens.size(), static_cast<size_t>(c.spec.batch));
+    DSATTN_CUDA_ASSERT(cudaMemcpy(g.lens.buf.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
     DSATTN_CUDA_ASSERT(cudaMemset(f.idx.ptr, 0x7b, f.n * 4));
     DSATTN_CUDA_ASSERT(cudaGraphLaunch(fg.exec, fg.st));
     DSATTN_CUDA_ASSERT(cudaStreamSynchronize(fg.st));
@@ -855,9 +897,26 @@ TEST(GpuFusedTopk, ResidentGraphNewLengths) {
   }
 }
 
+// One request with N = 2: shorter, shorter than k, zero, past the block table, the first again.
+TEST(GpuFusedTopk, ResidentGraphNewLengths) {
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 64, {20000}, 211);
+  resident_graph_new_lengths(c, {{20000}, {6000}, {2048}, {0}, {-1}, {20000}});
+}
+
+// Three requests: the CTAs each request spans move with every set of lengths.
+TEST(GpuFusedTopk, ResidentGraphNewLengthsManyRequests) {
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 3, 1, 64, 128, 64, {20000, 6000, 30000}, 212);
+  resident_graph_new_lengths(c, {{20000, 6000, 30000}, {0, 0, 0}, {-1, 100, 2048}, {30000, 30000, 30000},
+                                 {0, 25000, 0}, {20000, 6000, 30000}});
+}
+
 // A small call of the resident route (and the other routes) for the compute-sanitizer pass of
-// scripts/gpu_check.sh (tests named *Sanitizer*): two rows of 9000 states, and every score tied
-// (the k-th key's ties spread over the CTAs).
+// scripts/gpu_check.sh (tests named *Sanitizer*): two rows of 9000 states, every score tied (the
+// k-th key's ties spread over the CTAs), and four requests (shared, inside one CTA, empty).
 TEST(GpuFusedTopk, ResidentSanitizerSmall) {
   EnvScope any("DSATTN_FUSED_RESIDENT", "force");  // also for N > 1
   FusedCase c;
@@ -866,6 +925,9 @@ TEST(GpuFusedTopk, ResidentSanitizerSmall) {
   run_fused_case(c);
   c.zero_keys = true;
   c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {3000}, 222);
+  run_fused_case(c);
+  c.zero_keys = false;
+  c.spec = spec(IndexerFormat::kFp8, 4, 1, 64, 128, 64, {9000, 100, 0, 5000}, 223);  // several requests
   run_fused_case(c);
 }
 

@@ -5,9 +5,9 @@
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): where the rows' scores fit in
 // that same scratch (small batches), they are written there as dense rows and selected by topk's
 // kernels instead (plan_logits_route): faster, no more memory, but score rows in memory, which
-// SPEC §3.4 rules out by default. One request with N = 1 on Hopper takes the resident route
-// (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its scores in shared memory
-// and selects across the grid, after the schedule kernel, with no merges.
+// SPEC §3.4 rules out by default. Up to six requests with N = 1 on Hopper take the resident
+// route (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its scores in shared
+// memory and its CTAs select together, after the schedule kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
@@ -107,11 +107,13 @@ struct FusedPlan {
   int64_t width = 0;
   TopkPlan tp;
   // Resident route (see plan_resident): scores kept in the scoring kernel's shared memory and
-  // selected there; its scratch after the schedule: the barrier word and grid histograms (zeroed
-  // by the schedule kernel: res_zero_bytes from off_res), then the per-CTA suffix sums.
+  // selected there; its scratch after the schedule: the groups' barrier words and histograms
+  // (zeroed by the schedule kernel: res_zero_bytes from off_res, the histograms res_hist_words
+  // in), then the CTAs' suffix sums.
   bool resident = false;
+  bool res_multi = false;  // several requests: WsResidentMulti
   int res_cap = 0;
-  size_t off_res = 0, res_zero_bytes = 0, off_suf = 0;
+  size_t off_res = 0, res_zero_bytes = 0, res_hist_words = 0, off_suf = 0;
   size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
 };
 
@@ -175,37 +177,45 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
   return (groups * units + partitions - 1) / std::max(partitions, 1) * detail::kIndexerUnit;
 }
 
-// One request (one group of N rows) on Hopper: the resident route (indexer_ws_resident.cuh), one
-// cooperative scoring kernel that keeps its scores in shared memory and selects with grid-wide
-// histograms, when each warpgroup's piece (the schedule's bound over the block table's states)
-// fits beside a ring of at least kWsMinStages stages. Unsorted output only (it writes in index
-// order). By default for one row (N = 1): with two rows it measured slower than streaming (H200,
-// 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us). DSATTN_FUSED_RESIDENT=0 turns it off, =force
-// takes it for any N (tests and benchmarks).
+// Hopper: the resident route (indexer_ws_resident.cuh), one cooperative scoring kernel that keeps
+// its scores in shared memory and selects with histograms shared by the CTAs of each request,
+// when each warpgroup's piece (the schedule's bound over the block table's states) fits beside a
+// ring of at least kWsMinStages stages. Unsorted output only (it writes in index order). By
+// default for one row per request (N = 1) and up to kResidentMaxGroups requests: with two rows it
+// measured slower than streaming (H200, 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us), and so
+// it did at 8 requests and more (k = 2048, us, resident / streaming: 8 x 64K 73.5 / 70.2,
+// 32 x 32K 101.8 / 88.3; but 2 x 64K 38.5 / 44.0, 4 x 64K 50.8 / 64.0, 6 x 64K 55.4 / 70.9,
+// 4 x 256K 90.7 / 125.2). DSATTN_FUSED_RESIDENT=0 turns it off, =force takes it for any N and any
+// number of requests (tests and benchmarks).
+constexpr int64_t kResidentMaxGroups = 6;
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
   if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   const bool force = env != nullptr && std::strcmp(env, "force") == 0;
-  if (!f->wg.use || a.schedule.defined() || a.sorted || f->p.work.groups != 1) return false;
+  if (!f->wg.use || a.schedule.defined() || a.sorted) return false;
   if (f->p.work.rows_per_group != 1 && !force) return false;
+  if (f->p.work.groups > kResidentMaxGroups && !force) return false;
   int dev = 0, coop = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || coop == 0) {
     return false;
   }
   const int64_t width = pb.max_pages * pb.states_per_page;
-  if (width <= 0 || width > INT32_MAX) return false;
+  const int64_t groups = f->p.work.groups;
+  if (width <= 0 || width > INT32_MAX || groups < 1 || groups > INT32_MAX / 2) return false;
   const int partitions = sms * kWsConsumers;
   // The bound holds for any device-side length once the lengths are capped at the block table
   // (len_cap, set below).
-  const int64_t cap = piece_states_bound(pb, 1, partitions);
+  const int64_t cap = piece_states_bound(pb, groups, partitions);
   const int rows = f->p.work.rows_per_group;
   if (cap > INT32_MAX / 8 || rows < 1 || rows > kIdxMaxRows) return false;
   WgmmaPlan plan = f->wg;
-  if (!plan_wgmma_ws_resident(budget, rows, static_cast<int>(cap), &plan)) return false;
+  const bool multi = groups > 1;
+  if (!plan_wgmma_ws_resident(budget, sms, rows, static_cast<int>(cap), multi, &plan)) return false;
   f->wg = plan;
   f->resident = true;
+  f->res_multi = multi;
   f->ws_grid = sms;
   f->partitions = partitions;
   f->own_schedule = true;
@@ -213,10 +223,14 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   f->p.split = 1;
   f->p.work.len_cap = static_cast<int32_t>(width);
   f->res_cap = static_cast<int>(cap);
+  // Zeroed by the schedule kernel: a barrier word per group, then each group's histograms.
+  const size_t hist_words = static_cast<size_t>(groups) * resident::kRounds * rows * resident::kBins;
   f->off_res = align256(indexer_schedule_workspace(partitions));
-  f->res_zero_bytes = 256 + static_cast<size_t>(resident::kRounds) * rows * resident::kBins * 4;
+  f->res_hist_words = align256(static_cast<size_t>(groups) * 4) / 4;
+  f->res_zero_bytes = (f->res_hist_words + hist_words) * 4;
+  if (f->res_zero_bytes / 4 > static_cast<size_t>(INT32_MAX)) return false;
   f->off_suf = f->off_res + align256(f->res_zero_bytes);
-  f->total = f->off_suf + align256(static_cast<size_t>(resident::kRounds) * sms * rows * resident::kBins * 4);
+  f->total = f->off_suf + align256(static_cast<size_t>(resident::kRounds) * (sms + groups) * rows * resident::kBins * 4);
   return true;
 }
 
@@ -244,8 +258,8 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     }
     f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
   } else {
-    // The resident route for one request, except where the opt-in logits route is allowed and the
-    // rows are short enough for it to win (H200, k = 2048, us, resident / logits route: 1 x 8K
+    // The resident route for a few requests, except where the opt-in logits route is allowed and
+    // the rows are short enough for it to win (H200, k = 2048, us, resident / logits route: 1 x 8K
     // 26.2 / 19.1, 1 x 64K 31.3 / 28.3, 1 x 256K 41.6 / 53.1, 1 x 1M 84.7 / 138.6).
     resident = *f;
     if (plan_resident(a, pb, budget, sms, &resident)) {
@@ -432,16 +446,20 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
                                      kOp, "indexer_schedule_kernel launch"));
   IndexerParams p = f.p;
   p.meta = meta;
-  WsResident epi;
-  epi.buf.bar = res;
-  epi.buf.hist = res + 64;  // after the barrier's 256 bytes
-  epi.buf.suf = reinterpret_cast<uint32_t*>(ws + f.off_suf);
-  epi.buf.rows = f.p.work.rows_per_group;
-  epi.buf.cap = f.res_cap;
-  epi.buf.k = a.k;
-  epi.buf.out = out;
-  return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp,
-                     "indexer_ws_kernel<WsResident> launch");
+  auto launch = [&](auto epi) {
+    epi.grid = f.ws_grid;
+    epi.buf.bar = res;
+    epi.buf.hist = res + f.res_hist_words;
+    epi.buf.suf = reinterpret_cast<uint32_t*>(ws + f.off_suf);
+    epi.buf.ids = f.ws_grid + static_cast<int>(f.p.work.groups);
+    epi.buf.rows = f.p.work.rows_per_group;
+    epi.buf.cap = f.res_cap;
+    epi.buf.k = a.k;
+    epi.buf.out = out;
+    return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp,
+                       f.res_multi ? "indexer_ws_kernel<WsResidentMulti> launch" : "indexer_ws_kernel<WsResident> launch");
+  };
+  return f.res_multi ? launch(WsResidentMulti{}) : launch(WsResident{});
 }
 
 }  // namespace

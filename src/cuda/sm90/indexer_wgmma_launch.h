@@ -64,12 +64,18 @@ inline bool ws_topk_dense(const WgmmaPlan& plan, bool row_hist) {
   return plan.ws_stages > 0 && (plan.shape.hp == 64 || plan.ws_pure) && !row_hist;
 }
 // paged_mqa_topk's resident route (indexer_ws_resident.cuh): the ring that fits `budget` beside
-// each warpgroup's scratch of rows x cap keys and still holds the select's histograms; false where
-// none does (or the shape has no such kernel). Then its cooperative launch (one CTA per SM).
-bool plan_wgmma_ws_resident(int budget, int rows, int cap, WgmmaPlan* plan);
-struct WsResident;
+// each warpgroup's scratch (rows x cap keys; `multi`, several requests: also a segment table and
+// the partition starts of `grid` CTAs) and still holds the select's histograms; false where none
+// does (or the shape has no such kernel). Then its cooperative launch (`grid` CTAs, one per SM).
+bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi, WgmmaPlan* plan);
+template <bool kMulti>
+struct WsResidentT;
+using WsResident = WsResidentT<false>;
+using WsResidentMulti = WsResidentT<true>;
 cudaError_t launch_indexer_ws_resident(const WgmmaPlan& plan, const IndexerParams& p, const WsResident& epi, int grid,
                                        bool pdl, cudaStream_t stream);
+cudaError_t launch_indexer_ws_resident(const WgmmaPlan& plan, const IndexerParams& p, const WsResidentMulti& epi,
+                                       int grid, bool pdl, cudaStream_t stream);
 // paged_mqa_topk's scoring on it: grid CTAs, warpgroup w of CTA c scores partition 3 c + w (the
 // schedule has 3 x grid partitions, p.split = 1) into the candidate buffers `buf`.
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,

@@ -211,7 +211,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 //        a member where it depends on the call: the kernel calls it on its epilogue object)
 //   static int partition(const IndexerParams&, int w)            partition of w's first tile
 //   static void cursor(const IndexerParams&, int w, IdxCursor*)  the tiles of ring w
-//   void begin(uint8_t* scratch, int w, int stage, int rows_per_group)
+//   void begin(const IndexerParams&, uint8_t* scratch, int w, int stage, int rows_per_group)
 //   void group_begin(int32_t g, int rows) / group_end(int64_t g, int rows)  (group_end only after
 //        >= 1 tile)
 //   void tile_begin(rows, t0, count)          before a tile's scores
@@ -234,7 +234,7 @@ struct WsLogits {
     pq.split = split * kWsConsumers;  // CTA c takes tiles c, c + split, ...; ring w every third of those
     lc->init(pq, blockIdx.x / split, blockIdx.x % split + w * split);
   }
-  __device__ void begin(uint8_t*, int, int, int) {}
+  __device__ void begin(const IndexerParams&, uint8_t*, int, int, int) {}
   __device__ void group_begin(int32_t, int) {}
   __device__ void tile_begin(int, int32_t, int) {}
   __device__ void group_end(int64_t, int) {}
@@ -344,7 +344,7 @@ struct WsTopkT {
   }
   __device__ static int partition(const IndexerParams&, int w) { return kWsConsumers * blockIdx.x + w; }
   __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) { lc->init(p, partition(p, w), 0); }
-  __device__ void begin(uint8_t* scratch, int w, int stage, int rows_per_group) {
+  __device__ void begin(const IndexerParams&, uint8_t* scratch, int w, int stage, int rows_per_group) {
     ld = stage;
     scores = kPure ? nullptr : reinterpret_cast<float*>(scratch);
     sh = reinterpret_cast<fused_topk::CollectorShared*>(
@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     ws_produce<kStage>(maps, p, s, stages, smem, L, lc, w, lane);
   } else {
     const int w = warp >> 2;
-    epi.begin(smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);
+    epi.begin(p, smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);
     ws_consume<HP, NW, kStage>(p, s, stages, smem, L, epi, w, warp & 3, lane);
   }
   epi.finish(p, smem, L);

@@ -52,16 +52,18 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
   plan->ws_pure = pure;
 }
 
-bool plan_wgmma_ws_resident(int budget, int rows, int cap, WgmmaPlan* plan) {
-  if (!ws_applies(plan)) return false;
+bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi, WgmmaPlan* plan) {
+  if (!ws_applies(plan) || grid < 1 || grid > resident::kMaxCtas) return false;
   const WgmmaShape& s = plan->shape;
   if (s.hp < WsResident::kHpMin) return false;
   const int stage = ws_stage(s.q_rows, s.hp, WsResident::kStaged);
   size_t smem = 0;
-  const int stages = ws_ring(s, stage, WsResident::scratch_bytes(rows, cap), budget, &smem);
+  const size_t scratch =
+      multi ? WsResidentMulti::scratch_bytes(grid, rows, cap) : WsResident::scratch_bytes(grid, rows, cap);
+  const int stages = ws_ring(s, stage, scratch, budget, &smem);
   if (stages == 0) return false;
   // The select's histograms live in the ring once the scoring is over.
-  if (size_t(stages) * stage * kWgHeadDim < resident::select_smem_bytes(rows)) return false;
+  if (size_t(stages) * stage * kWgHeadDim < resident::select_smem_bytes(rows, multi ? resident::kSlots : 1)) return false;
   plan->ws_stages = stages;
   plan->ws_stage = stage;
   plan->ws_smem = smem;
@@ -135,6 +137,11 @@ cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p
 cudaError_t launch_indexer_ws_resident(const WgmmaPlan& plan, const IndexerParams& p, const WsResident& epi, int grid,
                                        bool pdl, cudaStream_t stream) {
   return launch_ws(plan, p, epi, grid, stream, LaunchOpt{0, pdl, true});  // every CTA resident: grid barriers
+}
+
+cudaError_t launch_indexer_ws_resident(const WgmmaPlan& plan, const IndexerParams& p, const WsResidentMulti& epi,
+                                       int grid, bool pdl, cudaStream_t stream) {
+  return launch_ws(plan, p, epi, grid, stream, LaunchOpt{0, pdl, true});  // every CTA resident: barriers
 }
 
 }  // namespace cuda
