@@ -230,7 +230,8 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   f->res_zero_bytes = (f->res_hist_words + hist_words) * 4;
   if (f->res_zero_bytes / 4 > static_cast<size_t>(INT32_MAX)) return false;
   f->off_suf = f->off_res + align256(f->res_zero_bytes);
-  f->total = f->off_suf + align256(static_cast<size_t>(resident::kRounds) * (sms + groups) * rows * resident::kBins * 4);
+  const size_t suf_words = static_cast<size_t>(resident::kRounds) * (sms + groups) * rows * resident::kBins;
+  f->total = f->off_suf + align256(suf_words * 4);
   return true;
 }
 
@@ -456,8 +457,9 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
     epi.buf.cap = f.res_cap;
     epi.buf.k = a.k;
     epi.buf.out = out;
-    return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp,
-                       f.res_multi ? "indexer_ws_kernel<WsResidentMulti> launch" : "indexer_ws_kernel<WsResident> launch");
+    const char* what =
+        f.res_multi ? "indexer_ws_kernel<WsResidentMulti> launch" : "indexer_ws_kernel<WsResident> launch";
+    return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp, what);
   };
   return f.res_multi ? launch(WsResidentMulti{}) : launch(WsResident{});
 }

@@ -63,7 +63,8 @@ bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi,
   const int stages = ws_ring(s, stage, scratch, budget, &smem);
   if (stages == 0) return false;
   // The select's histograms live in the ring once the scoring is over.
-  if (size_t(stages) * stage * kWgHeadDim < resident::select_smem_bytes(rows, multi ? resident::kSlots : 1)) return false;
+  const size_t select_bytes = resident::select_smem_bytes(rows, multi ? resident::kSlots : 1);
+  if (size_t(stages) * stage * kWgHeadDim < select_bytes) return false;
   plan->ws_stages = stages;
   plan->ws_stage = stage;
   plan->ws_smem = smem;

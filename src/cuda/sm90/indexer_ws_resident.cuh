@@ -66,7 +66,9 @@ struct Scratch {
   __host__ __device__ static int starts_per_wg(int grid) { return (grid + 1 + kWsConsumers - 1) / kWsConsumers; }
   __host__ __device__ static int max_segs(int cap) { return cap / detail::kIndexerUnit + 1; }
   __host__ __device__ static size_t starts_off() { return kHeader; }
-  __host__ __device__ static size_t segs_off(int grid) { return kHeader + (size_t(starts_per_wg(grid)) * 8 + 15) / 16 * 16; }
+  __host__ __device__ static size_t segs_off(int grid) {
+    return kHeader + (size_t(starts_per_wg(grid)) * 8 + 15) / 16 * 16;
+  }
   __host__ __device__ static size_t keys_off(int grid, int cap) { return segs_off(grid) + size_t(max_segs(cap)) * 16; }
   __host__ __device__ static size_t bytes(int grid, int rows, int cap) {
     return keys_off(grid, cap) + size_t(rows) * cap * 4;
@@ -740,7 +742,9 @@ struct WsResidentT {
   __host__ __device__ static size_t scratch_bytes(int grid, int rows, int cap) {
     return kMulti ? resident::Scratch::bytes(grid, rows, cap) : resident::Scratch::kHeader + size_t(rows) * cap * 4;
   }
-  __host__ __device__ size_t smem_bytes(const IndexerParams&, int) const { return scratch_bytes(grid, buf.rows, buf.cap); }
+  __host__ __device__ size_t smem_bytes(const IndexerParams&, int) const {
+    return scratch_bytes(grid, buf.rows, buf.cap);
+  }
   __device__ static int partition(const IndexerParams&, int w) { return kWsConsumers * blockIdx.x + w; }
   __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) { lc->init(p, partition(p, w), 0); }
   __device__ void begin(const IndexerParams& p, uint8_t* scratch, int w, int, int) {
