@@ -163,6 +163,11 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   // results either way; the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 /
   // force, overrides it.
   bool logits_route = false;
+  // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch that needs one
+  // CTA on every SM at once: pass false where the process gets only part of the GPU (MPS with a
+  // reduced SM share, green contexts), where that launch fails. Same results either way; the CPU
+  // backend ignores it. DSATTN_FUSED_RESIDENT, when set to 0 / force, overrides it.
+  bool resident_route = true;
 };
 Status paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const Exec& ex, size_t* bytes);
 Status paged_mqa_topk(const PagedMqaTopkParams& p, const Exec& ex);

@@ -183,7 +183,7 @@ def paged_mqa_logits_workspace_size(q, weights, cache: IndexerCache, block_table
 
 
 def _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule, indices,
-                    values, slot_ids, return_values, return_slot_ids, sorted, logits_route, dummy):
+                    values, slot_ids, return_values, return_slot_ids, sorted, logits_route, resident_route, dummy):
     op = "paged_mqa_topk"
     args = _paged_common(op, q, weights, cache, block_table, context_lens, q_scales, row_request, schedule)
     rows = _rows(q, row_request is not None)
@@ -195,21 +195,26 @@ def _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, r
                         if slot_ids is not None or return_slot_ids else None)
     args["sorted"] = bool(sorted)
     args["logits_route"] = bool(logits_route)
+    args["resident_route"] = bool(resident_route)
     return args
 
 
 def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k: int, *, q_scales=None,
                    row_request=None, schedule=None, indices=None, values=None, slot_ids=None,
-                   return_values=False, return_slot_ids=False, sorted=False, logits_route=False, backend="auto",
-                   stream=None, workspace=None, num_threads=0, smem_budget_bytes=0) -> TopkResult:
+                   return_values=False, return_slot_ids=False, sorted=False, logits_route=False,
+                   resident_route=True, backend="auto", stream=None, workspace=None, num_threads=0,
+                   smem_budget_bytes=0) -> TopkResult:
     """Fused indexer + top-k (SPEC 3.4): never materializes the [R, max_context] logits.
     Returns TopkResult(indices [R, k] int32 state indices, values [R, k] float32 or None,
     slot_ids [R, k] int32 or None). values / slot_ids are produced when passed in or when
     return_values / return_slot_ids is set. logits_route=True (CUDA) lets small batches score
     into dense rows inside the same workspace and select with topk's kernels: faster, same
-    results and memory, but score rows are written (opt-in; see ops.h)."""
+    results and memory, but score rows are written (opt-in; see ops.h). resident_route=False
+    (CUDA, sm_90) keeps the call off the resident route, a cooperative launch that needs every SM
+    at once (pass it under MPS with a reduced SM share); same results."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
-                           indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route, False)
+                           indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,
+                           resident_route, False)
     ex = _exec("paged_mqa_topk", backend, stream, workspace, num_threads, smem_budget_bytes)
     _run(_core.paged_mqa_topk, args, ex, q)
     return TopkResult(indices if indices is not None else args["indices"],
@@ -220,10 +225,12 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
 def paged_mqa_topk_workspace_size(q, weights, cache: IndexerCache, block_table, context_lens, k: int, *,
                                   q_scales=None, row_request=None, schedule=None, indices=None, values=None,
                                   slot_ids=None, return_values=False, return_slot_ids=False, sorted=False,
-                                  logits_route=False, backend="auto", num_threads=0, smem_budget_bytes=0) -> int:
+                                  logits_route=False, resident_route=True, backend="auto", num_threads=0,
+                                  smem_budget_bytes=0) -> int:
     """Workspace bytes paged_mqa_topk needs for these arguments (0: none)."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
-                           indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route, True)
+                           indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,
+                           resident_route, True)
     ex = _exec("paged_mqa_topk", backend, None, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.paged_mqa_topk, args, ex)
 

@@ -258,7 +258,7 @@ int64_t paged_mqa_logits(In q, In q_scales, In weights, In cache_pages, int cach
 int64_t paged_mqa_topk(In q, In q_scales, In weights, In cache_pages, int cache_format, int states_per_page,
                        int head_dim, int64_t page_stride_bytes, In block_table, In context_lens,
                        In row_request, In schedule, int k, Out indices, Out values, Out slot_ids, bool sorted,
-                       bool logits_route, DSATTN_EXEC_PARAMS) {
+                       bool logits_route, bool resident_route, DSATTN_EXEC_PARAMS) {
   const char* op = "paged_mqa_topk";
   dsattn::PagedMqaTopkParams p;
   fill_paged_indexer(op, &p, q, q_scales, weights, cache_pages, cache_format, states_per_page, head_dim,
@@ -269,6 +269,7 @@ int64_t paged_mqa_topk(In q, In q_scales, In weights, In cache_pages, int cache_
   p.slot_ids = opt_view(op, "slot_ids", slot_ids);
   p.sorted = sorted;
   p.logits_route = logits_route;
+  p.resident_route = resident_route;
   const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
   return finish(p, e.ex, query, &dsattn::paged_mqa_topk_workspace, &dsattn::paged_mqa_topk);
 }
@@ -443,7 +444,7 @@ NB_MODULE(_dsattn, m) {
         "cache_pages"_a.none(), "cache_format"_a, "states_per_page"_a, "head_dim"_a, "page_stride_bytes"_a,
         "block_table"_a.none(), "context_lens"_a.none(), "row_request"_a.none(), "schedule"_a.none(), "k"_a,
         "indices"_a.none(), "values"_a.none(), "slot_ids"_a.none(), "sorted"_a, "logits_route"_a = false,
-        DSATTN_EXEC_ARGS);
+        "resident_route"_a = true, DSATTN_EXEC_ARGS);
   m.def("schedule_metadata", &schedule_metadata, "context_lens"_a.none(), "row_request"_a.none(), "next_n"_a,
         "states_per_page"_a, "num_sms"_a, "metadata"_a.none(), DSATTN_EXEC_ARGS);
   m.def("mqa_logits", &mqa_logits, "format"_a, "q"_a.none(), "q_scales"_a.none(), "weights"_a.none(),

@@ -119,6 +119,26 @@ def test_gpu_fused_topk_matches_reference():
 
 
 @gpu_op
+def test_gpu_fused_topk_resident_route_switch():
+    # Two requests with next_n = 1 take the resident route on Hopper by default; resident_route=False
+    # keeps the call off it (e.g. under MPS with a reduced SM share) with the same outputs.
+    c = indexer_case(seed=7, B=2, N=1, H=64, D=128, S=64, lens=(9000, 3000), mode="per_request")
+    cache = dsattn.IndexerCache(cu(c.pages), 64, 128)
+    k = 2048
+    args = (cu(c.q, "fp8"), cu(c.weights), cache, cu(c.block_table), cu(c.context_lens), k)
+    on = dsattn.paged_mqa_topk(*args, return_values=True, return_slot_ids=True, stream=_cur())
+    off = dsattn.paged_mqa_topk(*args, return_values=True, return_slot_ids=True, resident_route=False,
+                                stream=_cur())
+    want = c.ref_logits()
+    fin = np.abs(want[np.isfinite(want)])
+    ref.topk_is_valid(host(on.indices), want, k, None, c.row_ctx(), atol=1e-4 * fin.max())
+    np.testing.assert_array_equal(host(off.indices), host(on.indices))
+    np.testing.assert_array_equal(host(off.slot_ids), host(on.slot_ids))
+    assert (dsattn.paged_mqa_topk_workspace_size(*args, resident_route=False) >=
+            dsattn.paged_mqa_topk_workspace_size(*args))
+
+
+@gpu_op
 def test_gpu_sparse_mla_decode_matches_reference():
     c = mla_case(seed=3, B=2, Sq=1, Hq=64, topk=64, P=64, num_pages=4, extra=True, sink=True)
     out, lse = dsattn.sparse_mla_decode(cu(c.q, "bf16"), dsattn.LatentCache(cu(c.pages), c.P), cu(c.indices),

@@ -123,6 +123,21 @@ def test_paged_mqa_topk_matches_reference(fmt, mode):
                                                              row_request=rr))
 
 
+def test_paged_mqa_topk_route_switches_pass_through():
+    # logits_route / resident_route choose CUDA routes; the CPU backend takes them and ignores them.
+    c = indexer_case(seed=12, B=2, N=1, H=32, D=128, S=32, lens=(300, 129), mode="per_request")
+    cache = dsattn.IndexerCache(c.pages, 32, 128)
+    base = dsattn.paged_mqa_topk(c.q, c.weights, cache, c.block_table, c.context_lens, 64, q_scales=c.q_scales)
+    for kw in ({"resident_route": False}, {"logits_route": True}):
+        res = dsattn.paged_mqa_topk(c.q, c.weights, cache, c.block_table, c.context_lens, 64, q_scales=c.q_scales,
+                                    **kw)
+        np.testing.assert_array_equal(res.indices, base.indices)
+        assert dsattn.paged_mqa_topk_workspace_size(c.q, c.weights, cache, c.block_table, c.context_lens, 64,
+                                                    q_scales=c.q_scales, **kw) == \
+            dsattn.paged_mqa_topk_workspace_size(c.q, c.weights, cache, c.block_table, c.context_lens, 64,
+                                                 q_scales=c.q_scales)
+
+
 # ------------------------------------------------------------------ mqa_logits (prefill)
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
 @pytest.mark.parametrize("compressed", [False, True])

@@ -56,6 +56,7 @@ struct FusedCase {
   int schedule_parts = 0;  // > 0: caller-supplied schedule from schedule_metadata(num_sms = this)
   bool values = true;      // false: indices only (with slots = false: the direct-write paths)
   bool zero_keys = false;  // every key (and scale) zero: all scores tie at 0, the first k win
+  bool resident_route = true;  // PagedMqaTopkParams::resident_route
 };
 
 struct GpuInputs {
@@ -131,6 +132,7 @@ void setup_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, FusedCal
   p.k = c.k;
   p.sorted = c.sorted;
   p.logits_route = logits_route;
+  p.resident_route = c.resident_route;
   p.indices = make_tensor(f->idx.ptr, DType::kI32, {R, c.k}, Device::kCuda);
   if (c.values) p.values = make_tensor(f->val.ptr, DType::kF32, {R, c.k}, Device::kCuda);
   if (c.slots) p.slot_ids = make_tensor(f->slots.ptr, DType::kI32, {R, c.k}, Device::kCuda);
@@ -844,6 +846,51 @@ TEST(GpuFusedTopk, ResidentRouteTies) {
   run_fused_case(c);
   c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {300}, 203);
   run_fused_case(c);
+}
+
+// The call's own switch (PagedMqaTopkParams::resident_route = false, e.g. under MPS with a reduced
+// SM share, where the resident route's cooperative launch fails): the call plans without the
+// route, so its workspace is the one DSATTN_FUSED_RESIDENT=0 gives (on Hopper, where two requests
+// take the route by default, larger than the route's), DSATTN_FUSED_RESIDENT=force still takes
+// the route, and the outputs equal the default's.
+TEST(GpuFusedTopk, ResidentRouteCallSwitch) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(std::getenv("DSATTN_FUSED_RESIDENT"), nullptr);
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 2, 1, 64, 128, 64, {30000, 12000}, 241);
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  GpuInputs g;
+  upload_case(pc, &g);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto workspace = [&](bool allow) {
+    FusedCase cc = c;
+    cc.resident_route = allow;
+    FusedCall f;
+    setup_fused(cc, pc, g, &f, false);
+    return f.ex.workspace_bytes;
+  };
+  const size_t ws_on = workspace(true), ws_off = workspace(false);
+  {
+    EnvScope off("DSATTN_FUSED_RESIDENT", "0");
+    EXPECT_EQ(workspace(true), ws_off);
+  }
+  {
+    EnvScope force("DSATTN_FUSED_RESIDENT", "force");
+    EXPECT_EQ(workspace(false), ws_on);
+  }
+  int major = 0;
+  DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major == 9) {
+    EXPECT_LT(ws_on, ws_off) << "two requests should take the resident route on Hopper";
+  }
+  TopkOut on, off;
+  run_fused(c, pc, g, &on);
+  if (::testing::Test::HasFatalFailure()) return;
+  c.resident_route = false;
+  run_fused(c, pc, g, &off);
+  if (::testing::Test::HasFatalFailure()) return;
+  check_fused(c, pc, off, on);  // the reference, and the same indices, slot ids and scores as `on`
 }
 
 // One captured graph of the resident route replayed with new context lengths written into the

@@ -185,8 +185,9 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 // measured slower than streaming (H200, 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us), and so
 // it did at 8 requests and more (k = 2048, us, resident / streaming: 8 x 64K 73.5 / 70.2,
 // 32 x 32K 101.8 / 88.3; but 2 x 64K 38.5 / 44.0, 4 x 64K 50.8 / 64.0, 6 x 64K 55.4 / 70.9,
-// 4 x 256K 90.7 / 125.2). DSATTN_FUSED_RESIDENT=0 turns it off, =force takes it for any N and any
-// number of requests (tests and benchmarks).
+// 4 x 256K 90.7 / 125.2). PagedMqaTopkParams::resident_route = false turns it off for the call;
+// DSATTN_FUSED_RESIDENT overrides that: =0 off, =force for any N and any number of requests
+// (tests and benchmarks).
 constexpr int64_t kResidentMaxGroups = 6;
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
@@ -194,6 +195,7 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   const bool force = env != nullptr && std::strcmp(env, "force") == 0;
   if (!f->wg.use || a.schedule.defined() || a.sorted) return false;
+  if (!a.resident_route && !force) return false;
   if (f->p.work.rows_per_group != 1 && !force) return false;
   if (f->p.work.groups > kResidentMaxGroups && !force) return false;
   int dev = 0, coop = 0;
