@@ -116,5 +116,93 @@ TEST(ScheduleBounds, LenCapKeepsPiecesWithinTheBlockTable) {
   }
 }
 
+// What the resident route's select for several requests (src/cuda/sm90/indexer_ws_resident.cuh)
+// assumes of the schedule, checked on the host schedule (the device kernel's boundaries are the
+// same): with CTA c taking partitions 3c .. 3c + 2, the requests a CTA holds units of are
+// consecutive; a request strictly between a CTA's first and last is held by that CTA alone; the
+// holders of a request are exactly the non-empty CTAs from first(g) = the last CTA whose start is
+// <= (g, 0) to last(g) = the last CTA whose start lies in a request <= g (slot_info's rule on the
+// partition starts); requests without units are held by none; and c + g is distinct over all
+// (holder, request) pairs (the suffix sums' index).
+TEST(ScheduleBounds, ResidentRequestsHeldByRunsOfCtas) {
+  std::mt19937_64 rng(23);
+  struct SC {
+    int B, C, maxlen, zero_every;
+  };
+  for (const SC& sc : {SC{2, 132, 65536, 0}, SC{6, 132, 70000, 3}, SC{40, 132, 20000, 5}, SC{300, 132, 900, 4},
+                       SC{5, 78, 200000, 2}, SC{1, 132, 3000, 0}, SC{9, 132, 64, 3}}) {
+    const int P = 3 * sc.C;
+    std::vector<int32_t> lens(size_t(sc.B));
+    for (int b = 0; b < sc.B; ++b) {
+      lens[size_t(b)] = sc.zero_every > 0 && b % sc.zero_every == 1 ? 0 : int32_t(rng() % (sc.maxlen + 1));
+    }
+    std::vector<int32_t> meta(size_t(schedule_metadata_size(P)), -7);
+    ScheduleMetadataParams sp;
+    sp.context_lens = make_tensor(lens.data(), DType::kI32, {sc.B});
+    sp.next_n = 1;
+    sp.states_per_page = 64;
+    sp.num_sms = P;
+    sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
+    const Status st = schedule_metadata(sp, Exec{});
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<int64_t> units(size_t(sc.B)), prefix(size_t(sc.B) + 1, 0);
+    for (int b = 0; b < sc.B; ++b) {
+      units[size_t(b)] = (int64_t(lens[size_t(b)]) + kUnit - 1) / kUnit;
+      prefix[size_t(b) + 1] = prefix[size_t(b)] + units[size_t(b)];
+    }
+    struct Pos {
+      int32_t g, u;
+    };
+    auto start = [&](int c) { return Pos{meta[4 + 6 * size_t(c)], meta[5 + 6 * size_t(c)]}; };  // pair 3c
+    auto off = [&](Pos p) { return p.g >= sc.B ? prefix[size_t(sc.B)] : prefix[size_t(p.g)] + p.u; };
+    auto le = [](Pos a, Pos b) { return a.g < b.g || (a.g == b.g && a.u <= b.u); };
+    // Brute force: the requests each CTA holds units of.
+    std::vector<std::vector<int>> held(size_t(sc.C));
+    std::vector<std::vector<int>> holders(size_t(sc.B));
+    for (int c = 0; c < sc.C; ++c) {
+      const int64_t a = off(start(c)), e = off(start(c + 1));
+      ASSERT_LE(a, e) << "CTA " << c;
+      for (int g = 0; g < sc.B; ++g) {
+        if (std::max(a, prefix[size_t(g)]) < std::min(e, prefix[size_t(g) + 1])) {
+          held[size_t(c)].push_back(g);
+          holders[size_t(g)].push_back(c);
+        }
+      }
+      const auto& h = held[size_t(c)];
+      for (size_t i = 1; i < h.size(); ++i) {  // consecutive among the requests with units
+        for (int g = h[i - 1] + 1; g < h[i]; ++g) EXPECT_EQ(units[size_t(g)], 0) << "CTA " << c << " skips " << g;
+      }
+      for (size_t i = 1; i + 1 < h.size(); ++i) {
+        EXPECT_EQ(holders[size_t(h[i])].size(), 1u) << "request " << h[i] << " inside CTA " << c;
+      }
+    }
+    std::vector<char> id_used(size_t(sc.C + sc.B), 0);
+    for (int g = 0; g < sc.B; ++g) {
+      const auto& hs = holders[size_t(g)];
+      if (units[size_t(g)] == 0) {
+        EXPECT_TRUE(hs.empty()) << "request " << g << " has no units";
+        continue;
+      }
+      int first = -1, last = -1, n = 0;
+      for (int c = 0; c <= sc.C; ++c) {
+        if (c < sc.C && le(start(c), Pos{g, 0})) first = c;
+        if (start(c).g <= g) last = c;
+      }
+      for (int c = std::max(first, 0); c <= last; ++c) {
+        const Pos a = start(c), b = start(c + 1);
+        n += (a.g != b.g || a.u != b.u) ? 1 : 0;
+      }
+      ASSERT_FALSE(hs.empty());
+      EXPECT_EQ(first, hs.front()) << "request " << g;
+      EXPECT_EQ(last, hs.back()) << "request " << g;
+      EXPECT_EQ(n, int(hs.size())) << "request " << g;
+      for (int c : hs) {
+        EXPECT_FALSE(id_used[size_t(c + g)]) << "id " << c + g << " twice";
+        id_used[size_t(c + g)] = 1;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsattn
