@@ -18,6 +18,20 @@ namespace {
 
 constexpr int kUnit = 64;  // states per schedule unit (detail::kIndexerUnit)
 
+// The host schedule (CPU backend) of [B, N] context lengths over `parts` partitions, 64-state pages.
+std::vector<int32_t> host_schedule(std::vector<int32_t>& lens, int B, int N, int parts) {
+  std::vector<int32_t> meta(size_t(schedule_metadata_size(parts)), -7);
+  ScheduleMetadataParams sp;
+  sp.context_lens = make_tensor(lens.data(), DType::kI32, {B, N});
+  sp.next_n = N;
+  sp.states_per_page = 64;
+  sp.num_sms = parts;
+  sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
+  const Status s = schedule_metadata(sp, Exec{});
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return meta;
+}
+
 TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {
   std::mt19937_64 rng(11);
   struct SC {
@@ -27,15 +41,8 @@ TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {
                        SC{33, 3, 132, 70000}, SC{2000, 1, 396, 8192}, SC{5, 1, 1500, 200000}}) {
     std::vector<int32_t> lens(size_t(sc.B) * sc.N);
     for (auto& l : lens) l = int32_t(rng() % (sc.maxlen + 1));
-    std::vector<int32_t> meta(size_t(schedule_metadata_size(sc.parts)), -7);
-    ScheduleMetadataParams sp;
-    sp.context_lens = make_tensor(lens.data(), DType::kI32, {sc.B, sc.N});
-    sp.next_n = sc.N;
-    sp.states_per_page = 64;
-    sp.num_sms = sc.parts;
-    sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
-    const Status s = schedule_metadata(sp, Exec{});
-    ASSERT_TRUE(s.ok()) << s.to_string();
+    const std::vector<int32_t> meta = host_schedule(lens, sc.B, sc.N, sc.parts);
+    if (::testing::Test::HasFailure()) return;
     // Units of group b: its rows' windows are [0, len), so ceil(max len / unit).
     std::vector<int64_t> prefix(size_t(sc.B) + 1, 0);
     for (int b = 0; b < sc.B; ++b) {
@@ -136,15 +143,8 @@ TEST(ScheduleBounds, ResidentRequestsHeldByRunsOfCtas) {
     for (int b = 0; b < sc.B; ++b) {
       lens[size_t(b)] = sc.zero_every > 0 && b % sc.zero_every == 1 ? 0 : int32_t(rng() % (sc.maxlen + 1));
     }
-    std::vector<int32_t> meta(size_t(schedule_metadata_size(P)), -7);
-    ScheduleMetadataParams sp;
-    sp.context_lens = make_tensor(lens.data(), DType::kI32, {sc.B});
-    sp.next_n = 1;
-    sp.states_per_page = 64;
-    sp.num_sms = P;
-    sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
-    const Status st = schedule_metadata(sp, Exec{});
-    ASSERT_TRUE(st.ok()) << st.to_string();
+    const std::vector<int32_t> meta = host_schedule(lens, sc.B, 1, P);
+    if (::testing::Test::HasFailure()) return;
     std::vector<int64_t> units(size_t(sc.B)), prefix(size_t(sc.B) + 1, 0);
     for (int b = 0; b < sc.B; ++b) {
       units[size_t(b)] = (int64_t(lens[size_t(b)]) + kUnit - 1) / kUnit;
