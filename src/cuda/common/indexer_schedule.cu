@@ -28,20 +28,18 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total, int64_t* warp
   return warp_prefix + x - v;
 }
 
-// One block of up to 1024 threads (more blocks only zero their share of the zero range). Groups are taken a block at a time: a block scan gives each
-// group its first unit, then the partitions that start inside the chunk are filled in parallel,
-// each thread finding its partition's group by binary search over the chunk's unit prefix (shared
-// memory). The same boundaries as detail::indexer_meta_fill_group (partition p starts at unit
-// floor(p * total / P)), which the host-side schedule uses. (Filling a group's partitions in the
-// thread of the group took 42 us at batch 1 with 264 partitions: one thread, 264 64-bit divisions
-// and stores in a row.)
+// One block of up to 1024 threads (more blocks only zero their share of the zero range). Groups
+// are taken a block at a time: a block scan gives each group its first unit, then the partitions
+// that start inside the chunk are filled in parallel, each thread finding its partition's group
+// by binary search over the chunk's unit prefix (shared memory). The same boundaries as
+// detail::indexer_meta_fill_group (partition p starts at unit floor(p * total / P)), which the
+// host-side schedule uses. (Filling a group's partitions in the thread of the group took 42 us at
+// batch 1 with 264 partitions: one thread, 264 64-bit divisions and stores in a row.)
 __global__ void __launch_bounds__(kSchedThreads)
     indexer_schedule_kernel(detail::IndexerWork w, int P, int32_t* meta, uint32_t* zero, int zero_words) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
-  if (gridDim.x == 1) {
-    for (int i = threadIdx.x; i < zero_words; i += blockDim.x) zero[i] = 0u;
-  } else {  // the zero range split over the blocks; blocks after the first only zero
+  {  // the zero range split over the blocks (one block: all of it); blocks after the first only zero
     const int per = (zero_words + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
     const int z0 = per * static_cast<int>(blockIdx.x), z1 = z0 + per < zero_words ? z0 + per : zero_words;
     for (int i = z0 + static_cast<int>(threadIdx.x); i < z1; i += blockDim.x) zero[i] = 0u;
