@@ -37,6 +37,13 @@ struct Exec {
 bool cuda_available();
 // Number of multiprocessors of the current device (0 without CUDA).
 int cuda_num_sms();
+// Multiprocessors that work on `stream` (a cudaStream_t; nullptr = legacy default stream) can
+// use: those of the stream's green context (or of the current context, for the default stream,
+// when it was made from one), else cuda_num_sms() (which under MPS with an SM limit already gives
+// the client's share), 0 without CUDA. The CUDA ops size their grids and partitions by this
+// count, so ask for a workspace size on the stream you will call on (a green context's is
+// smaller than the whole device's).
+int cuda_stream_num_sms(void* stream);
 
 // ---------------------------------------------------------------- indexer inputs (decode, paged)
 // Query rows: non-varlen mode has R = B*N rows, row (b, j) = b*N + j. Varlen mode (row_request
@@ -163,10 +170,11 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   // results either way; the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 /
   // force, overrides it.
   bool logits_route = false;
-  // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch that needs one
-  // CTA on every SM at once: pass false where the process gets only part of the GPU (MPS with a
-  // reduced SM share, green contexts), where that launch fails. Same results either way; the CPU
-  // backend ignores it. DSATTN_FUSED_RESIDENT, when set to 0 / force, overrides it.
+  // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch of one CTA per
+  // SM the call's stream can use (cuda_stream_num_sms: a green context's SMs, an MPS client's),
+  // all resident at once; false keeps the call off it (e.g. where other work shares those SMs).
+  // Same results either way; the CPU backend ignores it. DSATTN_FUSED_RESIDENT, when set to
+  // 0 / force, overrides it.
   bool resident_route = true;
 };
 Status paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const Exec& ex, size_t* bytes);

@@ -12,6 +12,7 @@ Status no_cuda(const char* op) { return detail::not_implemented(op, "this dsattn
 
 bool available() { return false; }
 int num_sms() { return 0; }
+int stream_sms(void*) { return 0; }
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
 Status paged_mqa_logits(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return no_cuda("paged_mqa_logits"); }
 Status schedule_metadata(const ScheduleMetadataParams&, const detail::PagedIndexerProblem&, const Exec&) { return no_cuda("schedule_metadata"); }

@@ -5,5 +5,6 @@ namespace dsattn {
 
 bool cuda_available() { return cuda::available(); }
 int cuda_num_sms() { return cuda::num_sms(); }
+int cuda_stream_num_sms(void* stream) { return cuda::stream_sms(stream); }
 
 }  // namespace dsattn

@@ -10,6 +10,9 @@ namespace cuda {
 
 bool available();
 int num_sms();
+// Multiprocessors that work on `stream` (a cudaStream_t) can use: num_sms(), or fewer where the
+// stream belongs to a green context (or the context has an SM-count affinity).
+int stream_sms(void* stream);
 
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
 Status paged_mqa_logits(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);

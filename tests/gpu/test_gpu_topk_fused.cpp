@@ -9,12 +9,16 @@
 // opt-in route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
 // whose scores stay in the scoring kernel's shared memory), and the call's own switch
 // (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -57,6 +61,7 @@ struct FusedCase {
   bool values = true;      // false: indices only (with slots = false: the direct-write paths)
   bool zero_keys = false;  // every key (and scale) zero: all scores tie at 0, the first k win
   bool resident_route = true;  // PagedMqaTopkParams::resident_route
+  void* stream = nullptr;      // Exec::stream of every call (run_fused without a graph, run_unfused)
 };
 
 struct GpuInputs {
@@ -139,6 +144,7 @@ void setup_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, FusedCal
   Exec& ex = f->ex;
   ex.backend = Backend::kCuda;
   ex.smem_budget_bytes = c.smem_budget;
+  ex.stream = c.stream;
   if (c.schedule_parts > 0) {
     const int64_t ms = schedule_metadata_size(c.schedule_parts);
     f->sched.alloc(static_cast<size_t>(ms) * 4);
@@ -163,6 +169,8 @@ void setup_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, FusedCal
   DSATTN_CUDA_ASSERT(cudaMemset(f->ws.ptr, 0xff, ws));
   ex.workspace = f->ws.ptr;
   ex.workspace_bytes = ws;
+  // The memsets above run on the legacy stream; a non-blocking call stream does not wait for it.
+  DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
 // The call captured once into a CUDA graph on a new stream (the call's stream from then on);
@@ -210,6 +218,7 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
   } else {
     const Status s = paged_mqa_topk(f.p, f.ex);
     ASSERT_TRUE(s.ok()) << s.to_string();
+    DSATTN_CUDA_ASSERT(cudaStreamSynchronize(static_cast<cudaStream_t>(f.ex.stream)));
   }
   DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
   download_fused(f, o);
@@ -225,6 +234,7 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   lp.clean = true;
   Exec ex;
   ex.backend = Backend::kCuda;
+  ex.stream = c.stream;
   // The same budget as the fused call: on Hopper it decides between the wgmma and the portable
   // indexer kernel, whose scores differ in the last bits (both within the logits' error bound).
   ex.smem_budget_bytes = c.smem_budget;
@@ -261,6 +271,7 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   }
   Exec tex;
   tex.backend = Backend::kCuda;
+  tex.stream = c.stream;
   size_t tws = 0;
   s = topk_workspace(tp, tex, &tws);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -269,6 +280,7 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   tex.workspace_bytes = tws;
   s = topk(tp, tex);
   ASSERT_TRUE(s.ok()) << s.to_string();
+  DSATTN_CUDA_ASSERT(cudaStreamSynchronize(static_cast<cudaStream_t>(c.stream)));
   DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
   o->idx.resize(n);
   o->val.resize(n);
@@ -891,6 +903,132 @@ TEST(GpuFusedTopk, ResidentRouteCallSwitch) {
   run_fused(c, pc, g, &off);
   if (::testing::Test::HasFatalFailure()) return;
   check_fused(c, pc, off, on);  // the reference, and the same indices, slot ids and scores as `on`
+}
+
+// A green context (CUDA 12.4+ driver API): a stream whose kernels run on a subset of the SMs.
+// The driver functions come through the runtime (no -lcuda); GreenStream::make returns a reason
+// to skip where the driver or the device cannot make one.
+struct GreenStream {
+  PFN_cuGreenCtxDestroy_v12040 destroy_ctx = nullptr;
+  PFN_cuStreamDestroy_v4000 destroy_stream = nullptr;
+  CUgreenCtx ctx = nullptr;
+  CUstream stream = nullptr;
+  int sms = 0;  // SMs of the green context
+  ~GreenStream() {
+    if (stream != nullptr && destroy_stream != nullptr) destroy_stream(stream);
+    if (ctx != nullptr && destroy_ctx != nullptr) destroy_ctx(ctx);
+  }
+  template <typename F>
+  static bool entry(const char* name, int version, F* fn) {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion(name, &ptr, version, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    *fn = reinterpret_cast<F>(ptr);
+    return true;
+  }
+  // A green context of at least `min_sms` SMs (the driver rounds up to its partition size).
+  std::string make(int min_sms) {
+    PFN_cuDeviceGetDevResource_v12040 dev_resource = nullptr;
+    PFN_cuDevSmResourceSplitByCount_v12040 split = nullptr;
+    PFN_cuDevResourceGenerateDesc_v12040 desc_of = nullptr;
+    PFN_cuGreenCtxCreate_v12040 create = nullptr;
+    PFN_cuGreenCtxStreamCreate_v12050 stream_create = nullptr;
+    if (!entry("cuDeviceGetDevResource", 12040, &dev_resource) || !entry("cuDevSmResourceSplitByCount", 12040, &split) ||
+        !entry("cuDevResourceGenerateDesc", 12040, &desc_of) || !entry("cuGreenCtxCreate", 12040, &create) ||
+        !entry("cuGreenCtxStreamCreate", 12050, &stream_create) || !entry("cuGreenCtxDestroy", 12040, &destroy_ctx) ||
+        !entry("cuStreamDestroy", 4000, &destroy_stream)) {
+      return "the driver has no green-context API";
+    }
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
+    cudaFree(nullptr);  // the primary context exists before the green context is made from it
+    CUdevResource all, part, rest;
+    std::memset(&all, 0, sizeof(all));
+    std::memset(&part, 0, sizeof(part));
+    std::memset(&rest, 0, sizeof(rest));
+    if (dev_resource(static_cast<CUdevice>(dev), &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) {
+      return "cuDeviceGetDevResource failed";
+    }
+    unsigned int groups = 1;
+    CUresult r = split(&part, &groups, &all, &rest, 0, static_cast<unsigned int>(min_sms));
+    if (r != CUDA_SUCCESS || groups != 1) return "cuDevSmResourceSplitByCount failed: " + std::to_string(r);
+    CUdevResourceDesc desc = nullptr;
+    if ((r = desc_of(&desc, &part, 1)) != CUDA_SUCCESS) return "cuDevResourceGenerateDesc failed: " + std::to_string(r);
+    if ((r = create(&ctx, desc, static_cast<CUdevice>(dev), CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) {
+      ctx = nullptr;
+      return "cuGreenCtxCreate failed: " + std::to_string(r);
+    }
+    if ((r = stream_create(&stream, ctx, CU_STREAM_NON_BLOCKING, 0)) != CUDA_SUCCESS) {
+      stream = nullptr;
+      return "cuGreenCtxStreamCreate failed: " + std::to_string(r);
+    }
+    sms = static_cast<int>(part.sm.smCount);
+    return "";
+  }
+};
+
+// The ops on a green context's stream with half the SMs (SGLang-style SM partitioning; MPS with
+// an SM limit is the same situation): the grids and partitions follow cuda_stream_num_sms, so the
+// resident route's cooperative launch (one CTA per SM, all resident at once) takes the green
+// context's SMs, not the device's, and must succeed; every route must give the full device's
+// indices. The workspace asked for on the green stream is smaller (fewer partitions / CTAs).
+TEST(GpuFusedTopk, GreenContextSmShare) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(std::getenv("DSATTN_FUSED_RESIDENT"), nullptr);
+  const int all_sms = cuda_num_sms();
+  GreenStream gs;
+  const std::string why = gs.make(all_sms / 2);
+  if (!why.empty()) GTEST_SKIP() << why;
+  if (gs.sms >= all_sms) GTEST_SKIP() << "the green context got every SM (" << gs.sms << ")";
+  std::printf("green context: %d of %d SMs\n", gs.sms, all_sms);
+  EXPECT_EQ(cuda_stream_num_sms(gs.stream), gs.sms);
+  EXPECT_EQ(cuda_stream_num_sms(nullptr), all_sms);
+  struct Shape {
+    std::vector<int64_t> lens;
+    int next_n;
+  };
+  // One request (the one-request resident kernel), three (several requests, shared CTAs), one with
+  // N = 2 (streaming by default), and a row of 64K states for topk's few-long-rows plans.
+  for (const Shape& sh : {Shape{{60000}, 1}, Shape{{30000, 9000, 41000}, 1}, Shape{{20000}, 2}, Shape{{65536}, 1}}) {
+    FusedCase c;
+    c.k = 2048;
+    const int batch = static_cast<int>(sh.lens.size());
+    c.spec = spec(IndexerFormat::kFp8, batch, sh.next_n, 64, 128, 64, sh.lens, 977 + batch);
+    SCOPED_TRACE("B " + std::to_string(batch) + " N " + std::to_string(sh.next_n) + " first ctx " +
+                 std::to_string(sh.lens[0]));
+    PagedCase pc = testutil::make_paged_case(c.spec);
+    GpuInputs g;
+    upload_case(pc, &g);
+    if (::testing::Test::HasFatalFailure()) return;
+    TopkOut unfused_full;
+    run_unfused(c, pc, g, &unfused_full);
+    if (::testing::Test::HasFatalFailure()) return;
+    FusedCase cg = c;
+    cg.stream = gs.stream;
+    {
+      FusedCall full, green;
+      setup_fused(c, pc, g, &full, false);
+      setup_fused(cg, pc, g, &green, false);
+      if (::testing::Test::HasFatalFailure()) return;
+      EXPECT_LT(green.ex.workspace_bytes, full.ex.workspace_bytes);
+    }
+    TopkOut unfused_green;
+    run_unfused(cg, pc, g, &unfused_green);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_EQ(unfused_green.idx, unfused_full.idx) << "paged_mqa_logits + topk on the green stream";
+    for (bool resident : {true, false}) {
+      SCOPED_TRACE(resident ? "resident route allowed" : "resident route off");
+      cg.resident_route = resident;
+      TopkOut fused;
+      run_fused(cg, pc, g, &fused);
+      if (::testing::Test::HasFatalFailure()) return;
+      check_fused(cg, pc, fused, unfused_full);
+    }
+  }
 }
 
 // One captured graph of the resident route replayed with new context lengths written into the

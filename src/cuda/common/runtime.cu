@@ -1,8 +1,12 @@
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_ops.h"
@@ -24,6 +28,76 @@ int num_sms() {
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+  return sms;
+}
+
+namespace {
+
+// Driver entry points for the SM-share queries (no -lcuda: resolved through the runtime, like
+// cuTensorMapEncodeTiled). Any of them may be missing on an older driver; its query is skipped.
+struct ShareFns {
+  PFN_cuStreamGetGreenCtx_v12040 stream_green = nullptr;
+  PFN_cuGreenCtxGetDevResource_v12040 green_resource = nullptr;
+  PFN_cuCtxGetCurrent_v4000 ctx_current = nullptr;
+  PFN_cuCtxGetExecAffinity_v11040 exec_affinity = nullptr;
+};
+
+template <typename F>
+void entry_point(const char* name, int version, F* fn) {
+  void* ptr = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &ptr, version, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess) {
+    *fn = reinterpret_cast<F>(ptr);
+  } else {
+    cudaGetLastError();
+  }
+}
+
+const ShareFns& share_fns() {
+  static ShareFns f;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    entry_point("cuStreamGetGreenCtx", 12040, &f.stream_green);
+    entry_point("cuGreenCtxGetDevResource", 12040, &f.green_resource);
+    entry_point("cuCtxGetCurrent", 4000, &f.ctx_current);
+    entry_point("cuCtxGetExecAffinity", 11040, &f.exec_affinity);
+  });
+  return f;
+}
+
+}  // namespace
+
+int stream_sms(void* stream) {
+  const int dev_sms = num_sms();
+  if (dev_sms <= 0) return dev_sms;
+  int sms = dev_sms;
+  const ShareFns& f = share_fns();
+  // A green context: the stream's own (cuGreenCtxStreamCreate, or a stream created while a context
+  // made from one was current), or, for the NULL / legacy stream, the current context's.
+  if (f.stream_green != nullptr && f.green_resource != nullptr) {
+    CUgreenCtx g = nullptr;
+    if (f.stream_green(static_cast<CUstream>(stream), &g) == CUDA_SUCCESS && g != nullptr) {
+      CUdevResource r;
+      std::memset(&r, 0, sizeof(r));
+      if (f.green_resource(g, &r, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS && r.sm.smCount > 0) {
+        sms = std::min(sms, static_cast<int>(r.sm.smCount));
+      }
+    }
+  }
+  // An MPS client limited to part of the SMs. With CUDA_MPS_ACTIVE_THREAD_PERCENTAGE the device
+  // attribute already gives the client's share (H200, 50 %: 66 SMs); a context made with an
+  // SM-count affinity is asked here too. Only when a context is current (a thread that has not
+  // used the runtime yet has none, and the driver would only answer "invalid context").
+  CUcontext ctx = nullptr;
+  if (f.exec_affinity != nullptr && f.ctx_current != nullptr && f.ctx_current(&ctx) == CUDA_SUCCESS &&
+      ctx != nullptr) {
+    CUexecAffinityParam a;
+    std::memset(&a, 0, sizeof(a));
+    if (f.exec_affinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS && a.param.smCount.val > 0) {
+      sms = std::min(sms, static_cast<int>(a.param.smCount.val));
+    }
+  }
   return sms;
 }
 

@@ -245,7 +245,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   bool& have_resident = *have_resident_out;
   DSATTN_RETURN_IF_ERROR(fill_paged_indexer_params(kOp, a, pb, &f->p));
   int sms = 0, optin = 0;
-  DSATTN_RETURN_IF_ERROR(device_limits(kOp, &sms, &optin));
+  DSATTN_RETURN_IF_ERROR(device_limits(kOp, ex, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(kOp, &f->p, budget, topk_epi_smem, &f->wg));
   if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));

@@ -62,7 +62,7 @@ struct LogitsPlan {
 Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, const TensorView& schedule,
                    const Exec& ex, LogitsPlan* plan) {
   int sms = 0, optin = 0;
-  DSATTN_RETURN_IF_ERROR(device_limits(op, &sms, &optin));
+  DSATTN_RETURN_IF_ERROR(device_limits(op, ex, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
@@ -132,10 +132,11 @@ size_t indexer_schedule_workspace(int partitions) {
   return idx_align16(static_cast<size_t>(detail::indexer_meta_size(partitions)) * sizeof(int32_t));
 }
 
-Status device_limits(const char* op, int* sms, int* smem_optin) {
+Status device_limits(const char* op, const Exec& ex, int* sms, int* smem_optin) {
   int dev = 0;
   DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
   DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+  *sms = std::max(1, std::min(*sms, stream_sms(ex.stream)));
   DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return Status::Ok();
 }
