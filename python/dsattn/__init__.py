@@ -101,3 +101,11 @@ def cuda_available() -> bool:
 def cuda_num_sms() -> int:
     """Multiprocessors of the current CUDA device (0 without CUDA)."""
     return int(_dsattn.cuda_num_sms())
+
+
+def cuda_stream_num_sms(stream=None) -> int:
+    """Multiprocessors that work on `stream` can use (None: the legacy default stream): those of
+    its green context, else cuda_num_sms() (an MPS client's share under an SM limit). The CUDA
+    ops size their grids and workspaces by it (0 without CUDA)."""
+    from ._arrays import stream_handle
+    return int(_dsattn.cuda_stream_num_sms(stream_handle(stream)))

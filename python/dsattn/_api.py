@@ -210,8 +210,8 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
     return_values / return_slot_ids is set. logits_route=True (CUDA) lets small batches score
     into dense rows inside the same workspace and select with topk's kernels: faster, same
     results and memory, but score rows are written (opt-in; see ops.h). resident_route=False
-    (CUDA, sm_90) keeps the call off the resident route, a cooperative launch that needs every SM
-    at once (pass it under MPS with a reduced SM share); same results."""
+    (CUDA, sm_90) keeps the call off the resident route, a cooperative launch of one CTA per SM
+    the stream can use (see cuda_stream_num_sms); same results."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
                            indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,
                            resident_route, False)

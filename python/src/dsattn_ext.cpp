@@ -427,6 +427,8 @@ NB_MODULE(_dsattn, m) {
 
   m.def("cuda_available", &dsattn::cuda_available);
   m.def("cuda_num_sms", &dsattn::cuda_num_sms);
+  m.def("cuda_stream_num_sms", [](uintptr_t stream) { return dsattn::cuda_stream_num_sms(reinterpret_cast<void*>(stream)); },
+        "stream"_a = 0);
   m.def("schedule_metadata_size", &dsattn::schedule_metadata_size, "num_sms"_a);
   m.def("indexer_state_bytes", [](int format, int head_dim) {
     return dsattn::indexer_state_bytes(static_cast<dsattn::IndexerFormat>(format), head_dim);

@@ -119,6 +119,13 @@ def test_stream_handle_forms():
         _arrays.stream_handle(-1)
 
 
+def test_stream_num_sms():
+    # Without a green context or an MPS SM limit a stream gets the whole device (0 without CUDA).
+    assert dsattn.cuda_stream_num_sms() == dsattn.cuda_num_sms()
+    with pytest.raises(TypeError):
+        dsattn.cuda_stream_num_sms("default")
+
+
 def test_bf16_uint16_rule_for_topk():
     x = np.array([[1.0, 3.0, 2.0, -1.0]], np.float32)
     res = dsattn.topk(ref.f32_to_bf16(x), 2, sorted=True)

@@ -210,6 +210,13 @@ def test_gpu_device_mismatch_is_value_error():
 
 
 @gpu_op
+def test_gpu_stream_num_sms():
+    # torch streams of the primary context: every SM (green contexts: GpuFusedTopk.GreenContextSmShare).
+    assert dsattn.cuda_stream_num_sms(torch.cuda.current_stream()) == dsattn.cuda_num_sms() > 0
+    assert dsattn.cuda_stream_num_sms(torch.cuda.Stream()) == dsattn.cuda_num_sms()
+
+
+@gpu_op
 def test_gpu_graph_capture_metadata_logits_topk():
     """schedule_metadata + paged_mqa_logits + topk captured once, replayed with new context lengths
     written in place; every buffer preallocated (the way an engine's graph runner does it)."""
