@@ -138,8 +138,12 @@ std::string device_description() {
     cudaGetLastError();  // clear the sticky-free error so later calls report their own
     return "no CUDA device visible";
   }
-  return std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, sm_" +
-         std::to_string(prop.major * 10 + prop.minor);
+  std::string d = std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs";
+  // Fewer SMs for this process's default stream (a green context current, or an MPS SM limit):
+  // the ops size their grids by that share.
+  const int share = cuda_stream_num_sms(nullptr);
+  if (share > 0 && share < prop.multiProcessorCount) d += " (" + std::to_string(share) + " usable here)";
+  return d + ", sm_" + std::to_string(prop.major * 10 + prop.minor);
 #else
   return "CPU-only build (no CUDA)";
 #endif
