@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_sms.cuh"
 #include "bench_util.cuh"
 #include "dsattn/formats.h"
 #include "dsattn/ops.h"
@@ -84,7 +85,7 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   }
   fill_f32(w.as<float>(), size_t(R) * sh.H, 14, -1.f, 1.f);
   DeviceBuffer logits(size_t(R) * sh.ctx * 4);
-  const int parts = cuda_num_sms();
+  const int parts = cuda_stream_num_sms(stream);  // the caller schedule's partitions: the SMs the stream has
   DeviceBuffer sched(size_t(schedule_metadata_size(parts)) * 4);
 
   PagedMqaLogitsParams p;
@@ -171,16 +172,18 @@ std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t 
 int run_indexer(const std::vector<std::string>& args) {
   if (has_flag(args, "--help") || has_flag(args, "-h")) {
     std::puts("usage: dsattn bench indexer [--quick] [--b LIST] [--ctx LIST] [--n LIST] [--s LIST] [--h LIST] [--d D]\n"
-              "                            [--fp4] [--smem BYTES] [--no-prefill] [--linear-pages]\n"
+              "                            [--fp4] [--smem BYTES] [--no-prefill] [--linear-pages] [--sms N]\n"
               "  LIST: comma-separated, K/M suffixes (e.g. --ctx 8K,32K). Default: B 1,32,128 x ctx 8K,32K,128K x\n"
               "  N 1,2 x S 32,64 x H 32,64, D 128, plus the DeepGEMM reference rows and a 4K x 64K prefill row.\n"
-              "  Block tables are shuffled pages; --linear-pages gives each request consecutive pages.");
+              "  Block tables are shuffled pages; --linear-pages gives each request consecutive pages.\n"
+              "  --sms N: run on a green context of at least N SMs (the copy baseline too).");
     return 0;
   }
   if (!cuda_available()) {
     std::fprintf(stderr, "bench indexer: no CUDA device\n");
     return 1;
   }
+  if (!use_sm_share(int_list(args, "--sms", {0})[0])) return 1;
   const bool quick = has_flag(args, "--quick");
   const bool fp4 = has_flag(args, "--fp4");
   const int smem = static_cast<int>(int_list(args, "--smem", {0})[0]);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_sms.cuh"
 #include "bench_topk_util.cuh"
 #include "cuda/common/topk_plan.h"
 #include "dsattn/ops.h"
@@ -27,7 +28,7 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--shape ROWSxWIDTH ...]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--sampled-min N] [--sampled-rows N]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
@@ -39,7 +40,8 @@ int topk_usage(int rc = 2) {
       "                         for rows of width N .. 256K when there are at least that many rows,\n"
       "                         --sampled-min 0: never)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
-      "  --quick: 1x8192 1x65536 128x32768\n");
+      "  --quick: 1x8192 1x65536 128x32768\n"
+      "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
   return rc;
 }
 
@@ -47,6 +49,7 @@ int topk_usage(int rc = 2) {
 
 int run_topk(const std::vector<std::string>& args) {
   int k = 2048, iters = 50;
+  long sms = 0;
   bool sorted = false, bf16 = false, flush = true;
   std::vector<TopkShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -79,6 +82,8 @@ int run_topk(const std::vector<std::string>& args) {
     } else if (a == "--filter-min" && has_next) {
       cuda::topk_tuning().filter_min_width = std::atoi(args[++i].c_str());
       cuda::topk_tuning().filter_max_rows = 0;  // any number of rows
+    } else if (a == "--sms" && has_next) {
+      sms = std::atol(args[++i].c_str());
     } else if (a == "--bf16") {
       bf16 = true;
     } else if (a == "--shape" && has_next) {
@@ -94,6 +99,7 @@ int run_topk(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dsattn bench topk: no CUDA device\n");
     return 1;
   }
+  if (!use_sm_share(sms)) return 1;
   BenchContext ctx;
   if (!ctx.init()) return 1;
   ctx.flush_l2 = flush;
@@ -140,6 +146,7 @@ int run_topk(const std::vector<std::string>& args) {
       return 1;
     }
     const double gbps = n * esz / (us * 1e3);
+    ex.stream = nullptr;  // the timing streams are destroyed; the plan asks which SMs the stream has
     cuda::TopkDeviceLimits lim;
     cuda::TopkPlan plan;
     char plan_str[64] = "?";
@@ -203,8 +210,10 @@ __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64
 
 int fused_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--shape BxCTXxNxSxHxD ...]\n"
-      "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n");
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N]\n"
+      "                                    [--shape BxCTXxNxSxHxD ...]\n"
+      "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
+      "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
   return rc;
 }
 
@@ -212,6 +221,7 @@ int fused_usage(int rc = 2) {
 
 int run_fused(const std::vector<std::string>& args) {
   int k = 2048, iters = 30;
+  long sms = 0;
   bool flush = true;
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -227,6 +237,8 @@ int run_fused(const std::vector<std::string>& args) {
       iters = std::max(1, std::atoi(args[++i].c_str()));
     } else if (a == "--no-flush") {
       flush = false;
+    } else if (a == "--sms" && has_next) {
+      sms = std::atol(args[++i].c_str());
     } else if (a == "--shape" && has_next) {
       FusedShape f{};
       if (std::sscanf(args[++i].c_str(), "%dx%dx%dx%dx%dx%d", &f.B, &f.ctx, &f.N, &f.S, &f.H, &f.D) != 6) {
@@ -245,6 +257,7 @@ int run_fused(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dsattn bench indexer --fused: no CUDA device\n");
     return 1;
   }
+  if (!use_sm_share(sms)) return 1;
   BenchContext ctx;
   if (!ctx.init()) return 1;
   ctx.flush_l2 = flush;

@@ -24,7 +24,9 @@ struct Exec {
   // kAuto: CUDA when the tensors live on a CUDA device, else CPU. kCpu with CUDA tensors (or kCuda
   // with host tensors) is an error, never a silent copy.
   Backend backend = Backend::kAuto;
-  void* stream = nullptr;           // cudaStream_t; nullptr = legacy default stream
+  void* stream = nullptr;           // cudaStream_t; nullptr = legacy default stream. A live stream,
+                                    // in workspace queries too: the plans ask the driver which SMs
+                                    // it has (cuda_stream_num_sms)
   void* workspace = nullptr;        // device memory for kCuda, host memory for kCpu (may be unused)
   size_t workspace_bytes = 0;
   int num_threads = 0;              // CPU backend: 0 = hardware concurrency

@@ -9,8 +9,6 @@
 // opt-in route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
 // whose scores stay in the scoring kernel's shared memory), and the call's own switch
 // (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -18,11 +16,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/indexer_test_util.h"
+#include "cuda/common/green_context.h"
 #include "dsattn/ops.h"
 #include "gpu/topk_test_util.h"
 
@@ -905,72 +903,6 @@ TEST(GpuFusedTopk, ResidentRouteCallSwitch) {
   check_fused(c, pc, off, on);  // the reference, and the same indices, slot ids and scores as `on`
 }
 
-// A green context (CUDA 12.4+ driver API): a stream whose kernels run on a subset of the SMs.
-// The driver functions come through the runtime (no -lcuda); GreenStream::make returns a reason
-// to skip where the driver or the device cannot make one.
-struct GreenStream {
-  PFN_cuGreenCtxDestroy_v12040 destroy_ctx = nullptr;
-  PFN_cuStreamDestroy_v4000 destroy_stream = nullptr;
-  CUgreenCtx ctx = nullptr;
-  CUstream stream = nullptr;
-  int sms = 0;  // SMs of the green context
-  ~GreenStream() {
-    if (stream != nullptr && destroy_stream != nullptr) destroy_stream(stream);
-    if (ctx != nullptr && destroy_ctx != nullptr) destroy_ctx(ctx);
-  }
-  template <typename F>
-  static bool entry(const char* name, int version, F* fn) {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion(name, &ptr, version, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    *fn = reinterpret_cast<F>(ptr);
-    return true;
-  }
-  // A green context of at least `min_sms` SMs (the driver rounds up to its partition size).
-  std::string make(int min_sms) {
-    PFN_cuDeviceGetDevResource_v12040 dev_resource = nullptr;
-    PFN_cuDevSmResourceSplitByCount_v12040 split = nullptr;
-    PFN_cuDevResourceGenerateDesc_v12040 desc_of = nullptr;
-    PFN_cuGreenCtxCreate_v12040 create = nullptr;
-    PFN_cuGreenCtxStreamCreate_v12050 stream_create = nullptr;
-    if (!entry("cuDeviceGetDevResource", 12040, &dev_resource) || !entry("cuDevSmResourceSplitByCount", 12040, &split) ||
-        !entry("cuDevResourceGenerateDesc", 12040, &desc_of) || !entry("cuGreenCtxCreate", 12040, &create) ||
-        !entry("cuGreenCtxStreamCreate", 12050, &stream_create) || !entry("cuGreenCtxDestroy", 12040, &destroy_ctx) ||
-        !entry("cuStreamDestroy", 4000, &destroy_stream)) {
-      return "the driver has no green-context API";
-    }
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
-    cudaFree(nullptr);  // the primary context exists before the green context is made from it
-    CUdevResource all, part, rest;
-    std::memset(&all, 0, sizeof(all));
-    std::memset(&part, 0, sizeof(part));
-    std::memset(&rest, 0, sizeof(rest));
-    if (dev_resource(static_cast<CUdevice>(dev), &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) {
-      return "cuDeviceGetDevResource failed";
-    }
-    unsigned int groups = 1;
-    CUresult r = split(&part, &groups, &all, &rest, 0, static_cast<unsigned int>(min_sms));
-    if (r != CUDA_SUCCESS || groups != 1) return "cuDevSmResourceSplitByCount failed: " + std::to_string(r);
-    CUdevResourceDesc desc = nullptr;
-    if ((r = desc_of(&desc, &part, 1)) != CUDA_SUCCESS) return "cuDevResourceGenerateDesc failed: " + std::to_string(r);
-    if ((r = create(&ctx, desc, static_cast<CUdevice>(dev), CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) {
-      ctx = nullptr;
-      return "cuGreenCtxCreate failed: " + std::to_string(r);
-    }
-    if ((r = stream_create(&stream, ctx, CU_STREAM_NON_BLOCKING, 0)) != CUDA_SUCCESS) {
-      stream = nullptr;
-      return "cuGreenCtxStreamCreate failed: " + std::to_string(r);
-    }
-    sms = static_cast<int>(part.sm.smCount);
-    return "";
-  }
-};
-
 // The ops on a green context's stream with half the SMs (SGLang-style SM partitioning; MPS with
 // an SM limit is the same situation): the grids and partitions follow cuda_stream_num_sms, so the
 // resident route's cooperative launch (one CTA per SM, all resident at once) takes the green
@@ -980,12 +912,12 @@ TEST(GpuFusedTopk, GreenContextSmShare) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(std::getenv("DSATTN_FUSED_RESIDENT"), nullptr);
   const int all_sms = cuda_num_sms();
-  GreenStream gs;
+  cuda::GreenContext gs;
   const std::string why = gs.make(all_sms / 2);
   if (!why.empty()) GTEST_SKIP() << why;
-  if (gs.sms >= all_sms) GTEST_SKIP() << "the green context got every SM (" << gs.sms << ")";
-  std::printf("green context: %d of %d SMs\n", gs.sms, all_sms);
-  EXPECT_EQ(cuda_stream_num_sms(gs.stream), gs.sms);
+  if (gs.sms() >= all_sms) GTEST_SKIP() << "the green context got every SM (" << gs.sms() << ")";
+  std::printf("green context: %d of %d SMs\n", gs.sms(), all_sms);
+  EXPECT_EQ(cuda_stream_num_sms(gs.stream()), gs.sms());
   EXPECT_EQ(cuda_stream_num_sms(nullptr), all_sms);
   struct Shape {
     std::vector<int64_t> lens;
@@ -1008,7 +940,7 @@ TEST(GpuFusedTopk, GreenContextSmShare) {
     run_unfused(c, pc, g, &unfused_full);
     if (::testing::Test::HasFatalFailure()) return;
     FusedCase cg = c;
-    cg.stream = gs.stream;
+    cg.stream = gs.stream();
     {
       FusedCall full, green;
       setup_fused(c, pc, g, &full, false);
