@@ -189,6 +189,7 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 // DSATTN_FUSED_RESIDENT overrides that: =0 off, =force for any N and any number of requests
 // (tests and benchmarks).
 constexpr int64_t kResidentMaxGroups = 6;
+constexpr int64_t kResidentStatesPerCta = 512;
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
@@ -206,6 +207,17 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   const int64_t width = pb.max_pages * pb.states_per_page;
   const int64_t groups = f->p.work.groups;
   if (width <= 0 || width > INT32_MAX || groups < 1 || groups > INT32_MAX / 2) return false;
+  // One request of few states takes fewer CTAs, about one per kResidentStatesPerCta states of the
+  // block table's width, at least half the SMs: the select's rounds (histogram adds, grid barrier,
+  // find) then wait for fewer CTAs, while the scoring of so few states gains little from more SMs.
+  // H200, k = 2048, us at 132 / 96 / 66 / 44 / 32 CTAs (same call, two rounds agreeing within
+  // ~0.5 us): 1 x 8K 26.0 / 24.9 / 24.5 / 24.3 / 25.5; 1 x 16K 30.9 / 29.7 / 28.6 / 29.7 / 30.0;
+  // 1 x 32K 28.1 / 27.4 / 27.5 / 28.1 / 30.0; 1 x 64K 30.7 / 30.4 / 30.4 / 32.8 / 36.6; 1 x 256K
+  // 41.9 / 43.2 / 48.5; but 2 x 64K 37.8 / 38.8 / 41.5 (several requests keep every SM).
+  if (groups == 1) {
+    const int64_t want = (width + kResidentStatesPerCta - 1) / kResidentStatesPerCta;
+    sms = static_cast<int>(std::min<int64_t>(sms, std::max<int64_t>((sms + 1) / 2, want)));
+  }
   const int partitions = sms * kWsConsumers;
   // The bound holds for any device-side length once the lengths are capped at the block table
   // (len_cap, set below).
