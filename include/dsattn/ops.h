@@ -152,11 +152,12 @@ Status topk(const TopkParams& p, const Exec& ex);
 // score anyway -- the op writes them there as dense rows and selects with topk's kernels, which is
 // faster (H200, k = 2048: 1 x 8K 31 -> 20 us, 8 x 64K 79 -> 62 us) and never needs more workspace,
 // but is off by default because it writes score rows to memory, which SPEC §3.4 rules out.
-// On sm_90 a call for up to six requests with N = 1 (unsorted, without `schedule`) takes the
-// resident route instead: the scoring kernel keeps its scores in shared memory and its CTAs, all
-// resident (cooperative launch), select the top k together, the CTAs of each request with that
-// request's histograms; same results, same memory bound (its workspace holds histograms and
-// suffix sums, not scores). DSATTN_FUSED_RESIDENT=0 turns it off.
+// On sm_90 a call for up to six requests with N = 1, or one request with N = 2 whose block table
+// holds at most 16K states (unsorted, without `schedule`), takes the resident route instead: the
+// scoring kernel keeps its scores in shared memory and its CTAs, all resident (cooperative
+// launch), select the top k together, the CTAs of each request with that request's histograms;
+// same results, same memory bound (its workspace holds histograms and suffix sums, not scores).
+// DSATTN_FUSED_RESIDENT=0 turns it off.
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
 // partition per SM) runs the tile kernel instead, same results, slower at large batch (H200,

@@ -181,8 +181,9 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 // its scores in shared memory and selects with histograms shared by the CTAs of each request,
 // when each warpgroup's piece (the schedule's bound over the block table's states) fits beside a
 // ring of at least kWsMinStages stages. Unsorted output only (it writes in index order). By
-// default for one row per request (N = 1) and up to kResidentMaxGroups requests: with two rows it
-// measured slower than streaming (H200, 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us), and so
+// default for one row per request (N = 1) and up to kResidentMaxGroups requests, and for N = 2 on
+// one request of at most kResidentN2MaxWidth states: with two rows it measured slower than
+// streaming on longer rows (H200, 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us), and so
 // it did at 8 requests and more (k = 2048, us, resident / streaming: 8 x 64K 73.5 / 70.2,
 // 32 x 32K 101.8 / 88.3; but 2 x 64K 38.5 / 44.0, 4 x 64K 50.8 / 64.0, 6 x 64K 55.4 / 70.9,
 // 4 x 256K 90.7 / 125.2). PagedMqaTopkParams::resident_route = false turns it off for the call;
@@ -190,6 +191,7 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 // (tests and benchmarks).
 constexpr int64_t kResidentMaxGroups = 6;
 constexpr int64_t kResidentStatesPerCta = 512;
+constexpr int64_t kResidentN2MaxWidth = 16384;
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
@@ -197,16 +199,21 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   const bool force = env != nullptr && std::strcmp(env, "force") == 0;
   if (!f->wg.use || a.schedule.defined() || a.sorted) return false;
   if (!a.resident_route && !force) return false;
-  if (f->p.work.rows_per_group != 1 && !force) return false;
   if (f->p.work.groups > kResidentMaxGroups && !force) return false;
+  const int64_t width = pb.max_pages * pb.states_per_page;
+  const int64_t groups = f->p.work.groups;
+  if (width <= 0 || width > INT32_MAX || groups < 1 || groups > INT32_MAX / 2) return false;
+  // next_n = 2: one request of at most kResidentN2MaxWidth states (block table width), where it
+  // beats streaming (H200, k = 2048, us, resident at 66 CTAs / streaming: 1 x 8K 32.5 / 34.1,
+  // 1 x 16K 37.8 / 45.7, 1 x 16K H = 32 32.1 / 34.1, 1 x 12000 S = 32 37.2 / 45.2; but 1 x 32K
+  // 37.8 / 36.9 and 1 x 64K 43.3 / 40.9).
+  const bool n2_short = f->p.work.rows_per_group == 2 && groups == 1 && width <= kResidentN2MaxWidth;
+  if (f->p.work.rows_per_group != 1 && !n2_short && !force) return false;
   int dev = 0, coop = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || coop == 0) {
     return false;
   }
-  const int64_t width = pb.max_pages * pb.states_per_page;
-  const int64_t groups = f->p.work.groups;
-  if (width <= 0 || width > INT32_MAX || groups < 1 || groups > INT32_MAX / 2) return false;
   // One request of few states takes fewer CTAs, about one per kResidentStatesPerCta states of the
   // block table's width, at least half the SMs: the select's rounds (histogram adds, grid barrier,
   // find) then wait for fewer CTAs, while the scoring of so few states gains little from more SMs.
