@@ -189,11 +189,12 @@ struct FusedShape {
   int B, ctx, N, S, H, D;
 };
 
-__global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64_t stride, int S, int rb) {
+__global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64_t stride, int S, int rb,
+                                        uint64_t seed = 0) {
   const int64_t n = num_pages * stride;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t p = i / stride, o = i % stride;
-    uint64_t z = (i + 7) * 0x9E3779B97F4A7C15ull;
+    uint64_t z = (i + 7 + seed * 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull;
     z ^= z >> 29;
     z *= 0xBF58476D1CE4E5B9ull;
     z ^= z >> 32;
@@ -210,10 +211,11 @@ __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64
 
 int fused_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N]\n"
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N] [--seed N]\n"
       "                                    [--shape BxCTXxNxSxHxD ...]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
-      "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
+      "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
+      "  --seed N: another instance of the random cache, queries and block table (default 0)\n");
   return rc;
 }
 
@@ -222,6 +224,7 @@ int fused_usage(int rc = 2) {
 int run_fused(const std::vector<std::string>& args) {
   int k = 2048, iters = 30;
   long sms = 0;
+  uint64_t seed = 0;
   bool flush = true;
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -239,6 +242,8 @@ int run_fused(const std::vector<std::string>& args) {
       flush = false;
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
+    } else if (a == "--seed" && has_next) {
+      seed = std::strtoull(args[++i].c_str(), nullptr, 10);
     } else if (a == "--shape" && has_next) {
       FusedShape f{};
       if (std::sscanf(args[++i].c_str(), "%dx%dx%dx%dx%dx%d", &f.B, &f.ctx, &f.N, &f.S, &f.H, &f.D) != 6) {
@@ -284,16 +289,16 @@ int run_fused(const std::vector<std::string>& args) {
       std::fprintf(stderr, "out of device memory\n");
       return 1;
     }
-    bench_fill_cache_kernel<<<2048, 256>>>(static_cast<uint8_t*>(cache.p), num_pages, stride, sh.S, rb);
+    bench_fill_cache_kernel<<<2048, 256>>>(static_cast<uint8_t*>(cache.p), num_pages, stride, sh.S, rb, seed);
     std::vector<int32_t> h_bt(static_cast<size_t>(num_pages));
     std::iota(h_bt.begin(), h_bt.end(), 0);
-    std::shuffle(h_bt.begin(), h_bt.end(), std::mt19937_64(3));
+    std::shuffle(h_bt.begin(), h_bt.end(), std::mt19937_64(3 + seed));
     std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), sh.ctx);
     cudaMemcpy(bt.p, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens.p, h_lens.data(), h_lens.size() * 4, cudaMemcpyHostToDevice);
     // Query bytes: random E4M3 codes (no NaN); weights: approximately normal.
-    bench_fill_cache_kernel<<<256, 256>>>(static_cast<uint8_t*>(q.p), 1, int64_t(R) * sh.H * rb, 1 << 30, 1);
-    fill_random(w.p, size_t(R) * sh.H, false, 99);
+    bench_fill_cache_kernel<<<256, 256>>>(static_cast<uint8_t*>(q.p), 1, int64_t(R) * sh.H * rb, 1 << 30, 1, seed);
+    fill_random(w.p, size_t(R) * sh.H, false, 99 + seed);
 
     PagedIndexerArgs in;
     in.q = make_tensor(q.p, DType::kF8E4M3, {sh.B, sh.N, sh.H, rb}, Device::kCuda);

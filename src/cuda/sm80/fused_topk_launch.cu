@@ -204,9 +204,10 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   const int64_t groups = f->p.work.groups;
   if (width <= 0 || width > INT32_MAX || groups < 1 || groups > INT32_MAX / 2) return false;
   // next_n = 2: one request of at most kResidentN2MaxWidth states (block table width), where it
-  // beats streaming (H200, k = 2048, us, resident at 66 CTAs / streaming: 1 x 8K 32.5 / 34.1,
-  // 1 x 16K 37.8 / 45.7, 1 x 16K H = 32 32.1 / 34.1, 1 x 12000 S = 32 37.2 / 45.2; but 1 x 32K
-  // 37.8 / 36.9 and 1 x 64K 43.3 / 40.9).
+  // beats streaming by 1-6 % (H200, k = 2048, us, resident at 66 CTAs / streaming, two data seeds
+  // of `bench indexer --fused --seed`: 1 x 8K 32.5 / 33.9-34.3, 1 x 12K 33.2 / 34.4-34.8,
+  // 1 x 16K 33.9-34.0 / 34.3-34.6, 1 x 16K H = 32 32.1 / 33.9-34.0, 1 x 12000 S = 32 32.9-33.1 /
+  // 34.5-34.8); but not on longer rows (1 x 32K 37.8 / 36.9, 1 x 64K 43.3 / 40.9).
   const bool n2_short = f->p.work.rows_per_group == 2 && groups == 1 && width <= kResidentN2MaxWidth;
   if (f->p.work.rows_per_group != 1 && !n2_short && !force) return false;
   int dev = 0, coop = 0;
