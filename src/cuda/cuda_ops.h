@@ -13,6 +13,9 @@ int num_sms();
 // Multiprocessors that work on `stream` (a cudaStream_t) can use: num_sms(), or fewer where the
 // stream belongs to a green context (or the context has an SM-count affinity).
 int stream_sms(void* stream);
+// The same for a caller that already holds the device's count `device_sms` (the ops' planning):
+// at most device_sms, at least 1 where device_sms > 0.
+int sm_share(void* stream, int device_sms);
 
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
 Status paged_mqa_logits(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);

@@ -3,7 +3,7 @@
 // for the GPU tests (GpuFusedTopk.GreenContextSmShare) and the benchmarks (`--sms N`, which make
 // it current for the whole run); the ops
 // themselves only ask which SMs a stream has (cuda::stream_sms, runtime.cu). The driver
-// functions come through the runtime's entry points, so nothing links libcuda.
+// functions come through the runtime's entry points (driver_entry.h), so nothing links libcuda.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -11,6 +11,8 @@
 
 #include <cstring>
 #include <string>
+
+#include "cuda/common/driver_entry.h"
 
 namespace dsattn {
 namespace cuda {
@@ -33,10 +35,13 @@ class GreenContext {
     PFN_cuDevResourceGenerateDesc_v12040 desc_of = nullptr;
     PFN_cuGreenCtxCreate_v12040 create = nullptr;
     PFN_cuGreenCtxStreamCreate_v12050 stream_create = nullptr;
-    if (!entry("cuDeviceGetDevResource", 12040, &dev_resource) || !entry("cuDevSmResourceSplitByCount", 12040, &split) ||
-        !entry("cuDevResourceGenerateDesc", 12040, &desc_of) || !entry("cuGreenCtxCreate", 12040, &create) ||
-        !entry("cuGreenCtxStreamCreate", 12050, &stream_create) || !entry("cuGreenCtxDestroy", 12040, &destroy_ctx_) ||
-        !entry("cuStreamDestroy", 4000, &destroy_stream_)) {
+    if (!driver_entry_point("cuDeviceGetDevResource", 12040, &dev_resource) ||
+        !driver_entry_point("cuDevSmResourceSplitByCount", 12040, &split) ||
+        !driver_entry_point("cuDevResourceGenerateDesc", 12040, &desc_of) ||
+        !driver_entry_point("cuGreenCtxCreate", 12040, &create) ||
+        !driver_entry_point("cuGreenCtxStreamCreate", 12050, &stream_create) ||
+        !driver_entry_point("cuGreenCtxDestroy", 12040, &destroy_ctx_) ||
+        !driver_entry_point("cuStreamDestroy", 4000, &destroy_stream_)) {
       return "the driver has no green-context API";
     }
     int dev = 0;
@@ -71,7 +76,8 @@ class GreenContext {
     PFN_cuCtxFromGreenCtx_v12040 from_green = nullptr;
     PFN_cuCtxSetCurrent_v4000 set_current = nullptr;
     if (ctx_ == nullptr) return "no green context";
-    if (!entry("cuCtxFromGreenCtx", 12040, &from_green) || !entry("cuCtxSetCurrent", 4000, &set_current)) {
+    if (!driver_entry_point("cuCtxFromGreenCtx", 12040, &from_green) ||
+        !driver_entry_point("cuCtxSetCurrent", 4000, &set_current)) {
       return "the driver has no cuCtxFromGreenCtx / cuCtxSetCurrent";
     }
     CUcontext c = nullptr;
@@ -85,19 +91,6 @@ class GreenContext {
   int sms() const { return sms_; }
 
  private:
-  template <typename F>
-  static bool entry(const char* name, int version, F* fn) {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion(name, &ptr, version, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    *fn = reinterpret_cast<F>(ptr);
-    return true;
-  }
-
   PFN_cuGreenCtxDestroy_v12040 destroy_ctx_ = nullptr;
   PFN_cuStreamDestroy_v4000 destroy_stream_ = nullptr;
   CUgreenCtx ctx_ = nullptr;

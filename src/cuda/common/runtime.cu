@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "cuda/common/driver_entry.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -33,8 +34,8 @@ int num_sms() {
 
 namespace {
 
-// Driver entry points for the SM-share queries (no -lcuda: resolved through the runtime, like
-// cuTensorMapEncodeTiled). Any of them may be missing on an older driver; its query is skipped.
+// Driver entry points for the SM-share queries (driver_entry.h). Any of them may be missing on an
+// older driver; its query is skipped.
 struct ShareFns {
   PFN_cuStreamGetGreenCtx_v12040 stream_green = nullptr;
   PFN_cuGreenCtxGetDevResource_v12040 green_resource = nullptr;
@@ -42,36 +43,25 @@ struct ShareFns {
   PFN_cuCtxGetExecAffinity_v11040 exec_affinity = nullptr;
 };
 
-template <typename F>
-void entry_point(const char* name, int version, F* fn) {
-  void* ptr = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &ptr, version, cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess) {
-    *fn = reinterpret_cast<F>(ptr);
-  } else {
-    cudaGetLastError();
-  }
-}
-
 const ShareFns& share_fns() {
   static ShareFns f;
   static std::once_flag once;
   std::call_once(once, [] {
-    entry_point("cuStreamGetGreenCtx", 12040, &f.stream_green);
-    entry_point("cuGreenCtxGetDevResource", 12040, &f.green_resource);
-    entry_point("cuCtxGetCurrent", 4000, &f.ctx_current);
-    entry_point("cuCtxGetExecAffinity", 11040, &f.exec_affinity);
+    driver_entry_point("cuStreamGetGreenCtx", 12040, &f.stream_green);
+    driver_entry_point("cuGreenCtxGetDevResource", 12040, &f.green_resource);
+    driver_entry_point("cuCtxGetCurrent", 4000, &f.ctx_current);
+    driver_entry_point("cuCtxGetExecAffinity", 11040, &f.exec_affinity);
   });
   return f;
 }
 
 }  // namespace
 
-int stream_sms(void* stream) {
-  const int dev_sms = num_sms();
-  if (dev_sms <= 0) return dev_sms;
-  int sms = dev_sms;
+int stream_sms(void* stream) { return sm_share(stream, num_sms()); }
+
+int sm_share(void* stream, int device_sms) {
+  if (device_sms <= 0) return device_sms;
+  int sms = device_sms;
   const ShareFns& f = share_fns();
   // A green context: the stream's own (cuGreenCtxStreamCreate, or a stream created while a context
   // made from one was current), or, for the NULL / legacy stream, the current context's.

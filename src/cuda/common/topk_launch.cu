@@ -11,7 +11,6 @@
 #include "cuda/common/topk_launch.cuh"
 #include "cuda/common/topk_sampled.cuh"
 #include "cuda/cuda_ops.h"
-#include "cuda/cuda_ops.h"
 
 namespace dsattn {
 namespace cuda {
@@ -22,7 +21,7 @@ Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out) {
   int dev = 0;
   DSATTN_CUDA_RETURN("topk", cudaGetDevice(&dev));
   DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&out->num_sms, cudaDevAttrMultiProcessorCount, dev));
-  out->num_sms = std::max(1, std::min(out->num_sms, stream_sms(ex.stream)));  // a green context's / MPS share
+  out->num_sms = sm_share(ex.stream, out->num_sms);  // a green context's share
   DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&out->smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   int cluster = 0;
   DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, dev));

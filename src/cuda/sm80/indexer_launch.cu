@@ -136,7 +136,7 @@ Status device_limits(const char* op, const Exec& ex, int* sms, int* smem_optin) 
   int dev = 0;
   DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
   DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
-  *sms = std::max(1, std::min(*sms, stream_sms(ex.stream)));
+  *sms = sm_share(ex.stream, *sms);
   DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return Status::Ok();
 }

@@ -63,10 +63,10 @@ Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, cons
 // into the workspace (bytes = indexer_schedule_workspace(partitions)).
 size_t indexer_schedule_workspace(int partitions);
 
-// The multiprocessors that work on ex.stream can use (stream_sms: the device's, or a green
-// context's / an MPS client's share; grids and partitions are sized by it, and the resident
-// route's cooperative launch needs that many CTAs at once) and the opt-in shared memory per block
-// of the current device.
+// The multiprocessors that work on ex.stream can use (sm_share: the device's, or a green
+// context's share; under MPS the device count is already the client's; grids and partitions are
+// sized by it, and the resident route's cooperative launch needs that many CTAs at once) and the
+// opt-in shared memory per block of the current device.
 Status device_limits(const char* op, const Exec& ex, int* sms, int* smem_optin);
 
 }  // namespace cuda

@@ -11,6 +11,7 @@
 
 #include "api/validate.h"
 #include "common/indexer_work.h"
+#include "cuda/common/driver_entry.h"
 #include "cuda/sm80/fused_topk_epilogue.cuh"
 
 #ifndef DSATTN_HAS_SM90A
@@ -25,14 +26,7 @@ namespace {
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
   static std::once_flag once;
-  std::call_once(once, [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess) {
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-    }
-  });
+  std::call_once(once, [] { driver_entry_point("cuTensorMapEncodeTiled", 12000, &fn); });
   return fn;
 }
 
