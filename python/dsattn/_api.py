@@ -173,12 +173,13 @@ def paged_mqa_logits(q, weights, cache: IndexerCache, block_table, context_lens,
 
 def paged_mqa_logits_workspace_size(q, weights, cache: IndexerCache, block_table, context_lens, *,
                                     q_scales=None, row_request=None, schedule=None, logits=None,
-                                    max_context=None, logits_dtype="float32", clean=False, backend="auto",
+                                    max_context=None, logits_dtype="float32", clean=False, backend="auto", stream=None,
                                     num_threads=0, smem_budget_bytes=0) -> int:
-    """Workspace bytes paged_mqa_logits needs for these arguments (0: none)."""
+    """Workspace bytes paged_mqa_logits needs for these arguments (0: none). CUDA: pass the stream
+    the call will run on; the plan sizes its grids by the SMs that stream can use."""
     args = _paged_mqa_logits(q, weights, cache, block_table, context_lens, q_scales, row_request, schedule,
                              logits, max_context, logits_dtype, clean, True)
-    ex = _exec("paged_mqa_logits", backend, None, None, num_threads, smem_budget_bytes)
+    ex = _exec("paged_mqa_logits", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.paged_mqa_logits, args, ex)
 
 
@@ -225,13 +226,14 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
 def paged_mqa_topk_workspace_size(q, weights, cache: IndexerCache, block_table, context_lens, k: int, *,
                                   q_scales=None, row_request=None, schedule=None, indices=None, values=None,
                                   slot_ids=None, return_values=False, return_slot_ids=False, sorted=False,
-                                  logits_route=False, resident_route=True, backend="auto", num_threads=0,
+                                  logits_route=False, resident_route=True, backend="auto", stream=None, num_threads=0,
                                   smem_budget_bytes=0) -> int:
-    """Workspace bytes paged_mqa_topk needs for these arguments (0: none)."""
+    """Workspace bytes paged_mqa_topk needs for these arguments (0: none). CUDA: pass the stream
+    the call will run on; the plan sizes its grids by the SMs that stream can use."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
                            indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,
                            resident_route, True)
-    ex = _exec("paged_mqa_topk", backend, None, None, num_threads, smem_budget_bytes)
+    ex = _exec("paged_mqa_topk", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.paged_mqa_topk, args, ex)
 
 
@@ -297,11 +299,11 @@ def mqa_logits(q, weights, k, k_scales, ks, ke, *, format="fp8", q_scales=None, 
 
 def mqa_logits_workspace_size(q, weights, k, k_scales, ks, ke, *, format="fp8", q_scales=None, logits=None,
                               compressed=False, width=None, clean=False, logits_dtype="float32", backend="auto",
-                              num_threads=0, smem_budget_bytes=0) -> int:
+                              stream=None, num_threads=0, smem_budget_bytes=0) -> int:
     """Workspace bytes mqa_logits needs for these arguments (0: none)."""
     args = _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compressed, width, clean,
                        logits_dtype, True)
-    ex = _exec("mqa_logits", backend, None, None, num_threads, smem_budget_bytes)
+    ex = _exec("mqa_logits", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.mqa_logits, args, ex)
 
 
@@ -341,11 +343,12 @@ def topk(logits, k: int, *, starts=None, ends=None, indices=None, values=None, r
 
 def topk_workspace_size(logits, k: int, *, starts=None, ends=None, indices=None, values=None, return_values=False,
                         sorted=False, block_table=None, row_request=None, next_n: int = 1, states_per_page: int = 0,
-                        slot_ids=None, backend="auto", num_threads=0, smem_budget_bytes=0) -> int:
-    """Workspace bytes topk needs for these arguments (0: none)."""
+                        slot_ids=None, backend="auto", stream=None, num_threads=0, smem_budget_bytes=0) -> int:
+    """Workspace bytes topk needs for these arguments (0: none). CUDA: pass the stream the call
+    will run on; the plan sizes its grids by the SMs that stream can use."""
     args = _topk(logits, k, starts, ends, indices, values, return_values, sorted, block_table, row_request,
                  next_n, states_per_page, slot_ids, True)
-    ex = _exec("topk", backend, None, None, num_threads, smem_budget_bytes)
+    ex = _exec("topk", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.topk, args, ex)
 
 
@@ -396,11 +399,12 @@ def sparse_mla_decode(q, cache: LatentCache, indices, *, sm_scale: float, topk_l
 
 def sparse_mla_decode_workspace_size(q, cache: LatentCache, indices, *, sm_scale: float, topk_length=None,
                                      extra_cache=None, extra_indices=None, extra_topk_length=None, attn_sink=None,
-                                     out=None, lse=None, backend="auto", num_threads=0, smem_budget_bytes=0) -> int:
+                                     out=None, lse=None, backend="auto", stream=None, num_threads=0,
+                                     smem_budget_bytes=0) -> int:
     """Workspace bytes sparse_mla_decode needs for these arguments (0: none)."""
     args = _sparse_mla_decode(q, cache, indices, sm_scale, topk_length, extra_cache, extra_indices,
                               extra_topk_length, attn_sink, out, lse, True)
-    ex = _exec("sparse_mla_decode", backend, None, None, num_threads, smem_budget_bytes)
+    ex = _exec("sparse_mla_decode", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.sparse_mla_decode, args, ex)
 
 
@@ -430,11 +434,11 @@ def sparse_mla_prefill(q, kv, indices, *, sm_scale: float, topk_length=None, att
 
 
 def sparse_mla_prefill_workspace_size(q, kv, indices, *, sm_scale: float, topk_length=None, attn_sink=None,
-                                      d_v: int = _DV, out=None, lse=None, backend="auto", num_threads=0,
+                                      d_v: int = _DV, out=None, lse=None, backend="auto", stream=None, num_threads=0,
                                       smem_budget_bytes=0) -> int:
     """Workspace bytes sparse_mla_prefill needs for these arguments (0: none)."""
     args = _sparse_mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, out, lse, True)
-    ex = _exec("sparse_mla_prefill", backend, None, None, num_threads, smem_budget_bytes)
+    ex = _exec("sparse_mla_prefill", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.sparse_mla_prefill, args, ex)
 
 

@@ -126,6 +126,24 @@ def test_stream_num_sms():
         dsattn.cuda_stream_num_sms("default")
 
 
+def test_workspace_size_queries_take_the_stream(case):
+    # The CUDA plans size their grids by the stream's SMs, so the size queries take stream= like the
+    # ops (the CPU backend ignores it); a bad stream is refused as in the ops.
+    cache = dsattn.IndexerCache(case.pages, case.S, case.D)
+    args = (case.q, case.weights, cache, case.block_table, case.context_lens)
+
+    class TorchLike:
+        cuda_stream = 0
+
+    assert dsattn.paged_mqa_topk_workspace_size(*args, 8, stream=TorchLike()) == \
+        dsattn.paged_mqa_topk_workspace_size(*args, 8)
+    assert dsattn.paged_mqa_logits_workspace_size(*args, stream=0) == dsattn.paged_mqa_logits_workspace_size(*args)
+    logits = np.zeros((4, 100), np.float32)
+    assert dsattn.topk_workspace_size(logits, 8, stream=0) == dsattn.topk_workspace_size(logits, 8)
+    with pytest.raises(TypeError):
+        dsattn.topk_workspace_size(logits, 8, stream="default")
+
+
 def test_bf16_uint16_rule_for_topk():
     x = np.array([[1.0, 3.0, 2.0, -1.0]], np.float32)
     res = dsattn.topk(ref.f32_to_bf16(x), 2, sorted=True)
