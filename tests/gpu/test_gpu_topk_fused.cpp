@@ -903,11 +903,12 @@ TEST(GpuFusedTopk, ResidentRouteCallSwitch) {
   check_fused(c, pc, off, on);  // the reference, and the same indices, slot ids and scores as `on`
 }
 
-// The ops on a green context's stream with half the SMs (SGLang-style SM partitioning; MPS with
-// an SM limit is the same situation): the grids and partitions follow cuda_stream_num_sms, so the
-// resident route's cooperative launch (one CTA per SM, all resident at once) takes the green
-// context's SMs, not the device's, and must succeed; every route must give the full device's
-// indices. The workspace asked for on the green stream is smaller (fewer partitions / CTAs).
+// The ops on a green context's stream with half the SMs (SGLang-style SM partitioning; under MPS
+// with an SM limit the device's own count is already the share): the grids and partitions follow
+// cuda_stream_num_sms, so the resident route's cooperative launch (one CTA per SM, all resident at
+// once) takes the green context's SMs, not the device's, and must succeed; every route must give
+// the full device's indices. The workspace asked for on the green stream is smaller (fewer
+// partitions / CTAs).
 TEST(GpuFusedTopk, GreenContextSmShare) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(std::getenv("DSATTN_FUSED_RESIDENT"), nullptr);
