@@ -288,6 +288,8 @@ struct PagedCaseSpec {
   int64_t extra_pages = 1, extra_table_cols = 1;
   int64_t extra_width = 3;    // logits columns past the longest context
   float key_sigma = 1.0f, q_sigma = 1.0f;
+  int64_t key_period = 0;     // > 0: state t's key is state (t mod key_period)'s (scores repeat: ties)
+  float key_ramp = 0.0f;      // state t of L: key scaled by 1 + key_ramp t / L (> 0: the best scores late)
   uint64_t seed = 1;
 };
 
@@ -341,6 +343,21 @@ inline PagedCase make_paged_case(const PagedCaseSpec& spec) {
     for (int64_t b = 0; b < B; ++b) L.push_back(rng.randint(0, spec.max_len));
   }
   for (int64_t b = 0; b < B; ++b) keys.push_back(rng.normals(static_cast<size_t>(L[static_cast<size_t>(b)] * D), spec.key_sigma));
+  if (spec.key_ramp != 0.0f) {
+    for (auto& kb : keys) {
+      const size_t n = kb.size() / static_cast<size_t>(D);
+      for (size_t t = 0; t < n; ++t) {
+        const float f = 1.0f + spec.key_ramp * static_cast<float>(t) / static_cast<float>(n);
+        for (int d = 0; d < D; ++d) kb[t * static_cast<size_t>(D) + static_cast<size_t>(d)] *= f;
+      }
+    }
+  }
+  if (spec.key_period > 0) {
+    for (auto& kb : keys) {
+      const size_t P = static_cast<size_t>(spec.key_period * D);
+      for (size_t i = P; i < kb.size(); ++i) kb[i] = kb[i % P];
+    }
+  }
   PagedCacheOptions o;
   o.format = spec.format;
   o.states_per_page = spec.states_per_page;

@@ -764,6 +764,54 @@ TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
   run_fused_case(c);
 }
 
+// The k-th key's bin shared by keys of which only some win: every state's key repeats with period
+// 7000, so each score comes in groups of 10 (tied, the smaller indices win), and k = 2048 needs 8
+// of the k-th group (2040 needs it whole). Every radix route then needs its last digit: the split
+// merge's level 2 selects over the keys at or above the k-th key's 22-bit bin, the cluster merge
+// and the resident select take their third round. run_fused_case compares each route's indices
+// with the unfused path's.
+TEST(GpuFusedTopk, PartialTieAtKthKey) {
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 191);
+  c.spec.key_period = 7000;
+  run_fused_case(c);
+  c.k = 2040;
+  run_fused_case(c);
+  {
+    EnvScope off("DSATTN_FUSED_CLUSTER", "0");  // the split merge for the few-row case below too
+    c.k = 2048;
+    run_fused_case(c);
+    c.k = 1000;
+    c.spec = spec(IndexerFormat::kFp8, 3, 2, 32, 128, 32, {40000, 12000, 3001}, 192);
+    c.spec.key_period = 3000;  // groups of 14 / 4 / 1-2
+    run_fused_case(c);
+  }
+  c.spec.key_period = 1500;
+  run_fused_case(c);
+}
+
+// Scores that rise (or fall) along the context: the row's best keys crowd into the last (first)
+// pieces, so the split merge's level-1 CTA for that share holds more than k candidates and passes
+// up to 2k of them on (keep_all) while the others hold few. Split merge forced for one and three
+// rows (N = 2), k = 2048 and 512; the default routes on the same inputs.
+TEST(GpuFusedTopk, ScoresRisingOrFallingAlongTheContext) {
+  FusedCase c;
+  for (float ramp : {20.0f, -0.95f}) {
+    SCOPED_TRACE(ramp);
+    c.k = 2048;
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 195);
+    c.spec.key_ramp = ramp;
+    run_fused_case(c);
+    EnvScope off("DSATTN_FUSED_CLUSTER", "0");
+    run_fused_case(c);
+    c.k = 512;
+    c.spec = spec(IndexerFormat::kFp8, 3, 2, 32, 128, 32, {40000, 12000, 3001}, 196);
+    c.spec.key_ramp = ramp;
+    run_fused_case(c);
+  }
+}
+
 // One request on Hopper takes the resident route (by default for N = 1; forced here for any N):
 // the scores stay in the scoring kernel's shared memory, grid-wide radix select. run_fused_case
 // compares it with the streaming and logits routes and the reference. Lengths around k and an

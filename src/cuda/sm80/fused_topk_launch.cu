@@ -404,7 +404,9 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     f->off_rec = f->total;
     f->total = f->off_rec + align256(static_cast<size_t>(pb.rows) * 4 * 4);
     f->zero_bytes = f->total - f->off_hdr;
-    f->kc = kc;
+    // Level 1's outputs hold 2k entries: a CTA passes every candidate on while they fit, and
+    // selects only beyond that (fused_topk_merge_kernel, keep_all).
+    f->kc = std::min(2 * kc, f->mcap & ~3);
     const size_t pentries = static_cast<size_t>(pb.rows) * f->split * f->kc;
     f->off_pkey = f->total;
     f->off_pidx = f->off_pkey + align256(pentries * 4);

@@ -59,6 +59,10 @@ struct MergeShared {
   int slot_end[32];          // inclusive prefix of their candidate counts
   int slot_vend[32];         // inclusive prefix of the 4-entry vectors per slot
   int slot_t0[32];           // dense slot: entry p is state slot_t0 + p (indices not stored); else -1
+  uint32_t bin_key[32];      // merge_bin_threshold: the buffer's keys in the k-th key's 22-bit bin
+  int bin_n;
+  uint32_t bin_T;
+  int bin_need;
 };
 
 // Where flat vector v of a round lies: slot w of the round (the first whose vector prefix exceeds
@@ -122,6 +126,56 @@ __device__ __forceinline__ void merge_first_digit_hist(const uint32_t* keys, int
     hist_add(region, (i < n ? keys[i] : 0u) >> 20, i < n);
   }
   __syncthreads();
+}
+
+// A bounded level 2 that is not exact (the k-th key's 22-bit bin p2 holds keys that lose, e.g.
+// ties): the buffer keys[0, cnt) hold every candidate key in or above p2. Those above p2 win; of
+// the bin's keys the best k - above do (larger key, then earlier position = smaller index). With
+// at most 32 keys in the bin, warp 0 finds the k-th key T and how many keys equal to T win (*need)
+// by comparing them pairwise, so the ordered selection needs no radix digits over the buffer.
+// Returns false (nothing found) otherwise, or should the counts not come out (block-uniform).
+// Block-wide; ends synced. (The radix selection this skips, a first-digit histogram, two find_bin
+// scans over 4096 and 1024 bins, a compaction and two more digits, made such calls ~11 us slower
+// than exact ones: H200, paged_mqa_topk 1 x 64K on the streaming route, 2 of 14 random instances,
+// the level-2 kernel 19.4-20.4 us against 8.9-9.2; the call 47.2-47.8 us before, 40.5-41.5 with
+// this, 37.0 on the exact instances.)
+__device__ __forceinline__ bool merge_bin_threshold(const uint32_t* keys, int cnt, int k, uint32_t p2,
+                                                    MergeShared& sh, uint32_t* T, int* need) {
+  using namespace topk_detail;
+  if (threadIdx.x == 0) sh.bin_n = 0;
+  __syncthreads();
+  int above = 0;
+  for (int base = 0; base < cnt; base += kTopkThreads) {  // block-uniform
+    const int i = base + static_cast<int>(threadIdx.x);
+    const uint32_t hi = (i < cnt ? keys[i] : 0u) >> 10;
+    above += __syncthreads_count(i < cnt && hi > p2);
+    if (i < cnt && hi == p2) {
+      const int q = atomicAdd(&sh.bin_n, 1);
+      if (q < 32) sh.bin_key[q] = keys[i];
+    }
+  }
+  __syncthreads();
+  const int m = sh.bin_n, want = k - above;
+  if (m > 32 || want < 1 || want > m) return false;
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const uint32_t key = lane < m ? sh.bin_key[lane] : 0u;
+    int gt = 0, ge = 0;
+    for (int q = 0; q < m; ++q) {
+      const uint32_t o = sh.bin_key[q];
+      gt += o > key ? 1 : 0;
+      ge += o >= key ? 1 : 0;
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, lane < m && gt < want && ge >= want);
+    if (lane == __ffs(hit) - 1) {  // every lane holding T qualifies; want <= m: one does
+      sh.bin_T = key;
+      sh.bin_need = want - gt;
+    }
+  }
+  __syncthreads();
+  *T = sh.bin_T;
+  *need = sh.bin_need;
+  return true;
 }
 
 // Compacts the buffer keys/idx [0, cnt) to its k best (index order kept). Block-wide.
@@ -301,8 +355,9 @@ __device__ __noinline__ inline bool merge_dense_row(const CollectorBuffers b, in
 // whole block then filters the round as one flat list of 16-byte vectors (each thread 2 vectors of
 // keys and indices in flight) and appends the survivors in state order. A round costs a few memory
 // round trips however short or few its slots.
-// kPartial: instead of writing the row's result, the CTA writes its best min(k, candidates)
-// entries (state order) to slot r * C + c of `part` (header = (count, 0, row bound)).
+// kPartial: instead of writing the row's result, the CTA writes its candidates, or its best k of
+// them when they are more than part.ccap, in state order to slot r * C + c of `part` (header =
+// (count, 0, row bound)).
 template <typename SlotRange, bool kPartial = false>
 __global__ void __launch_bounds__(kTopkThreads)
     fused_topk_merge_kernel(CollectorBuffers b, SlotRange slots, int k, int k_pad, int m_cap, int mcap, bool sorted,
@@ -326,10 +381,15 @@ __global__ void __launch_bounds__(kTopkThreads)
   if (!kPartial && b.rec == nullptr && merge_dense_row(b, s0, s1, len, r, k, k_pad, m_cap, mcap, sorted, out, sh)) {
     return;
   }
-  // Split level 2 with level 1's records: the k-th key's 22-bit bin p2 from hist2. When the row
-  // needs every key of it (the usual case: it holds one key), every key > T = (p2 << 10) - 1 is
-  // a winner and there are exactly k of them, so the threshold is exact and no selection is left.
-  bool exact = false;
+  // Split level 2 with level 1's records: the k-th key's 22-bit bin p2 from hist2. At least k
+  // states have keys in or above p2, so no key <= T = (p2 << 10) - 1 can win (bounded), and the
+  // stream below keeps about k keys. When the row needs every key of p2 (the usual case: it holds
+  // one key), every key > T is a winner and there are exactly k of them, so the threshold is
+  // exact and no selection is left. Otherwise the selection runs over those ~k keys
+  // (merge_bin_threshold). Before, only the exact case used p2; the others took the header bounds,
+  // a histogram pass over every level-1 output and a radix selection over thousands of keys.
+  bool exact = false, bounded = false;
+  uint32_t p2 = 0u;  // bounded: the k-th key's 22-bit bin
   if (!kPartial && b.rec != nullptr) {  // block-uniform
     const int4 rc = __ldg(reinterpret_cast<const int4*>(b.rec + r * 4));
     const uint32_t hb = static_cast<uint32_t>(rc.y);
@@ -340,17 +400,19 @@ __global__ void __launch_bounds__(kTopkThreads)
       const int k_rem = k - rc.z;
       find_bin(h2, kBins2, k_rem, sh.t);  // ends synced; bin unset: fewer kept than needed
       const uint32_t b2 = sh.t.bin;
-      if (b2 != 0xffffffffu && static_cast<int>(h2[b2]) == k_rem - sh.t.above) {
-        exact = true;
-        if (threadIdx.x == 0) sh.thr = (((hb << 10) | b2) << 10) - 1u;
+      if (b2 != 0xffffffffu) {
+        bounded = true;
+        exact = static_cast<int>(h2[b2]) == k_rem - sh.t.above;
+        p2 = (hb << 10) | b2;
+        if (threadIdx.x == 0) sh.thr = (p2 << 10) - 1u;
       }
       __syncthreads();
     }
   }
   // Start from the best row bound any piece of the row found (header word 2): keys at or below
   // it cannot be in the top k, so most candidates of the other pieces never enter the buffer.
-  // Level 1 (row histogram) and an exact level 2 have a better bound already.
-  if (!exact && !(kPartial && b.hist != nullptr)) {  // block-uniform
+  // Level 1 (row histogram) and a bounded level 2 have a better bound already.
+  if (!bounded && !(kPartial && b.hist != nullptr)) {  // block-uniform
     uint32_t row_bound = kAbsentKey;
     int n_row = 0;
     for (int64_t s = s0 + threadIdx.x; s < s1; s += kTopkThreads) {
@@ -399,7 +461,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   // it), so the stream below keeps about k + that bin's count instead of filling and compacting
   // the buffer. (On smaller rows the extra pass cost more than it saved: 128 x 32K with 4k-entry
   // pieces, ~8K candidates per row, 252 -> 257 us.)
-  if (!kPartial && !exact && sh.row_total > mcap - k) {  // block-uniform
+  if (!kPartial && !bounded && sh.row_total > mcap - k) {  // block-uniform
     merge_row_bound(b, s0, s1, j, 2 * mcap, sh);
   }
   const uint32_t row_bound = sh.thr;
@@ -496,22 +558,37 @@ __global__ void __launch_bounds__(kTopkThreads)
   const int cnt = sh.cnt;
   uint32_t* sel_key = region;
   int* sel_pos = reinterpret_cast<int*>(region + k_pad);
-  if (cnt > k) {
-    merge_first_digit_hist(keys, cnt, region);
+  // Level 1 passes every candidate on while they fit its part of the output (part.ccap >= k): level 2
+  // bounds the row from hist2 and filters them. Otherwise a level-1 CTA whose share holds most of
+  // the row's best keys (scores rising or falling along the context) runs the full selection alone
+  // while the others idle (H200, 1 x 64K on the streaming route: level 1 26.9-27.7 us against
+  // 14.2 in random order; the call with rising scores 48.3 -> 37.3 us, falling 61.1 -> 41.1,
+  // random order 36.7 -> 36.8).
+  const bool keep_all = kPartial && cnt <= part.ccap;
+  if (cnt > k && !keep_all) {
     // The winners' state indices go to sel_pos, or straight to the output when it takes indices only.
     const bool to_out = !kPartial && out.indices_only(sorted);
-    select_topk_by(keys, cnt, k, k_pad, m_cap, region, sh.t, to_out ? out.indices + r * out.indices_ld : sel_pos,
-                   [&](int p) { return idx[p]; });
+    int* dst = to_out ? out.indices + r * out.indices_ld : sel_pos;
+    uint32_t T;
+    int need;
+    if (bounded && merge_bin_threshold(keys, cnt, k, p2, sh, &T, &need)) {  // block-uniform
+      select_in_order_by(keys, cnt, T, need, kTopkWarps, sh.t.warp_gt, sh.t.warp_eq, sel_key, dst,
+                         [&](int p) { return idx[p]; });
+    } else {
+      merge_first_digit_hist(keys, cnt, region);
+      select_topk_by(keys, cnt, k, k_pad, m_cap, region, sh.t, dst, [&](int p) { return idx[p]; });
+    }
     if (to_out) return;
   }
-  const int n_sel = cnt < k ? cnt : k;
+  const int n_sel = cnt < k || keep_all ? cnt : k;
   if constexpr (kPartial) {
-    // Short share (every candidate, in order) or its k winners (in order).
+    // Every candidate (in order) or the share's k winners (in order).
     const int64_t ps = r * gridDim.y + blockIdx.y;
     const int64_t o = part.offset(ps, 0);
+    const bool selected = cnt > k && !keep_all;
     for (int q = threadIdx.x; q < n_sel; q += kTopkThreads) {
-      part.key[o + q] = cnt > k ? sel_key[q] : keys[q];
-      part.idx[o + q] = cnt > k ? sel_pos[q] : idx[q];
+      part.key[o + q] = selected ? sel_key[q] : keys[q];
+      part.idx[o + q] = selected ? sel_pos[q] : idx[q];
     }
     if (threadIdx.x == 0) {
       int32_t* h = part.header_of(ps, 0);
