@@ -209,13 +209,30 @@ __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64
   }
 }
 
+// --order rising / falling: state t of request b (logical position, through the block table) gets
+// the scale (1/64) (1 + 20 t / ctx) or (1/64) (1 - 0.95 t / ctx), so the scores' magnitude grows or
+// shrinks along the context and the row's best states crowd at its end or start (recency-biased
+// attention looks like "rising").
+__global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int B, int64_t ppr, int64_t stride,
+                                          int S, int rb, int ctx, float ramp) {
+  const int64_t n = int64_t(B) * ppr * S;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / (ppr * S), t = i % (ppr * S);
+    const int64_t page = bt[b * ppr + t / S];
+    const float v = (1.0f / 64.0f) * (1.0f + ramp * static_cast<float>(t) / static_cast<float>(ctx));
+    *reinterpret_cast<float*>(pages + page * stride + int64_t(S) * rb + (t % S) * 4) = v;
+  }
+}
+
 int fused_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N] [--seed N]\n"
       "                                    [--shape BxCTXxNxSxHxD ...]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
-      "  --seed N: another instance of the random cache, queries and block table (default 0)\n");
+      "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
+      "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
+      "    the context, so the best states crowd at its end (start); default random\n");
   return rc;
 }
 
@@ -225,6 +242,7 @@ int run_fused(const std::vector<std::string>& args) {
   int k = 2048, iters = 30;
   long sms = 0;
   uint64_t seed = 0;
+  float ramp = 0.0f;  // --order
   bool flush = true;
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -244,6 +262,17 @@ int run_fused(const std::vector<std::string>& args) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--seed" && has_next) {
       seed = std::strtoull(args[++i].c_str(), nullptr, 10);
+    } else if (a == "--order" && has_next) {
+      const std::string o = args[++i];
+      if (o == "rising") {
+        ramp = 20.0f;
+      } else if (o == "falling") {
+        ramp = -0.95f;
+      } else if (o != "random") {
+        std::fprintf(stderr, "dsattn bench indexer --fused: --order expected random, rising or falling, got '%s'\n",
+                     o.c_str());
+        return 2;
+      }
     } else if (a == "--shape" && has_next) {
       FusedShape f{};
       if (std::sscanf(args[++i].c_str(), "%dx%dx%dx%dx%dx%d", &f.B, &f.ctx, &f.N, &f.S, &f.H, &f.D) != 6) {
@@ -296,6 +325,10 @@ int run_fused(const std::vector<std::string>& args) {
     std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), sh.ctx);
     cudaMemcpy(bt.p, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens.p, h_lens.data(), h_lens.size() * 4, cudaMemcpyHostToDevice);
+    if (ramp != 0.0f) {
+      bench_order_scales_kernel<<<1024, 256>>>(static_cast<uint8_t*>(cache.p), static_cast<const int32_t*>(bt.p),
+                                               sh.B, ppr, stride, sh.S, rb, sh.ctx, ramp);
+    }
     // Query bytes: random E4M3 codes (no NaN); weights: approximately normal.
     bench_fill_cache_kernel<<<256, 256>>>(static_cast<uint8_t*>(q.p), 1, int64_t(R) * sh.H * rb, 1 << 30, 1, seed);
     fill_random(w.p, size_t(R) * sh.H, false, 99 + seed);
