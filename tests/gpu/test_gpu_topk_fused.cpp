@@ -1097,5 +1097,21 @@ TEST(GpuFusedTopk, ResidentSanitizerSmall) {
   run_fused_case(c);
 }
 
+// The split merge's level-2 bin threshold and level 1's pass-through for the compute-sanitizer
+// pass: one request of 12000 states (five level-1 CTAs), tied scores in groups of 10 (k = 512
+// needs 2 of the k-th group), and scores rising along the context (the last share holds most of
+// the winners). Cluster merge off, so the few-row case takes the split merge too.
+TEST(GpuFusedTopk, SplitMergeSanitizerSmall) {
+  EnvScope off("DSATTN_FUSED_CLUSTER", "0");
+  FusedCase c;
+  c.k = 512;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {12000}, 231);
+  c.spec.key_period = 1200;
+  run_fused_case(c);
+  c.spec.key_period = 0;
+  c.spec.key_ramp = 20.0f;
+  run_fused_case(c);
+}
+
 }  // namespace
 }  // namespace dsattn
