@@ -1,8 +1,8 @@
 // A stream on a green context (CUDA 12.4+ driver API): kernels launched on it run on a subset of
 // the device's SMs, as in a serving engine that partitions the GPU. Host-only and header-only,
 // for the GPU tests (GpuFusedTopk.GreenContextSmShare) and the benchmarks (`--sms N`, which make
-// it current for the whole run); the ops
-// themselves only ask which SMs a stream has (cuda::stream_sms, runtime.cu). The driver
+// it current for the whole run); the ops themselves only ask which SMs a stream has
+// (cuda::sm_share / stream_sms, runtime.cu). The driver
 // functions come through the runtime's entry points (driver_entry.h), so nothing links libcuda.
 #pragma once
 #include <cuda.h>
