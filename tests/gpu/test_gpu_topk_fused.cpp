@@ -906,6 +906,46 @@ TEST(GpuFusedTopk, ResidentRouteTies) {
   run_fused_case(c);
 }
 
+// One request's two-barrier select (select_fast in indexer_ws_resident.cuh) on each of its paths,
+// and the three-round select it falls back to, on the same inputs (run_fused_case compares every
+// route with the unfused path and the reference):
+//   - random scores: the k-th key's 16-bit bin gathered into the list, the exact key found in it;
+//   - keys repeating with period 700 (70000 states: groups of 100 tied scores), k = 2048 taking
+//     48 of the k-th group: the ties ranked by state;
+//   - period 160 (groups of 437-438): more ties than kTieCap and only some win, so the fast select
+//     gives up after its second barrier and the rounds run from the start;
+//   - every score tied (zero keys): the bin holds every key, past the list, so it gives up after
+//     its first barrier;
+//   - N = 2 with per-row lengths, and a row of at most k keys (every key wins).
+// Each case runs again with DSATTN_RESIDENT_FAST=0 (the rounds alone).
+TEST(GpuFusedTopk, ResidentFastSelectPaths) {
+  EnvScope any("DSATTN_FUSED_RESIDENT", "force");
+  for (const char* fast : {"force", "0"}) {  // force: also past its default width
+    SCOPED_TRACE(fast);
+    EnvScope f("DSATTN_RESIDENT_FAST", fast);
+    FusedCase c;
+    c.k = 2048;
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 241);
+    run_fused_case(c);
+    for (int64_t period : {int64_t(700), int64_t(160)}) {
+      SCOPED_TRACE(period);
+      c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 242);
+      c.spec.key_period = period;
+      run_fused_case(c);
+    }
+    c.zero_keys = true;
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {30000}, 243);
+    run_fused_case(c);
+    c.zero_keys = false;
+    c.k = 512;
+    c.spec = spec(IndexerFormat::kFp8, 1, 2, 64, 128, 32, {26000}, 244);
+    c.spec.lens_per_row = true;  // each row its own length (random, at most 26000)
+    run_fused_case(c);
+    c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {400}, 245);
+    run_fused_case(c);
+  }
+}
+
 // The call's own switch (PagedMqaTopkParams::resident_route = false, e.g. under MPS with a reduced
 // SM share, where the resident route's cooperative launch fails): the call plans without the
 // route, so its workspace is the one DSATTN_FUSED_RESIDENT=0 gives (on Hopper, where two requests
@@ -1094,6 +1134,9 @@ TEST(GpuFusedTopk, ResidentSanitizerSmall) {
   run_fused_case(c);
   c.zero_keys = false;
   c.spec = spec(IndexerFormat::kFp8, 4, 1, 64, 128, 64, {9000, 100, 0, 5000}, 223);  // several requests
+  run_fused_case(c);
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {9000}, 224);  // the fast select's tie ranking
+  c.spec.key_period = 300;                                              // (groups of 30)
   run_fused_case(c);
 }
 

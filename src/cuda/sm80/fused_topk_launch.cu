@@ -114,6 +114,10 @@ struct FusedPlan {
   bool res_multi = false;  // several requests: WsResidentMulti
   int res_cap = 0;
   size_t off_res = 0, res_zero_bytes = 0, res_hist_words = 0, off_suf = 0;
+  // One request: select_fast's grid histograms (zeroed too, res_fine_words in from off_res), its
+  // per-CTA counts and bin lists at off_fast; res_list_cap = 0 leaves it off.
+  size_t res_fine_words = 0, off_fast = 0;
+  int res_list_cap = 0;
   size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
 };
 
@@ -192,6 +196,15 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 constexpr int64_t kResidentMaxGroups = 6;
 constexpr int64_t kResidentStatesPerCta = 512;
 constexpr int64_t kResidentN2MaxWidth = 16384;
+// The two-barrier select of one request (indexer_ws_resident.cuh, select_fast) against the
+// three-round select, same binary and call, H200, k = 2048, us (DSATTN_RESIDENT_FAST=0 / force,
+// two rounds each): 1 x 4K 24.3 / 20.0, 1 x 8K 26.2 / 21.4-22.0, 1 x 16K 29.3 / 22.8, 1 x 32K
+// 28.7-30.0 / 26.0, 1 x 16K N = 2 39.2 / 31.9, 1 x 12000 S = 32 N = 2 38.8-39.2 / 29.4; but
+// 1 x 64K 31.7 / 31.6-32.0, and in an earlier call (list appends then one global add per key)
+// 1 x 256K 43.1 / 65.7 and 1 x 1M 86.9 / 193.5. Its grid histogram takes one global add per key,
+// and bunched scores make those adds wait on the same words: a shared-memory hash table that
+// summed each CTA's bins first took 1 x 1M to 104.5 us (still slower) and cost 1.4 us at 64K.
+constexpr int64_t kResidentFastMaxWidth = 32768;
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
@@ -245,15 +258,40 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   f->p.split = 1;
   f->p.work.len_cap = static_cast<int32_t>(width);
   f->res_cap = static_cast<int>(cap);
-  // Zeroed by the schedule kernel: a barrier word per group, then each group's histograms.
+  // One request of at most kResidentFastMaxWidth states (block table width): the two-barrier
+  // select (select_fast), its list as long as the ring has room for beside the other select
+  // scratch (up to kListCapMax). DSATTN_RESIDENT_FAST=0 leaves it off, =force takes it at any
+  // width (tests, benchmarks).
+  int list_cap = 0;
+  const char* fe = std::getenv("DSATTN_RESIDENT_FAST");
+  const bool fast_force = fe != nullptr && std::strcmp(fe, "force") == 0;
+  if (!multi && (width <= kResidentFastMaxWidth || fast_force)) {
+    const size_t ring = size_t(plan.ws_stages) * plan.ws_stage * kWgHeadDim;
+    const size_t fixed = resident::kSharedBytes + size_t(resident::kCoarseBins + resident::kTieCap) * 4;
+    const size_t fit = ring > fixed ? (ring - fixed) / 8 : 0;
+    list_cap = static_cast<int>(std::min<size_t>(resident::kListCapMax, fit)) / 32 * 32;
+    if (list_cap < resident::kListCapMin || resident::fast_hist_smem_bytes(rows) + resident::kSharedBytes > ring ||
+        (fe != nullptr && std::strcmp(fe, "0") == 0)) {
+      list_cap = 0;
+    }
+  }
+  // Zeroed by the schedule kernel: a barrier word per group, then each group's histograms, then
+  // (select_fast) the fine and coarse grid histograms and the list counters.
   const size_t hist_words = static_cast<size_t>(groups) * resident::kRounds * rows * resident::kBins;
+  const size_t fast_zero_words =
+      list_cap > 0 ? static_cast<size_t>(rows) * (resident::kFineBins + resident::kCoarseBins) + 64 : 0;
   f->off_res = align256(indexer_schedule_workspace(partitions));
   f->res_hist_words = align256(static_cast<size_t>(groups) * 4) / 4;
-  f->res_zero_bytes = (f->res_hist_words + hist_words) * 4;
+  f->res_fine_words = f->res_hist_words + hist_words;
+  f->res_zero_bytes = (f->res_fine_words + fast_zero_words) * 4;
   if (f->res_zero_bytes / 4 > static_cast<size_t>(INT32_MAX)) return false;
   f->off_suf = f->off_res + align256(f->res_zero_bytes);
   const size_t suf_words = static_cast<size_t>(resident::kRounds) * (sms + groups) * rows * resident::kBins;
-  f->total = f->off_suf + align256(suf_words * 4);
+  f->off_fast = f->off_suf + align256(suf_words * 4);
+  f->res_list_cap = list_cap;
+  const size_t fast_bytes =
+      list_cap > 0 ? align256(static_cast<size_t>(rows) * sms * 4) + static_cast<size_t>(rows) * list_cap * 8 : 0;
+  f->total = f->off_fast + align256(fast_bytes);
   return true;
 }
 
@@ -481,6 +519,15 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
     epi.buf.cap = f.res_cap;
     epi.buf.k = a.k;
     epi.buf.out = out;
+    if (f.res_list_cap > 0) {  // one request: select_fast
+      const int rows = f.p.work.rows_per_group;
+      epi.buf.fine = res + f.res_fine_words;
+      epi.buf.coarse = epi.buf.fine + size_t(rows) * resident::kFineBins;
+      epi.buf.lcount = epi.buf.coarse + size_t(rows) * resident::kCoarseBins;
+      epi.buf.cnt = reinterpret_cast<uint32_t*>(ws + f.off_fast);
+      epi.buf.list = reinterpret_cast<uint2*>(ws + f.off_fast + align256(size_t(rows) * f.ws_grid * 4));
+      epi.buf.list_cap = f.res_list_cap;
+    }
     const char* what =
         f.res_multi ? "indexer_ws_kernel<WsResidentMulti> launch" : "indexer_ws_kernel<WsResident> launch";
     return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp, what);

@@ -15,6 +15,11 @@
 // before it hold (ties at the k-th key go to the smallest indices) and writes its own in index
 // order after them (the order the other routes write), without a barrier.
 //
+// One request whose block table holds at most 32K states (the plan's kResidentFastMaxWidth)
+// selects in two grid barriers instead (select_fast): a grid histogram of the keys' top 16 bits,
+// then the keys of the k-th key's 16-bit bin gathered into a list that every CTA reads; it falls
+// back to the rounds by itself where that list would be too long.
+//
 // Requests (groups of N rows). The schedule deals the (group, unit) positions of all requests to
 // the partitions in order, so a CTA (partitions 3 c .. 3 c + 2) holds one contiguous run: the
 // groups strictly inside it are its alone (selected in shared memory, no barrier), and at most its
@@ -44,6 +49,17 @@ constexpr int kRounds = 3;
 constexpr int kFindThreads = 256;  // threads that scan a histogram (kBins / 8 bins each)
 constexpr int kSlots = 2;          // groups a CTA selects at once: its first and last
 constexpr int kMaxCtas = 256;      // grid bound (the partition starts kept in shared memory)
+// One request's two-barrier select (select_fast): a grid histogram of the keys' top 16 bits in
+// global memory (kFineBins per row, found through kCoarseBins totals of its top 8), then the keys
+// of the k-th key's 16-bit bin gathered into a list that every CTA reads; ties at the exact
+// threshold are ranked by index when at most kTieCap of them share it.
+constexpr int kFineBins = 65536;
+constexpr int kCoarseBins = 256;
+constexpr int kListCapMax = 4096;  // keys in the k-th key's 16-bit bin that the fast select takes
+constexpr int kListCapMin = 256;   // below this the plan leaves the fast select off
+constexpr int kTieCap = 384;
+// Shared memory of select_fast's histogram step (the plan checks it beside the list's).
+__host__ __device__ constexpr size_t fast_hist_smem_bytes(int rows) { return size_t(rows) * kCoarseBins * 4; }
 // The select runs on the consumer warpgroups alone, synchronized by named barrier kSelBarrier (the
 // warpgroups' own are 1..3): the producer warps have nothing to select, and leave.
 constexpr int kSelThreads = 128 * kWsConsumers;
@@ -88,6 +104,14 @@ struct Buffers {
   int cap = 0;               // states per piece (a warpgroup's scratch: rows x cap keys)
   int k = 0;
   topk_detail::TopkOutputs out;
+  // One request (WsResident), select_fast; list_cap = 0 turns it off. fine, coarse and lcount are
+  // zeroed with bar and hist; cnt and list are written before they are read.
+  uint32_t* fine = nullptr;    // [rows][kFineBins] grid histogram of key >> 16
+  uint32_t* coarse = nullptr;  // [rows][kCoarseBins] grid histogram of key >> 24
+  uint32_t* lcount = nullptr;  // [rows] entries appended to list
+  uint32_t* cnt = nullptr;     // [rows][grid] CTA c's winners outside the k-th key's 16-bit bin
+  uint2* list = nullptr;       // [rows][list_cap] {key, state} of the keys in that bin
+  int list_cap = 0;
 };
 
 // Per-row outcome of the rounds. Selected: key != 0 and
@@ -108,8 +132,17 @@ struct RowState {
 struct SlotInfo {
   int g, first, last, n, rows;
 };
+// select_fast's outcome of a row's grid histograms: the 16-bit bin of the k-th key.
+struct FastRow {
+  uint32_t b16;    // key >> 16 of the k-th key
+  uint32_t above;  // keys of the row in higher bins
+  uint32_t count;  // keys of the row in the bin
+  uint32_t total;  // keys of the row (at most k: every key wins)
+};
 struct Shared {
   RowState row[kSlots][kIdxMaxRows];
+  FastRow fr[kIdxMaxRows];
+  uint32_t fsel[8];
   SlotInfo slot[kSlots];
   uint32_t wsum[kFindThreads / 32];
   int warp_tot[32];
@@ -466,6 +499,193 @@ __device__ __forceinline__ void write_row(const Buffers& buf, const CtaKeys& ck,
   }
 }
 
+// A 256-bin histogram, one bin per thread < kCoarseBins (`hv`; larger bins hold larger keys): the
+// bin holding the need-th largest key (0 < need <= total), the keys in higher bins and the bin's
+// count go to sh.fsel[0..2]; *total gets the sum. By the select's threads; ends synced (sh.fsel
+// may be read until the next call's first barrier).
+__device__ __forceinline__ void find256(uint32_t hv, uint32_t need, uint32_t* total, Shared& sh) {
+  const int tid = threadIdx.x, warp = tid >> 5;
+  uint32_t x = 0;
+  if (tid < kCoarseBins) x = warp_suffix_sum(hv, &sh.wsum[warp]);
+  sel_sync();
+  uint32_t tot = 0, above = x - hv;
+#pragma unroll
+  for (int w = 0; w < kCoarseBins / 32; ++w) {
+    tot += sh.wsum[w];
+    if (w > warp) above += sh.wsum[w];
+  }
+  if (tid < kCoarseBins && need > 0u && above < need && need <= above + hv) {
+    sh.fsel[0] = static_cast<uint32_t>(tid);
+    sh.fsel[1] = above;
+    sh.fsel[2] = hv;
+  }
+  sel_sync();
+  *total = tot;
+}
+
+// The select of one request in two grid barriers, by the select's threads (every CTA of the grid;
+// empty ones publish zeros):
+//   1. each CTA adds its keys into the grid histograms: key >> 16 straight into `fine` (global
+//      atomics), key >> 24 through shared memory into `coarse`;
+//   -- grid barrier;
+//   2. every CTA finds each row's 16-bit bin b of the k-th key: its 8-bit bin from the coarse
+//      totals, then the 256 fine bins inside it;
+//   3. each CTA publishes its count of keys above b (cnt) and appends its keys in b to the row's
+//      list (key, state);
+//   -- grid barrier;
+//   4. every CTA reads the list (at most list_cap keys) and finds the exact threshold T in it
+//      (two 8-bit histograms) and, when only some of the keys equal to T win, the last winning
+//      state (the ties ranked by state); its output offset is the counts of the CTAs before it
+//      plus the list's winners at lower states; then it writes its winners in index order.
+// The select_one below takes three rounds of 2048- and 1024-bin histograms published as suffix
+// sums, each round's steps ~1-3 us (H200, 1 x 64K, stamps in BENCHMARKS.md). Returns false,
+// alike in every CTA (every decision reads the same global data), when a row's bin b holds more
+// than list_cap keys or more than kTieCap keys tie at T and not all of them win: select_one then
+// runs from the start and writes every row again.
+__device__ __forceinline__ bool select_fast(const Buffers& buf, const CtaScratch& cs, uint32_t* loc, Shared& sh) {
+  const int R = buf.rows, tid = threadIdx.x, nt = kSelThreads;
+  const int C = blockIdx.x, G = gridDim.x;
+  const uint32_t k = static_cast<uint32_t>(buf.k);
+  const CtaKeys ck = cs.keys_single();
+  const int n = ck.total();
+  // 1. The grid histograms.
+  for (int i = tid; i < R * kCoarseBins; i += nt) loc[i] = 0u;
+  sel_sync();
+  for (int j = 0; j < R; ++j) {
+    uint32_t* fine = buf.fine + int64_t(j) * kFineBins;
+    uint32_t* lc = loc + j * kCoarseBins;
+    for (int i = tid; i < n; i += nt) {
+      const uint32_t key = ck.key(j, i);
+      if (key == topk_detail::kAbsentKey) continue;
+      atomicAdd(fine + (key >> 16), 1u);
+      atomicAdd(lc + (key >> 24), 1u);
+    }
+  }
+  sel_sync();
+  for (int i = tid; i < R * kCoarseBins; i += nt) {
+    if (loc[i] != 0u) atomicAdd(buf.coarse + i, loc[i]);
+  }
+  grid_sync(buf.bar);
+  // 2. Each row's 16-bit bin of the k-th key.
+  bool fits = true;
+  for (int j = 0; j < R; ++j) {
+    uint32_t tot = 0, t2 = 0;
+    find256(tid < kCoarseBins ? __ldcg(buf.coarse + j * kCoarseBins + tid) : 0u, k, &tot, sh);
+    if (tot <= k) {  // every key wins (also an empty row); uniform
+      if (tid == 0) sh.fr[j] = FastRow{0u, 0u, 0u, tot};
+      continue;
+    }
+    const uint32_t cb = sh.fsel[0], ca = sh.fsel[1];
+    const uint32_t* fine = buf.fine + int64_t(j) * kFineBins + cb * kCoarseBins;
+    find256(tid < kCoarseBins ? __ldcg(fine + tid) : 0u, k - ca, &t2, sh);
+    const FastRow fr{cb * kCoarseBins + sh.fsel[0], ca + sh.fsel[1], sh.fsel[2], tot};
+    if (tid == 0) sh.fr[j] = fr;
+    fits = fits && fr.count <= static_cast<uint32_t>(buf.list_cap);
+  }
+  if (!fits) return false;
+  sel_sync();  // sh.fr
+  // 3. This CTA's keys above the bin (counted) and in it (appended to the row's list, one global
+  // add per warp step that has any: fr.count of them over the grid, at most list_cap).
+  const int lane = tid & 31;
+  for (int j = 0; j < R; ++j) {
+    const FastRow fr = sh.fr[j];
+    const bool all = fr.total <= k;
+    uint2* list = buf.list + int64_t(j) * buf.list_cap;
+    int a = 0;
+    for (int base = tid & ~31; base < n; base += nt) {  // warp-uniform trips (the ballot)
+      const int i = base + lane;
+      const uint32_t key = i < n ? ck.key(j, i) : topk_detail::kAbsentKey;
+      const uint32_t d = key >> 16;
+      const bool present = key != topk_detail::kAbsentKey;
+      a += present && (all || d > fr.b16) ? 1 : 0;
+      const bool in = present && !all && d == fr.b16;
+      const unsigned m = __ballot_sync(0xffffffffu, in);
+      if (m != 0u) {
+        const int lead = __ffs(m) - 1;
+        uint32_t pos = 0;
+        if (lane == lead) pos = atomicAdd(buf.lcount + j, static_cast<uint32_t>(__popc(m)));
+        pos = __shfl_sync(0xffffffffu, pos, lead) + static_cast<uint32_t>(__popc(m & ((1u << lane) - 1u)));
+        if (in) list[pos] = make_uint2(key, static_cast<uint32_t>(ck.state(i)));
+      }
+    }
+    int tot = 0;
+    topk_detail::group_exclusive_scan(a, sh.warp_tot, &tot, SelGroup{});
+    if (tid == 0) buf.cnt[int64_t(j) * G + C] = static_cast<uint32_t>(tot);
+  }
+  grid_sync(buf.bar);
+  // 4. Thresholds, offsets, winners.
+  uint2* L = reinterpret_cast<uint2*>(loc);     // [list_cap] the row's list
+  uint32_t* hist = loc + 2 * buf.list_cap;      // [kCoarseBins]
+  uint32_t* tie = hist + kCoarseBins;           // [kTieCap] states of the keys equal to T
+  const int chunk = (n + nt - 1) / nt;
+  const int i0 = tid * chunk < n ? tid * chunk : n, i1 = i0 + chunk < n ? i0 + chunk : n;
+  const int32_t s_lo = n > 0 ? ck.state(0) : 0, s_hi = n > 0 ? ck.state(n - 1) : -1;  // this CTA's states
+  for (int j = 0; j < R; ++j) {
+    const FastRow fr = sh.fr[j];
+    int pre = 0;  // winners of the CTAs before this one, outside the list
+    topk_detail::group_exclusive_scan(tid < C ? static_cast<int>(__ldcg(buf.cnt + int64_t(j) * G + tid)) : 0,
+                                      sh.warp_tot, &pre, SelGroup{});
+    RowState rs{0u, 0u, fr.total, 0u, {0u, 0u, 0u}, 0, kAll};
+    int quota = 0, before = 0;
+    if (fr.total > k) {
+      const int c16 = static_cast<int>(fr.count);
+      const uint32_t need = k - fr.above;  // winners in the list: 1..c16
+      const uint2* list = buf.list + int64_t(j) * buf.list_cap;
+      for (int e = tid; e < c16; e += nt) L[e] = __ldcg(list + e);
+      if (tid < kCoarseBins) hist[tid] = 0u;
+      sel_sync();
+      for (int e = tid; e < c16; e += nt) atomicAdd(hist + ((L[e].x >> 8) & 0xffu), 1u);
+      sel_sync();
+      uint32_t t = 0;
+      find256(tid < kCoarseBins ? hist[tid] : 0u, need, &t, sh);
+      const uint32_t p1 = sh.fsel[0], need1 = need - sh.fsel[1];
+      if (tid < kCoarseBins) hist[tid] = 0u;  // every read of it preceded find256's first barrier
+      sel_sync();
+      for (int e = tid; e < c16; e += nt) {
+        const uint32_t key = L[e].x;
+        if (((key >> 8) & 0xffu) == p1) atomicAdd(hist + (key & 0xffu), 1u);
+      }
+      sel_sync();
+      find256(tid < kCoarseBins ? hist[tid] : 0u, need1, &t, sh);
+      const uint32_t T = (fr.b16 << 16) | (p1 << 8) | sh.fsel[0];
+      const uint32_t take = need1 - sh.fsel[1], nties = sh.fsel[2];  // winners among the ties: 1..nties
+      int32_t last = INT32_MAX;  // the last winning tie's state
+      if (take < nties) {
+        if (nties > static_cast<uint32_t>(kTieCap)) return false;
+        if (tid == 0) sh.fsel[3] = 0u;
+        sel_sync();
+        for (int e = tid; e < c16; e += nt) {
+          if (L[e].x == T) tie[atomicAdd(&sh.fsel[3], 1u)] = L[e].y;
+        }
+        sel_sync();
+        for (int q = tid; q < static_cast<int>(nties); q += nt) {  // states are distinct
+          const uint32_t s = tie[q];
+          uint32_t r = 0;
+          for (int u = 0; u < static_cast<int>(nties); ++u) r += tie[u] < s ? 1u : 0u;
+          if (r == take - 1u) sh.fsel[4] = s;
+        }
+        sel_sync();
+        last = static_cast<int32_t>(sh.fsel[4]);
+      }
+      int wb = 0, mine = 0;  // the list's winners before this CTA; this CTA's winning ties
+      for (int e = tid; e < c16; e += nt) {
+        const uint2 v = L[e];
+        const int32_t st = static_cast<int32_t>(v.y);
+        const bool tie_win = v.x == T && st <= last;
+        wb += (v.x > T || tie_win) && st < s_lo ? 1 : 0;
+        mine += tie_win && st >= s_lo && st <= s_hi ? 1 : 0;
+      }
+      topk_detail::group_exclusive_scan(wb, sh.warp_tot, &before, SelGroup{});
+      topk_detail::group_exclusive_scan(mine, sh.warp_tot, &quota, SelGroup{});
+      rs.prefix = T;
+      rs.mode = take < nties ? kTies : kGe;
+    }
+    write_row(buf, ck, i0, i1, j, j, rs, quota, pre + before, C == G - 1, sh);
+    sel_sync();  // L, hist, tie and sh.fsel are reused by the next row
+  }
+  return true;
+}
+
 // The select of one request (WsResident), by the select's threads: every CTA of the grid takes
 // part (empty ones publish zeros), grid barriers. The same steps as select_slots with one slot;
 // kept apart because this latency-bound default route measured slower through the slot code
@@ -664,6 +884,7 @@ __device__ __forceinline__ void select(const IndexerParams& p, const Buffers& bu
   const int tid = threadIdx.x;
   CtaScratch cs{smem + epi_off, epi_bytes, static_cast<int>(gridDim.x), buf.cap};
   if constexpr (!kMulti) {
+    if (buf.list_cap > 0 && select_fast(buf, cs, loc, sh)) return;
     select_one(buf, cs, loc, sh);
     return;
   }
