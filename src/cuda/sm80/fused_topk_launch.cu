@@ -195,7 +195,7 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 // (tests and benchmarks).
 constexpr int64_t kResidentMaxGroups = 6;
 constexpr int64_t kResidentStatesPerCta = 512;
-constexpr int64_t kResidentN2MaxWidth = 16384;
+constexpr int64_t kResidentN2MaxWidth = 32768;
 // The two-barrier select of one request (indexer_ws_resident.cuh, select_fast) against the
 // three-round select, same binary and call, H200, k = 2048, us (DSATTN_RESIDENT_FAST=0 / force,
 // two rounds each): 1 x 4K 24.3 / 20.0, 1 x 8K 26.2 / 21.4-22.0, 1 x 16K 29.3 / 22.8, 1 x 32K
@@ -207,6 +207,7 @@ constexpr int64_t kResidentN2MaxWidth = 16384;
 constexpr int64_t kResidentFastMaxWidth = 32768;
 bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, int budget, int sms,
                    FusedPlan* f) {
+  const int sms_all = sms;  // the stream's SMs
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
   if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   const bool force = env != nullptr && std::strcmp(env, "force") == 0;
@@ -216,11 +217,14 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   const int64_t width = pb.max_pages * pb.states_per_page;
   const int64_t groups = f->p.work.groups;
   if (width <= 0 || width > INT32_MAX || groups < 1 || groups > INT32_MAX / 2) return false;
-  // next_n = 2: one request of at most kResidentN2MaxWidth states (block table width), where it
-  // beats streaming by 1-6 % (H200, k = 2048, us, resident at 66 CTAs / streaming, two data seeds
-  // of `bench indexer --fused --seed`: 1 x 8K 32.5 / 33.9-34.3, 1 x 12K 33.2 / 34.4-34.8,
-  // 1 x 16K 33.9-34.0 / 34.3-34.6, 1 x 16K H = 32 32.1 / 33.9-34.0, 1 x 12000 S = 32 32.9-33.1 /
-  // 34.5-34.8); but not on longer rows (1 x 32K 37.8 / 36.9, 1 x 64K 43.3 / 40.9).
+  // next_n = 2: one request of at most kResidentN2MaxWidth states (block table width). With the
+  // three-round select it beat streaming by 1-6 % up to 16K states (H200, k = 2048, us, resident
+  // at 66 CTAs / streaming, two data seeds of `bench indexer --fused --seed`: 1 x 8K 32.5 /
+  // 33.9-34.3, 1 x 12K 33.2 / 34.4-34.8, 1 x 16K 33.9-34.0 / 34.3-34.6, 1 x 16K H = 32 32.1 /
+  // 33.9-34.0, 1 x 12000 S = 32 32.9-33.1 / 34.5-34.8) but not beyond (1 x 32K 37.8 / 36.9,
+  // 1 x 64K 43.3 / 40.9). The two-barrier select (up to kResidentFastMaxWidth) carries it to 32K
+  // (resident / streaming, same call, seed 0: 1 x 20000 H = 32 30.8-31.1 / 38.0-38.4, 1 x 24K
+  // 33.8-33.9 / 36.0-36.1, 1 x 32K S = 32 37.1-37.2 / 40.1-40.4, 1 x 32K 36.9-37.1 / 36.8).
   const bool n2_short = f->p.work.rows_per_group == 2 && groups == 1 && width <= kResidentN2MaxWidth;
   if (f->p.work.rows_per_group != 1 && !n2_short && !force) return false;
   int dev = 0, coop = 0;
@@ -235,9 +239,26 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   // ~0.5 us): 1 x 8K 26.0 / 24.9 / 24.5 / 24.3 / 25.5; 1 x 16K 30.9 / 29.7 / 28.6 / 29.7 / 30.0;
   // 1 x 32K 28.1 / 27.4 / 27.5 / 28.1 / 30.0; 1 x 64K 30.7 / 30.4 / 30.4 / 32.8 / 36.6; 1 x 256K
   // 41.9 / 43.2 / 48.5; but 2 x 64K 37.8 / 38.8 / 41.5 (several requests keep every SM).
+  // With the two-barrier select (below: up to kResidentFastMaxWidth states) the floor is three
+  // quarters of the SMs (DSATTN_RESIDENT_CTAS sweep, same call, us at 132 / 96 / 66 / 44 CTAs:
+  // 1 x 8K 22.0-22.4 / 21.2 / 21.2-21.3 / 22.0, 1 x 16K 22.9-23.0 / 22.4 / 22.8 / 23.1, 1 x 32K
+  // 25.7 / 25.6 / 26.0-26.1 / 28.1, 1 x 16K N = 2 32.3 / 30.8 / 31.5 / 32.3; then 66 against
+  // the new rule's 99 in another call: 21.5 / 21.2-21.4, 22.6-22.8 / 22.3-22.4, 25.7-25.9 /
+  // 25.4-25.5, 31.4-31.6 / 30.9-31.2: near the noise, but never slower).
+  const char* fe = std::getenv("DSATTN_RESIDENT_FAST");
+  const bool fast_off = fe != nullptr && std::strcmp(fe, "0") == 0;
+  const bool fast_force = fe != nullptr && std::strcmp(fe, "force") == 0;
+  const bool fast_width = !fast_off && (width <= kResidentFastMaxWidth || fast_force);
   if (groups == 1) {
     const int64_t want = (width + kResidentStatesPerCta - 1) / kResidentStatesPerCta;
-    sms = static_cast<int>(std::min<int64_t>(sms, std::max<int64_t>((sms + 1) / 2, want)));
+    const int64_t floor = fast_width ? (3 * int64_t(sms) + 3) / 4 : (sms + 1) / 2;
+    sms = static_cast<int>(std::min<int64_t>(sms, std::max<int64_t>(floor, want)));
+  }
+  // DSATTN_RESIDENT_CTAS=N: N CTAs (at most the stream's SMs) whatever the rule above says
+  // (benchmark sweeps).
+  if (const char* ce = std::getenv("DSATTN_RESIDENT_CTAS")) {
+    const long want = std::strtol(ce, nullptr, 10);
+    if (want > 0) sms = static_cast<int>(std::min<long>(want, sms_all));
   }
   const int partitions = sms * kWsConsumers;
   // The bound holds for any device-side length once the lengths are capped at the block table
@@ -263,15 +284,12 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   // scratch (up to kListCapMax). DSATTN_RESIDENT_FAST=0 leaves it off, =force takes it at any
   // width (tests, benchmarks).
   int list_cap = 0;
-  const char* fe = std::getenv("DSATTN_RESIDENT_FAST");
-  const bool fast_force = fe != nullptr && std::strcmp(fe, "force") == 0;
-  if (!multi && (width <= kResidentFastMaxWidth || fast_force)) {
+  if (!multi && fast_width) {
     const size_t ring = size_t(plan.ws_stages) * plan.ws_stage * kWgHeadDim;
     const size_t fixed = resident::kSharedBytes + size_t(resident::kCoarseBins + resident::kTieCap) * 4;
     const size_t fit = ring > fixed ? (ring - fixed) / 8 : 0;
     list_cap = static_cast<int>(std::min<size_t>(resident::kListCapMax, fit)) / 32 * 32;
-    if (list_cap < resident::kListCapMin || resident::fast_hist_smem_bytes(rows) + resident::kSharedBytes > ring ||
-        (fe != nullptr && std::strcmp(fe, "0") == 0)) {
+    if (list_cap < resident::kListCapMin || resident::fast_hist_smem_bytes(rows) + resident::kSharedBytes > ring) {
       list_cap = 0;
     }
   }
