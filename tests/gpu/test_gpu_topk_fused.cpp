@@ -906,9 +906,10 @@ TEST(GpuFusedTopk, ResidentRouteTies) {
   run_fused_case(c);
 }
 
-// One request's two-barrier select (select_fast in indexer_ws_resident.cuh) on each of its paths,
-// and the three-round select it falls back to, on the same inputs (run_fused_case compares every
-// route with the unfused path and the reference):
+// One request's two-barrier select (select_fast in indexer_ws_resident.cuh) on inputs built for
+// each of its paths, and the three-round select it falls back to, on the same inputs
+// (run_fused_case compares every route with the unfused path and the reference; the test checks
+// the results, not which path ran: the paths below follow from how the data is built):
 //   - random scores: the k-th key's 16-bit bin gathered into the list, the exact key found in it;
 //   - keys repeating with period 700 (70000 states: groups of 100 tied scores), k = 2048 taking
 //     48 of the k-th group: the ties ranked by state;
