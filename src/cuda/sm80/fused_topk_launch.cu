@@ -115,8 +115,8 @@ struct FusedPlan {
   int res_cap = 0;
   size_t off_res = 0, res_zero_bytes = 0, res_hist_words = 0, off_suf = 0;
   // One request: select_fast's grid histograms (zeroed too, res_fine_words in from off_res), its
-  // per-CTA counts and bin lists at off_fast; res_list_cap = 0 leaves it off.
-  size_t res_fine_words = 0, off_fast = 0;
+  // per-CTA counts at off_cnt and bin lists at off_list; res_list_cap = 0 leaves it off.
+  size_t res_fine_words = 0, off_cnt = 0, off_list = 0;
   int res_list_cap = 0;
   size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
 };
@@ -289,9 +289,9 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
     const size_t fixed = resident::kSharedBytes + size_t(resident::kCoarseBins + resident::kTieCap) * 4;
     const size_t fit = ring > fixed ? (ring - fixed) / 8 : 0;
     list_cap = static_cast<int>(std::min<size_t>(resident::kListCapMax, fit)) / 32 * 32;
-    if (list_cap < resident::kListCapMin || resident::fast_hist_smem_bytes(rows) + resident::kSharedBytes > ring) {
-      list_cap = 0;
-    }
+    // (Its coarse histograms, rows x kCoarseBins words, fit where plan_wgmma_ws_resident made room
+    // for select_one's rows x kBins.)
+    if (list_cap < resident::kListCapMin) list_cap = 0;
   }
   // Zeroed by the schedule kernel: a barrier word per group, then each group's histograms, then
   // (select_fast) the fine and coarse grid histograms and the list counters.
@@ -305,11 +305,10 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   if (f->res_zero_bytes / 4 > static_cast<size_t>(INT32_MAX)) return false;
   f->off_suf = f->off_res + align256(f->res_zero_bytes);
   const size_t suf_words = static_cast<size_t>(resident::kRounds) * (sms + groups) * rows * resident::kBins;
-  f->off_fast = f->off_suf + align256(suf_words * 4);
+  f->off_cnt = f->off_suf + align256(suf_words * 4);
+  f->off_list = f->off_cnt + (list_cap > 0 ? align256(static_cast<size_t>(rows) * sms * 4) : 0);
   f->res_list_cap = list_cap;
-  const size_t fast_bytes =
-      list_cap > 0 ? align256(static_cast<size_t>(rows) * sms * 4) + static_cast<size_t>(rows) * list_cap * 8 : 0;
-  f->total = f->off_fast + align256(fast_bytes);
+  f->total = f->off_list + align256(static_cast<size_t>(rows) * list_cap * 8);
   return true;
 }
 
@@ -542,8 +541,8 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
       epi.buf.fine = res + f.res_fine_words;
       epi.buf.coarse = epi.buf.fine + size_t(rows) * resident::kFineBins;
       epi.buf.lcount = epi.buf.coarse + size_t(rows) * resident::kCoarseBins;
-      epi.buf.cnt = reinterpret_cast<uint32_t*>(ws + f.off_fast);
-      epi.buf.list = reinterpret_cast<uint2*>(ws + f.off_fast + align256(size_t(rows) * f.ws_grid * 4));
+      epi.buf.cnt = reinterpret_cast<uint32_t*>(ws + f.off_cnt);
+      epi.buf.list = reinterpret_cast<uint2*>(ws + f.off_list);
       epi.buf.list_cap = f.res_list_cap;
     }
     const char* what =

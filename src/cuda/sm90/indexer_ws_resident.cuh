@@ -58,8 +58,7 @@ constexpr int kCoarseBins = 256;
 constexpr int kListCapMax = 4096;  // keys in the k-th key's 16-bit bin that the fast select takes
 constexpr int kListCapMin = 256;   // below this the plan leaves the fast select off
 constexpr int kTieCap = 384;
-// Shared memory of select_fast's histogram step (the plan checks it beside the list's).
-__host__ __device__ constexpr size_t fast_hist_smem_bytes(int rows) { return size_t(rows) * kCoarseBins * 4; }
+static_assert(kCoarseBins <= kBins, "select_fast's coarse histograms fit where select_one's histograms do");
 // The select runs on the consumer warpgroups alone, synchronized by named barrier kSelBarrier (the
 // warpgroups' own are 1..3): the producer warps have nothing to select, and leave.
 constexpr int kSelThreads = 128 * kWsConsumers;
