@@ -63,9 +63,14 @@ int sm_share(void* stream, int device_sms) {
   if (device_sms <= 0) return device_sms;
   int sms = device_sms;
   const ShareFns& f = share_fns();
+  // Whether a context is current: a thread that has not used the runtime yet has none, and the
+  // driver would answer only "invalid context" (an API error that compute-sanitizer reports).
+  CUcontext ctx = nullptr;
+  const bool has_ctx = f.ctx_current != nullptr && f.ctx_current(&ctx) == CUDA_SUCCESS && ctx != nullptr;
   // A green context: the stream's own (cuGreenCtxStreamCreate, or a stream created while a context
-  // made from one was current), or, for the NULL / legacy stream, the current context's.
-  if (f.stream_green != nullptr && f.green_resource != nullptr) {
+  // made from one was current), or, for the NULL / legacy stream, the current context's (none
+  // without a current context).
+  if (f.stream_green != nullptr && f.green_resource != nullptr && (stream != nullptr || has_ctx)) {
     CUgreenCtx g = nullptr;
     if (f.stream_green(static_cast<CUstream>(stream), &g) == CUDA_SUCCESS && g != nullptr) {
       CUdevResource r;
@@ -77,11 +82,8 @@ int sm_share(void* stream, int device_sms) {
   }
   // An MPS client limited to part of the SMs. With CUDA_MPS_ACTIVE_THREAD_PERCENTAGE the device
   // attribute already gives the client's share (H200, 50 %: 66 SMs); a context made with an
-  // SM-count affinity is asked here too. Only when a context is current (a thread that has not
-  // used the runtime yet has none, and the driver would only answer "invalid context").
-  CUcontext ctx = nullptr;
-  if (f.exec_affinity != nullptr && f.ctx_current != nullptr && f.ctx_current(&ctx) == CUDA_SUCCESS &&
-      ctx != nullptr) {
+  // SM-count affinity is asked here too, when one is current.
+  if (f.exec_affinity != nullptr && has_ctx) {
     CUexecAffinityParam a;
     std::memset(&a, 0, sizeof(a));
     if (f.exec_affinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS && a.param.smCount.val > 0) {
