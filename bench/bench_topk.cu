@@ -31,6 +31,7 @@ int topk_usage(int rc = 2) {
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--sampled-min N] [--sampled-rows N]\n"
+      "                         [--sampled-select window|radix]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
       "                         --cluster-max N: cluster kernel (sm_90+) for rows of 8K..64K when the\n"
@@ -38,7 +39,8 @@ int topk_usage(int rc = 2) {
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
       "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
       "                         for rows of width N .. 256K when there are at least that many rows,\n"
-      "                         --sampled-min 0: never)\n"
+      "                         --sampled-min 0: never; --sampled-select: its selection over the\n"
+      "                         candidates)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
@@ -77,6 +79,13 @@ int run_topk(const std::vector<std::string>& args) {
       cuda::topk_tuning().sampled_min_width = std::atoi(args[++i].c_str());
     } else if (a == "--sampled-rows" && has_next) {
       cuda::topk_tuning().sampled_min_rows = std::atoi(args[++i].c_str());
+    } else if (a == "--sampled-select" && has_next) {
+      const std::string v = args[++i];
+      if (v != "window" && v != "radix") {
+        std::fprintf(stderr, "bench topk: --sampled-select expects window or radix, got %s\n", v.c_str());
+        return topk_usage();
+      }
+      cuda::topk_tuning().sampled_window = v == "window";
     } else if (a == "--small-max" && has_next) {
       cuda::topk_tuning().small_max_width = std::atoi(args[++i].c_str());
     } else if (a == "--filter-min" && has_next) {
@@ -149,14 +158,14 @@ int run_topk(const std::vector<std::string>& args) {
     ex.stream = nullptr;  // the timing streams are destroyed; the plan asks which SMs the stream has
     cuda::TopkDeviceLimits lim;
     cuda::TopkPlan plan;
-    char plan_str[64] = "?";
+    char plan_str[128] = "?";
     if (cuda::topk_device_limits(ex, &lim).ok() && cuda::plan_topk(s.rows, s.width, k, lim, &plan).ok()) {
       if (plan.filter) {
         std::snprintf(plan_str, sizeof(plan_str), "filter: %d tiles of %d%s", plan.f_tiles, 512 * plan.f_per,
                       plan.f_digit2 ? ", 2 digits" : "");
       } else if (plan.sampled) {
-        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates",
-                      plan.s_mcap);
+        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates, %s",
+                      plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select");
       } else if (plan.cluster > 0) {
         std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d keys per thread", plan.cluster,
                       plan.small_v);

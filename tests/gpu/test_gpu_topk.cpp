@@ -745,6 +745,48 @@ TEST(GpuTopk, SampledKernelRows) {
   }
 }
 
+// The sampled kernel's two selections over its candidates: the window digits (over key - the
+// threshold) and the top-12-bit radix digits. Rows that end each window level: normals (the k-th
+// bin whole, or a few keys ranked by one warp), values on a 0.05 grid (tens of ties at the k-th
+// key: a second level, then ties split by position), consecutive floats (candidates within ~4096
+// units in the last place: one level of exact keys), negative values, ascending runs of integers
+// (~20 ties at the k-th key: ranked by one warp), a constant row (fallback), a 0.25 grid; f32 and
+// bf16 (which takes the radix digits either way), unaligned starts.
+TEST(GpuTopk, SampledKernelVariants) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  SampledEverywhere on;
+  Rng rng(57);
+  for (bool window : {true, false}) {
+    cuda::topk_tuning().sampled_window = window;
+    for (bool bf16 : {false, true}) {
+      Case c;
+      c.rows = 12;
+      c.width = 65536 + 37;
+      c.k = 2048;
+      c.bf16 = bf16;
+      c.bounds = true;
+      c.values = true;
+      const cuda::TopkPlan plan = device_plan(c.rows, c.width, c.k);
+      ASSERT_TRUE(plan.sampled);
+      ASSERT_EQ(plan.s_window, window);
+      std::vector<float> v = normals(rng, c.rows * c.width);
+      for (int64_t i = 0; i < c.width; ++i) {
+        float* row = v.data();
+        row[1 * c.width + i] = std::round(row[1 * c.width + i] * 20.0f) / 20.0f;        // 0.05 grid
+        row[2 * c.width + i] = 1.0f + std::ldexp(static_cast<float>(i), -23);            // consecutive floats
+        row[3 * c.width + i] = -3.0f - std::fabs(row[3 * c.width + i]);                  // negative
+        row[4 * c.width + i] = static_cast<float>(i % 3000);                             // ascending runs
+        row[5 * c.width + i] = 0.75f;                                                     // constant
+        row[6 * c.width + i] = std::round(row[6 * c.width + i] * 4.0f) / 4.0f + 10.0f;   // 0.25 grid
+      }
+      run_case(c, v, {65573, 65536, 40000, 30000, 16385, 9000, 8193, 2049, 65000, 50000, 0, 12345},
+               5600 + 2 * window + bf16);
+      c.sorted = true;
+      run_case(c, v, {}, 5700 + 2 * window + bf16);
+    }
+  }
+}
+
 // The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows
 // emit 0..len-1, the others filter), sorted, values, bf16.
 TEST(GpuTopk, FilterPlanAroundK) {

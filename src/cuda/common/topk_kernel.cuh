@@ -216,6 +216,26 @@ __device__ __forceinline__ void find_bin(const uint32_t* hist, int nbins, int k_
   __syncthreads();
 }
 
+// By one warp (its 32 lanes together): of the m <= 32 keys list[0, m), the want-th largest T
+// (1 <= want <= m) and how many keys equal to T are among the want largest (want minus the keys
+// above T), written by one lane to *T_out and *need_out (shared; the caller syncs before reading).
+// Pairwise comparisons: no histogram, no block barrier.
+__device__ __forceinline__ void warp_rank_pick(const uint32_t* list, int m, int want, uint32_t* T_out, int* need_out) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const uint32_t key = lane < m ? list[lane] : 0u;
+  int gt = 0, ge = 0;
+  for (int q = 0; q < m; ++q) {
+    const uint32_t o = list[q];
+    gt += o > key ? 1 : 0;
+    ge += o >= key ? 1 : 0;
+  }
+  const unsigned hit = __ballot_sync(0xffffffffu, lane < m && gt < want && ge >= want);
+  if (lane == __ffs(hit) - 1) {  // every lane holding T qualifies; want <= m: one does
+    *T_out = key;
+    *need_out = want - gt;
+  }
+}
+
 // Loads n elements of `src` (T = float, bf16, or u32 keys), converts them to keys in shared memory
 // and histograms their top 12 bits. `keys_base` has n + kKeyPad words; returns the pointer where
 // element i's key lives (keys_base + misalignment). `hist` must be zeroed and synced by the caller.

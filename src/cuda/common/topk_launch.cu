@@ -187,6 +187,7 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
       plan->direct = false;
       plan->sampled = true;
       plan->s_mcap = mcap;
+      plan->s_window = tune.sampled_window;
       plan->smem_final = smem;
       plan->workspace_bytes = 0;
       return Status::Ok();
@@ -257,7 +258,12 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
   cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   if (plan.filter) return run_topk_filter<T>(plan, rows, logits, ld, rb, sorted, out, ex, op);
   if (plan.sampled) {
-    auto kern = topk_sampled_kernel<T>;
+    // bf16 keeps the radix digits: its keys' low 16 bits never vary, so only 1 in 16 of the
+    // window's bins can hold keys (H200, k = 2048: 1024 x 64K 123.7 us radix, 126.0 window).
+    auto kern = topk_sampled_kernel<T, false>;
+    if constexpr (sizeof(T) == 4) {
+      if (plan.s_window) kern = topk_sampled_kernel<T, true>;
+    }
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
     // Two CTAs per SM need the largest shared-memory carveout (a hint; the default may pick less).
     DSATTN_RETURN_IF_ERROR(cuda_status(

@@ -51,7 +51,8 @@ struct TopkPlan {
   size_t smem_filter_final = 0;
   // Sampled-threshold plan (topk_sampled.cuh): one CTA per row, candidates of a sampled threshold.
   bool sampled = false;
-  int s_mcap = 0;  // candidates a row's CTA holds
+  int s_mcap = 0;         // candidates a row's CTA holds
+  bool s_window = true;   // window_threshold selects f32 rows (else, and bf16, the top-12-bit digits)
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
@@ -93,6 +94,12 @@ struct TopkTuning {
   // that fit one CTA stay direct (128 x 32K 20.5).
   int sampled_min_width = 16384;
   int sampled_min_rows = 32;
+  // The sampled kernel's selection over its candidates of f32 rows: digits over key - (the
+  // threshold), window_threshold (true), or the top-12-bit radix digits (false; bench topk
+  // --sampled-select). bf16 rows take the radix digits either way (topk_launch.cu). H200, k = 2048,
+  // same run (radix / window, us): 256 x 64K 48.2 / 46.1, 1024 x 64K 147.0 / 144.8, 128 x 128K
+  // 48.2 / 46.8.
+  bool sampled_window = true;
 };
 TopkTuning& topk_tuning();
 

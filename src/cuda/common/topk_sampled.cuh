@@ -19,15 +19,18 @@
 //      every state is a candidate.
 //   2. stream: tiles of 1024 threads x 16 consecutive states (64 or 32 bytes) each; a block
 //      scan per tile (one barrier) appends the tile's candidates in position order.
-//   3. select: the block radix select of topk_kernel.cuh over the n candidates (k <= n <= mcap),
-//      then finish_row (sort on request, values, slot ids). The winners and the tie rule (smaller
+//   3. select: f32 rows: radix digits over key - (the threshold), whose first level spreads the
+//      candidates over 4096 bins (window_threshold); bf16 rows: the block radix select of
+//      topk_kernel.cuh over the n candidates (k <= n <= mcap). Then the ordered write and
+//      finish_row (sort on request, values, slot ids). The winners and the tie rule (smaller
 //      position first) are those of every other plan: the candidates hold every key >= the k-th.
 //   4. fallback (a bad sample: fewer than k candidates, more than mcap, or a threshold among NaN /
 //      -inf): the exact radix select streams the row from global memory (four more reads; slow but
 //      exact, e.g. constant rows).
 //
 // Shared memory (dynamic): [cand_key mcap][cand_pos mcap][region sel_words(k_pad)]: the histograms,
-// then (sel_key, sel_pos).
+// then (sel_key, sel_pos). The candidates' keys are written after the stream, in place of their
+// float bits.
 #pragma once
 #include <cstdint>
 
@@ -49,8 +52,12 @@ __host__ __device__ inline size_t sampled_smem_bytes(int mcap, int k_pad) {
   return (2 * static_cast<size_t>(mcap) + sel_words(k_pad)) * 4;
 }
 
+constexpr int kWindowList = 32;  // window select: keys of the k-th bin ranked by one warp
+
 struct SampledShared {
   int cnt[2][kTopkWarps];  // candidates of each warp in a tile, by tile parity
+  int list_n;              // window select: keys gathered from the k-th bin
+  uint32_t list[kWindowList];
 };
 
 // A row in the aligned space of 16-byte vectors: element a lives at abase[a]; the row is
@@ -161,6 +168,8 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
 // order and one block scan per tile places the candidates. H200 profile of a first version with a
 // vector per thread and step (coalesced, order from three ballots per vector) and per-element key
 // conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
+// The stream's code is register-bound (two CTAs of 1024 threads per SM: 32 registers): keys and
+// their maximum computed here made the kernel spill and cost 12 % at 1024 x 64K (H200).
 template <typename T>
 __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
                                               int* cand_pos, SampledShared& ss) {
@@ -246,6 +255,85 @@ __device__ __forceinline__ void sampled_fallback(const T* __restrict__ src, int 
   stream_select_in_order(src, len, thr, k_rem, sel_key, sel_pos, sh);
 }
 
+// Converts the n candidates' float bits in `keys` to keys (all >= lo) and finds the exact k-th
+// largest, as the winners' rule of select_in_order_by: {key > *T_out} plus the first *need_out
+// keys == *T_out.
+// Radix digits over d = key - lo instead of over the key's top bits: the candidates of a sampled
+// row share their top bits, so a top-12-bit histogram puts them into a few bins (contended
+// atomics, then two more digits). The first level's 4096 bins cover [0, max key - lo], shifted
+// by s; each later level takes the next 12 bits of the k-th bin. It stops when the digits are
+// exhausted, when the k-th bin is needed whole (threshold: its lower bound - 1), or when the bin
+// holds at most kWindowList keys: one warp ranks them. `hist`: kBins1 words. Block-wide; starts
+// and ends synced.
+__device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, uint32_t lo, uint32_t* hist,
+                                                 TopkShared& sh, SampledShared& ss, uint32_t* T_out, int* need_out) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+  uint32_t range;
+  {
+    for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
+    if (tid == 0) ss.list_n = 0;
+    uint32_t mx = 0u;
+    for (int i = tid; i < n; i += kTopkThreads) {
+      const uint32_t key = topk_key(__uint_as_float(keys[i]));
+      keys[i] = key;
+      mx = max(mx, key);
+    }
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if (lane == 0) sh.warp_scan[tid >> 5] = static_cast<int>(mx);
+    __syncthreads();
+    // Read before the first level's barrier; find_bin rewrites warp_scan after it.
+    range = __reduce_max_sync(0xffffffffu, static_cast<uint32_t>(sh.warp_scan[lane])) - lo;
+  }
+  int s = range < static_cast<uint32_t>(kBins1) ? 0 : (32 - __clz(range)) - 12;  // range >> s < kBins1
+  int sp = 32;       // the previous level's shift (32: the first level, every key)
+  uint32_t P = 0u;   // prefix of d above bit sp: the bins chosen so far
+  int rem = k;       // winners still to place below the bins above
+  for (;;) {
+    for (int base = 0; base < n; base += kTopkThreads) {
+      const int i = base + tid;
+      const uint32_t d = i < n ? keys[i] - lo : 0u;
+      const bool act = i < n && (sp == 32 || (d >> sp) == P);
+      hist_add(hist, (d >> s) & (kBins1 - 1), act);
+    }
+    __syncthreads();
+    find_bin(hist, kBins1, rem, sh);  // the level holds >= rem keys: n >= k, later the bin's count
+    const uint32_t b = sh.bin;
+    rem -= sh.above;
+    const int cnt = static_cast<int>(hist[b]);
+    P = sp == 32 ? b : ((P << (sp - s)) | b);  // now the prefix of d above bit s
+    if (s == 0) {
+      *T_out = lo + P;
+      *need_out = rem;
+      break;
+    }
+    if (cnt == rem) {
+      // No wrap: P = 0 here means every candidate wins (n = k), which a row whose states are all
+      // candidates (lo = 0) cannot have (n = len > k); otherwise lo >= 0x00800000.
+      *T_out = lo + (P << s) - 1u;
+      *need_out = 0;
+      break;
+    }
+    if (cnt <= kWindowList) {
+      for (int base = 0; base < n; base += kTopkThreads) {
+        const int i = base + tid;
+        if (i < n && ((keys[i] - lo) >> s) == P) ss.list[atomicAdd(&ss.list_n, 1)] = keys[i];
+      }
+      __syncthreads();
+      if (tid < 32) warp_rank_pick(ss.list, cnt, rem, &sh.bin, &sh.above);
+      __syncthreads();
+      *T_out = sh.bin;
+      *need_out = sh.above;
+      break;
+    }
+    sp = s;
+    s = s > 12 ? s - 12 : 0;
+    __syncthreads();  // hist[b] and sh read by every thread
+    for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
+    __syncthreads();
+  }
+  __syncthreads();  // sh read by every thread before the caller's block routines rewrite it
+}
+
 // Two CTAs per SM where an SM holds 2048 threads (sm_80, sm_90, sm_100, sm_103: at most 32
 // registers); sm_86 / sm_89 / sm_120 hold 1536 and take one.
 #if defined(__CUDA_ARCH__) && \
@@ -255,8 +343,9 @@ __device__ __forceinline__ void sampled_fallback(const T* __restrict__ src, int 
 #define DSATTN_TOPK_SAMPLED_MIN_BLOCKS 1
 #endif
 
-// grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment.
-template <typename T>
+// grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kWindow:
+// window_threshold selects (else the top-12-bit radix digits of select_topk_by).
+template <typename T, bool kWindow>
 __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
@@ -283,21 +372,29 @@ __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
   int n = -1;
   if (all || lo != 0u) n = sampled_stream(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
   if (n >= k) {
-    for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
-    __syncthreads();
-    for (int base = 0; base < n; base += kTopkThreads) {  // float bits -> keys, histogram
-      const int i = base + static_cast<int>(threadIdx.x);
-      uint32_t key = 0u;
-      if (i < n) {
-        key = topk_key(__uint_as_float(cand_key[i]));
-        cand_key[i] = key;
+    const auto pos_of = [&](int i) { return cand_pos[i]; };
+    if (kWindow) {
+      uint32_t T_sel;
+      int need;
+      window_threshold(cand_key, n, k, lo, region, sh, ss, &T_sel, &need);
+      select_in_order_by(cand_key, n, T_sel, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, sel_pos, pos_of);
+    } else {
+      for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
+      __syncthreads();
+      for (int base = 0; base < n; base += kTopkThreads) {  // float bits -> keys, top-12-bit histogram
+        const int i = base + static_cast<int>(threadIdx.x);
+        uint32_t key = 0u;
+        if (i < n) {
+          key = topk_key(__uint_as_float(cand_key[i]));
+          cand_key[i] = key;
+        }
+        hist_add(region, key >> 20, i < n);
       }
-      hist_add(region, key >> 20, i < n);
+      __syncthreads();
+      // No mlist (m_cap 0): the candidates are already few; digits 2-3 and the ordered write run
+      // over all of them.
+      select_topk_by(cand_key, n, k, k_pad, 0, region, sh, sel_pos, pos_of);
     }
-    __syncthreads();
-    // No mlist (m_cap 0): the candidates are already few; digits 2-3 and the ordered write run
-    // over all of them.
-    select_topk_by(cand_key, n, k, k_pad, 0, region, sh, sel_pos, [&](int i) { return cand_pos[i]; });
   } else {
     sampled_fallback(src, len, k, region, sel_key, sel_pos, sh);
   }

@@ -157,21 +157,7 @@ __device__ __forceinline__ bool merge_bin_threshold(const uint32_t* keys, int cn
   __syncthreads();
   const int m = sh.bin_n, want = k - above;
   if (m > 32 || want < 1 || want > m) return false;
-  if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    const uint32_t key = lane < m ? sh.bin_key[lane] : 0u;
-    int gt = 0, ge = 0;
-    for (int q = 0; q < m; ++q) {
-      const uint32_t o = sh.bin_key[q];
-      gt += o > key ? 1 : 0;
-      ge += o >= key ? 1 : 0;
-    }
-    const unsigned hit = __ballot_sync(0xffffffffu, lane < m && gt < want && ge >= want);
-    if (lane == __ffs(hit) - 1) {  // every lane holding T qualifies; want <= m: one does
-      sh.bin_T = key;
-      sh.bin_need = want - gt;
-    }
-  }
+  if (threadIdx.x < 32) warp_rank_pick(sh.bin_key, m, want, &sh.bin_T, &sh.bin_need);
   __syncthreads();
   *T = sh.bin_T;
   *need = sh.bin_need;
