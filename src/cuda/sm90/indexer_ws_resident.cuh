@@ -626,7 +626,40 @@ __device__ __forceinline__ bool select_fast(const Buffers& buf, const CtaScratch
                                       sh.warp_tot, &pre, SelGroup{});
     RowState rs{0u, 0u, fr.total, 0u, {0u, 0u, 0u}, 0, kAll};
     int quota = 0, before = 0;
-    if (fr.total > k) {
+    if (fr.total > k && static_cast<int>(fr.count) <= nt) {
+      // A short list (the usual case: a few dozen keys): one key per thread, ranked among all
+      // (larger key first, then smaller state); the need-th is the boundary (T, last). Winners:
+      // key > T, or key == T at a state <= last. Offsets and this CTA's winning ties in one scan.
+      const int c16 = static_cast<int>(fr.count);
+      const uint32_t need = k - fr.above;  // winners in the list: 1..c16
+      const uint2* list = buf.list + int64_t(j) * buf.list_cap;
+      const uint2 v = tid < c16 ? __ldcg(list + tid) : make_uint2(0u, 0u);
+      if (tid < c16) L[tid] = v;
+      sel_sync();
+      if (tid < c16) {
+        uint32_t r = 0;
+        for (int f = 0; f < c16; ++f) {
+          const uint2 u = L[f];
+          r += (u.x > v.x || (u.x == v.x && u.y < v.y)) ? 1u : 0u;
+        }
+        if (r == need - 1u) {
+          sh.fsel[0] = v.x;
+          sh.fsel[1] = v.y;
+        }
+      }
+      sel_sync();
+      const uint32_t T = sh.fsel[0];
+      const int32_t last = static_cast<int32_t>(sh.fsel[1]);
+      const int32_t st = static_cast<int32_t>(v.y);
+      const bool win = tid < c16 && (v.x > T || (v.x == T && st <= last));
+      const int packed = (win && st < s_lo ? 1 : 0) | ((win && v.x == T && st >= s_lo && st <= s_hi ? 1 : 0) << 16);
+      int tot = 0;
+      topk_detail::group_exclusive_scan(packed, sh.warp_tot, &tot, SelGroup{});
+      before = tot & 0xffff;
+      quota = tot >> 16;
+      rs.prefix = T;
+      rs.mode = kTies;
+    } else if (fr.total > k) {
       const int c16 = static_cast<int>(fr.count);
       const uint32_t need = k - fr.above;  // winners in the list: 1..c16
       const uint2* list = buf.list + int64_t(j) * buf.list_cap;
