@@ -147,11 +147,12 @@ __device__ __forceinline__ bool merge_bin_threshold(const uint32_t* keys, int cn
   int above = 0;
   for (int base = 0; base < cnt; base += kTopkThreads) {  // block-uniform
     const int i = base + static_cast<int>(threadIdx.x);
-    const uint32_t hi = (i < cnt ? keys[i] : 0u) >> 10;
+    const uint32_t key = i < cnt ? keys[i] : 0u;
+    const uint32_t hi = key >> 10;
     above += __syncthreads_count(i < cnt && hi > p2);
     if (i < cnt && hi == p2) {
       const int q = atomicAdd(&sh.bin_n, 1);
-      if (q < 32) sh.bin_key[q] = keys[i];
+      if (q < 32) sh.bin_key[q] = key;
     }
   }
   __syncthreads();
