@@ -34,6 +34,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/topk_filter.cuh"
 
 namespace dsattn {
@@ -213,14 +214,16 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
     if (n + total > mcap) return -1;  // uniform
     const int o = n + __reduce_add_sync(0xffffffffu, lane < warp ? wt : 0) + incl - c;
     if (f != 0u) {
-      uint32_t* kp = cand_key + o;
-      int* pp = cand_pos + o;
+      // Shared-window byte offsets: one running offset for both arrays (a store each, one add).
+      uint32_t off = smem_u32(cand_key + o);
+      const uint32_t pos_delta = smem_u32(cand_pos) - smem_u32(cand_key);
       const int p0 = a0 - mis;
 #pragma unroll
       for (int j = 0; j < E; ++j) {
         if (f & (1u << j)) {
-          *kp++ = __float_as_uint(to_float(e[j]));
-          *pp++ = p0 + j;
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(off), "r"(__float_as_uint(to_float(e[j]))));
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(off + pos_delta), "r"(p0 + j));
+          off += 4u;
         }
       }
     }
