@@ -236,12 +236,14 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 int fused_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N] [--seed N]\n"
-      "                                    [--shape BxCTXxNxSxHxD ...]\n"
+      "                                    [--len N] [--shape BxCTXxNxSxHxD ...]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
-      "    the context, so the best states crowd at its end (start); default random\n");
+      "    the context, so the best states crowd at its end (start); default random\n"
+      "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
+      "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n");
   return rc;
 }
 
@@ -251,6 +253,7 @@ int run_fused(const std::vector<std::string>& args) {
   int k = 2048, iters = 30;
   long sms = 0;
   uint64_t seed = 0;
+  long len_arg = 0;   // --len
   float ramp = 0.0f;  // --order
   bool flush = true;
   std::vector<FusedShape> shapes;
@@ -269,6 +272,9 @@ int run_fused(const std::vector<std::string>& args) {
       flush = false;
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
+    } else if (a == "--len" && has_next) {
+      len_arg = std::atol(args[++i].c_str());
+      if (len_arg < 0) return fused_usage();
     } else if (a == "--seed" && has_next) {
       seed = std::strtoull(args[++i].c_str(), nullptr, 10);
     } else if (a == "--order" && has_next) {
@@ -331,7 +337,8 @@ int run_fused(const std::vector<std::string>& args) {
     std::vector<int32_t> h_bt(static_cast<size_t>(num_pages));
     std::iota(h_bt.begin(), h_bt.end(), 0);
     std::shuffle(h_bt.begin(), h_bt.end(), std::mt19937_64(3 + seed));
-    std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), sh.ctx);
+    const int32_t live = len_arg > 0 && len_arg < sh.ctx ? static_cast<int32_t>(len_arg) : sh.ctx;
+    std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), live);
     cudaMemcpy(bt.p, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens.p, h_lens.data(), h_lens.size() * 4, cudaMemcpyHostToDevice);
     if (ramp != 0.0f) {
@@ -414,9 +421,13 @@ int run_fused(const std::vector<std::string>& args) {
     const double out_b = double(R) * k * 4;
     const double unfused_mb = (double(R) * sh.ctx * 4 + lws + tws + out_b) / 1e6;
     const double fused_mb = (fws + out_b) / 1e6;
-    const double cache_b = double(sh.B) * sh.ctx * (rb + 4);
+    const double cache_b = double(sh.B) * live * (rb + 4);
     char name[64];
-    std::snprintf(name, sizeof(name), "%dx%dx%dx%dx%dx%d", sh.B, sh.ctx, sh.N, sh.S, sh.H, sh.D);
+    if (live < sh.ctx) {
+      std::snprintf(name, sizeof(name), "%dx%d(%d)x%dx%dx%dx%d", sh.B, sh.ctx, live, sh.N, sh.S, sh.H, sh.D);
+    } else {
+      std::snprintf(name, sizeof(name), "%dx%dx%dx%dx%dx%d", sh.B, sh.ctx, sh.N, sh.S, sh.H, sh.D);
+    }
     char same_s[64];
     std::snprintf(same_s, sizeof(same_s), "%lld/%lld", static_cast<long long>(same), static_cast<long long>(R));
     std::printf("%-24s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.1f %10.1f %8.0f %8s\n", name, logits_us, unfused_us,

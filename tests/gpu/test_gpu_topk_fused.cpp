@@ -1121,6 +1121,17 @@ TEST(GpuFusedTopk, ResidentGraphNewLengthsManyRequests) {
                                  {0, 25000, 0}, {20000, 6000, 30000}});
 }
 
+// One request whose block table holds ~50K states, wider than the two-barrier select takes
+// (32K): each replay chooses the select on the device from its lengths, the two barriers for a
+// request of at most 32K states (8000, 32768, 20000, 2048, 12345), the three rounds beyond (50000,
+// 32769, past the table).
+TEST(GpuFusedTopk, ResidentGraphSelectByLength) {
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {50000}, 213);
+  resident_graph_new_lengths(c, {{50000}, {8000}, {32768}, {32769}, {20000}, {2048}, {0}, {-1}, {12345}});
+}
+
 // A small call of the resident route (and the other routes) for the compute-sanitizer pass of
 // scripts/gpu_check.sh (tests named *Sanitizer*): two rows of 9000 states, every score tied (the
 // k-th key's ties spread over the CTAs), and four requests (shared, inside one CTA, empty).

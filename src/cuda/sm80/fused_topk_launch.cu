@@ -118,6 +118,7 @@ struct FusedPlan {
   // per-CTA counts at off_cnt and bin lists at off_list; res_list_cap = 0 leaves it off.
   size_t res_fine_words = 0, off_cnt = 0, off_list = 0;
   int res_list_cap = 0;
+  int res_fast_max_len = 0;  // select_fast for a request whose longest row has at most this many states
   size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
 };
 
@@ -279,12 +280,13 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   f->p.split = 1;
   f->p.work.len_cap = static_cast<int32_t>(width);
   f->res_cap = static_cast<int>(cap);
-  // One request of at most kResidentFastMaxWidth states (block table width): the two-barrier
-  // select (select_fast), its list as long as the ring has room for beside the other select
-  // scratch (up to kListCapMax). DSATTN_RESIDENT_FAST=0 leaves it off, =force takes it at any
-  // width (tests, benchmarks).
+  // One request: the two-barrier select (select_fast) when the request's longest row has at most
+  // kResidentFastMaxWidth states, decided on the device from its lengths (a graph captured for a
+  // wide block table takes it for short requests); its list as long as the ring has room for
+  // beside the other select scratch (up to kListCapMax). DSATTN_RESIDENT_FAST=0 leaves it off,
+  // =force takes it at any length (tests, benchmarks).
   int list_cap = 0;
-  if (!multi && fast_width) {
+  if (!multi && !fast_off) {
     const size_t ring = size_t(plan.ws_stages) * plan.ws_stage * kWgHeadDim;
     const size_t fixed = resident::kSharedBytes + size_t(resident::kCoarseBins + resident::kTieCap) * 4;
     const size_t fit = ring > fixed ? (ring - fixed) / 8 : 0;
@@ -308,6 +310,7 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   f->off_cnt = f->off_suf + align256(suf_words * 4);
   f->off_list = f->off_cnt + (list_cap > 0 ? align256(static_cast<size_t>(rows) * sms * 4) : 0);
   f->res_list_cap = list_cap;
+  f->res_fast_max_len = fast_force ? INT32_MAX : static_cast<int>(kResidentFastMaxWidth);
   f->total = f->off_list + align256(static_cast<size_t>(rows) * list_cap * 8);
   return true;
 }
@@ -544,6 +547,7 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
       epi.buf.cnt = reinterpret_cast<uint32_t*>(ws + f.off_cnt);
       epi.buf.list = reinterpret_cast<uint2*>(ws + f.off_list);
       epi.buf.list_cap = f.res_list_cap;
+      epi.buf.fast_max_len = f.res_fast_max_len;
     }
     const char* what =
         f.res_multi ? "indexer_ws_kernel<WsResidentMulti> launch" : "indexer_ws_kernel<WsResident> launch";

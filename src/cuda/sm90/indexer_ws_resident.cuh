@@ -15,8 +15,9 @@
 // before it hold (ties at the k-th key go to the smallest indices) and writes its own in index
 // order after them (the order the other routes write), without a barrier.
 //
-// One request whose block table holds at most 32K states (the plan's kResidentFastMaxWidth)
-// selects in two grid barriers instead (select_fast): a grid histogram of the keys' top 16 bits,
+// One request of at most 32K states (its longest row from the device-side lengths, so a graph
+// captured for a wider block table takes it too; the plan's kResidentFastMaxWidth) selects in two
+// grid barriers instead (select_fast): a grid histogram of the keys' top 16 bits,
 // then the keys of the k-th key's 16-bit bin gathered into a list that every CTA reads; it falls
 // back to the rounds by itself where that list would be too long.
 //
@@ -111,6 +112,11 @@ struct Buffers {
   uint32_t* cnt = nullptr;     // [rows][grid] CTA c's winners outside the k-th key's 16-bit bin
   uint2* list = nullptr;       // [rows][list_cap] {key, state} of the keys in that bin
   int list_cap = 0;
+  // select_fast runs when the request's longest row (device-side lengths, capped at the block
+  // table) has at most this many states; the three rounds otherwise. Decided by every CTA alike
+  // from the same lengths, so a graph captured for a wide block table still takes it for short
+  // requests.
+  int fast_max_len = 0;
 };
 
 // Per-row outcome of the rounds. Selected: key != 0 and
@@ -916,7 +922,11 @@ __device__ __forceinline__ void select(const IndexerParams& p, const Buffers& bu
   const int tid = threadIdx.x;
   CtaScratch cs{smem + epi_off, epi_bytes, static_cast<int>(gridDim.x), buf.cap};
   if constexpr (!kMulti) {
-    if (buf.list_cap > 0 && select_fast(buf, cs, loc, sh)) return;
+    if (buf.list_cap > 0) {
+      int32_t lo = 0, hi = 0;
+      detail::indexer_group_range(p.work, 0, &lo, &hi);  // the same lengths in every CTA: uniform
+      if (hi <= buf.fast_max_len && select_fast(buf, cs, loc, sh)) return;
+    }
     select_one(buf, cs, loc, sh);
     return;
   }
