@@ -538,10 +538,12 @@ __device__ __forceinline__ void find256(uint32_t hv, uint32_t need, uint32_t* to
 //   3. each CTA publishes its count of keys above b (cnt) and appends its keys in b to the row's
 //      list (key, state);
 //   -- grid barrier;
-//   4. every CTA reads the list (at most list_cap keys) and finds the exact threshold T in it
-//      (two 8-bit histograms) and, when only some of the keys equal to T win, the last winning
-//      state (the ties ranked by state); its output offset is the counts of the CTAs before it
-//      plus the list's winners at lower states; then it writes its winners in index order.
+//   4. every CTA reads the list (at most list_cap keys) and finds the exact threshold T in it and,
+//      when only some of the keys equal to T win, the last winning state: a list of at most one
+//      key per select thread is ranked directly (larger key, then smaller state, one entry per
+//      thread); a longer one goes through two 8-bit histograms, then the ties ranked by state.
+//      Its output offset is the counts of the CTAs before it plus the list's winners at lower
+//      states; then it writes its winners in index order.
 // The select_one below takes three rounds of 2048- and 1024-bin histograms published as suffix
 // sums, each round's steps ~1-3 us (H200, 1 x 64K, stamps in BENCHMARKS.md). Returns false,
 // alike in every CTA (every decision reads the same global data), when a row's bin b holds more
