@@ -83,6 +83,7 @@ struct WgmmaShape {
   int prefill = 0;
   int stages = 4;
   int tile = 256;       // states per tile: wg_tile(NW)
+  int producer = 0;     // the warp-specialized producer's options (kWsEvictFirst, ... in indexer_ws.cuh)
 };
 
 // A pending tile handed from the warp that reads its block-table entries to the warp that issues

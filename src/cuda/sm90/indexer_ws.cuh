@@ -96,6 +96,19 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
   return L;
 }
 
+// The producer's options (WgmmaShape::producer; all on by default, DSATTN_WS_PRODUCER=<bits> for
+// A/B). Measured together on an H200 (bench indexer, N = 1, H = 64, S = 64, us, all off -> on):
+// 32 x 32K 58.1 -> 49.5, 128 x 8K 55.7 -> 49.0, 256 x 8K 100.9 -> 85.3, 1 x 1M 50.9 -> 44.7,
+// 128 x 32K 173.6 -> 150.1. globaltimer stamps at 32 x 32K had shown the first copy issued 8 us
+// after the CTA started, 5.4 us of it the first batch's cursor walk (8 tiles, 24 next_any calls on
+// one warp, cold), and the slowest ring ending 12 us after the median one.
+//   kWsFastCursor: every lane computes its own tile of the batch (IdxCursor::fast_tile) while the
+//       batch stays inside the current group; next() only at group changes. First copy at ~3.5 us.
+//   kWsLateFetch: the next batch's walk and block-table loads after the batch's first copy.
+//   kWsEvictFirst: key and scale copies with an L2 evict_first policy (read once; the block
+//       tables, Q, schedule and code stay in L2): the slowest rings end sooner.
+constexpr int kWsEvictFirst = 1, kWsLateFetch = 2, kWsFastCursor = 4;
+
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
 // w, w + 3, ..., then the end marker.
 template <int kStage>
@@ -109,6 +122,9 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   WsInfo* info = reinterpret_cast<WsInfo*>(smem + L.info);
   const uint32_t full0 = smem_u32(smem + L.full), empty0 = smem_u32(smem + L.empty);
   int32_t pf_g = -1;
+  const bool fast = (s.producer & kWsFastCursor) != 0, late = (s.producer & kWsLateFetch) != 0;
+  const bool evict_first = (s.producer & kWsEvictFirst) != 0;
+  const uint64_t pol = evict_first ? l2_policy_evict_first() : 0;
   // A batch: up to `per` blocks; this lane's block (if any) and its box's block-table entry.
   struct Batch {
     int n;
@@ -122,14 +138,28 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
     b.raw = -1;
     b.off = 0;
     b.t = IdxTile{-1, 0, 0};
-    for (int k = 0; k < per; ++k) {
+    while (b.n < per) {
+      if (fast) {
+        int nf = lc.fast_count();
+        if (nf > 0) {
+          if (nf > per - b.n) nf = per - b.n;
+          const int k = lane / nb - b.n;
+          if (k >= 0 && k < nf) {
+            b.t = lc.fast_tile(k);
+            b.mine = true;
+          }
+          lc.fast_skip(nf);
+          b.n += nf;
+          continue;
+        }
+      }
       IdxTile t;
       if (!lc.next(p, &t)) break;
       if (t.g != pf_g) {  // entering a group: pull its block-table span into L1
         pf_g = t.g;
         idx_prefetch_group_entries(p, lc, t, lane);
       }
-      if (k == lane / nb) {
+      if (b.n == lane / nb) {
         b.t = t;
         b.mine = true;
       }
@@ -161,7 +191,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
     }
   };
   while (cur.n > 0) {
-    fetch(nxt);  // its block-table loads fly while this batch is issued
+    if (!late) fetch(nxt);  // its block-table loads fly while this batch is issued
     for (int k = 0; k < cur.n; ++k) {
       const uint32_t full = full0 + 8 * st, empty = empty0 + 8 * st;
       mbar_wait(empty, ph ^ 1u);  // a fresh barrier counts as released (first pass over the ring)
@@ -179,9 +209,14 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
           const uint32_t keys = smem_u32(smem + L.keys) + static_cast<uint32_t>((st * kStage + box * g) * kWgHeadDim);
           const uint32_t scales = smem_u32(smem + L.scales) + static_cast<uint32_t>((st * kStage + box * g) * 4);
           mbar_expect_tx(full, static_cast<uint32_t>(g * (kWgHeadDim + 4)));
-          tma_load_3d(keys, &maps.keys, 0, static_cast<int>(cur.off), static_cast<int>(page), full);
-          bulk_copy_g2s(scales, p.sbase + page * p.scale_page_stride + int64_t(cur.off) * 4, static_cast<uint32_t>(g * 4),
-                        full);
+          const uint8_t* src = p.sbase + page * p.scale_page_stride + int64_t(cur.off) * 4;
+          if (evict_first) {
+            tma_load_3d_hint(keys, &maps.keys, 0, static_cast<int>(cur.off), static_cast<int>(page), full, pol);
+            bulk_copy_g2s_hint(scales, src, static_cast<uint32_t>(g * 4), full, pol);
+          } else {
+            tma_load_3d(keys, &maps.keys, 0, static_cast<int>(cur.off), static_cast<int>(page), full);
+            bulk_copy_g2s(scales, src, static_cast<uint32_t>(g * 4), full);
+          }
         }
       }
       const uint32_t m = (__ballot_sync(0xffffffffu, ok) >> (k * nb)) & nb_mask;
@@ -194,6 +229,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         mbar_arrive(full);  // after every lane's expect_tx (the ballot above ordered them)
       }
       advance();
+      if (late && k == 0) fetch(nxt);  // after the batch's first copy (the walk is on its way)
     }
     cur = nxt;
   }

@@ -10,6 +10,12 @@ namespace dsattn {
 namespace cuda {
 
 namespace {
+// The producer's options (WgmmaShape::producer): all on unless DSATTN_WS_PRODUCER gives the bits
+// (0: the producer before them; bench A/B in one binary).
+int ws_producer_flags() {
+  const char* env = std::getenv("DSATTN_WS_PRODUCER");
+  return env ? std::atoi(env) : (kWsEvictFirst | kWsLateFetch | kWsFastCursor);
+}
 // Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
 // DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.
 bool ws_applies(WgmmaPlan* plan) {
@@ -106,6 +112,7 @@ cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& 
   WgmmaShape s = plan.shape;
   s.stages = plan.ws_stages;
   s.tile = plan.ws_stage;
+  s.producer = ws_producer_flags();
   return with_ws_kernel<Epi>(plan, [&](auto kern) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
     if (e != cudaSuccess) return e;

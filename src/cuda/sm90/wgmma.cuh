@@ -119,5 +119,33 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
   (void)dst; (void)map; (void)c0; (void)c1; (void)c2; (void)bar;
 #endif
 }
+// The same two copies with an L2 cache policy (from createpolicy; l2_policy_evict_first: data read
+// once, which should not push out what later copies and loads read again).
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                                 uint32_t bar, uint64_t pol) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
+      "[%5], %6;\n" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(pol)
+      : "memory");
+#else
+  (void)dst; (void)map; (void)c0; (void)c1; (void)c2; (void)bar; (void)pol;
+#endif
+}
+__device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol) : "memory");
+#else
+  (void)dst; (void)src; (void)bytes; (void)bar; (void)pol;
+#endif
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol = 0;
+#if DSATTN_SM90A_DEVICE
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+#endif
+  return pol;
+}
 }  // namespace cuda
 }  // namespace dsattn
