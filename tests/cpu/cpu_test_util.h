@@ -4,7 +4,10 @@
 //  * indexer_cache_view / latent_cache_view: cache descriptors over a host page buffer.
 //  * PagedShape: one row of a parameterized paged-indexer sweep and its PagedCaseSpec.
 //  * Fp8HandCase: the hand-computed FP8 paged-indexer case (scores worked out below).
+//  * host_schedule: the CPU backend's schedule metadata of [B, N] context lengths.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -117,6 +120,21 @@ struct Fp8HandCase {
     return a;
   }
 };
+
+// The host schedule (CPU backend) of [B, N] context lengths `lens` over `parts` partitions,
+// 64-state pages (a failed call is a test failure).
+inline std::vector<int32_t> host_schedule(std::vector<int32_t>& lens, int B, int N, int parts) {
+  std::vector<int32_t> meta(size_t(schedule_metadata_size(parts)), -7);
+  ScheduleMetadataParams sp;
+  sp.context_lens = make_tensor(lens.data(), DType::kI32, {B, N});
+  sp.next_n = N;
+  sp.states_per_page = 64;
+  sp.num_sms = parts;
+  sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
+  const Status s = schedule_metadata(sp, Exec{});
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return meta;
+}
 
 }  // namespace testutil
 }  // namespace dsattn

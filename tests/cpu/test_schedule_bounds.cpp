@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/indexer_work.h"
+#include "cpu_test_util.h"
 #include "dsattn/ops.h"
 
 namespace dsattn {
@@ -18,19 +19,7 @@ namespace {
 
 constexpr int kUnit = 64;  // states per schedule unit (detail::kIndexerUnit)
 
-// The host schedule (CPU backend) of [B, N] context lengths over `parts` partitions, 64-state pages.
-std::vector<int32_t> host_schedule(std::vector<int32_t>& lens, int B, int N, int parts) {
-  std::vector<int32_t> meta(size_t(schedule_metadata_size(parts)), -7);
-  ScheduleMetadataParams sp;
-  sp.context_lens = make_tensor(lens.data(), DType::kI32, {B, N});
-  sp.next_n = N;
-  sp.states_per_page = 64;
-  sp.num_sms = parts;
-  sp.metadata = make_tensor(meta.data(), DType::kI32, {int64_t(meta.size())});
-  const Status s = schedule_metadata(sp, Exec{});
-  EXPECT_TRUE(s.ok()) << s.to_string();
-  return meta;
-}
+using testutil::host_schedule;
 
 TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {
   std::mt19937_64 rng(11);

@@ -1,0 +1,122 @@
+// Tile iteration over one partition of the indexer schedule (common/indexer_work.h's metadata):
+// the indexer kernels walk it on the device; tests/cpu/test_indexer_cursor.cpp checks on the host
+// that IdxCursor's direct access (fast_*) returns exactly the tiles of its walk (next()).
+// P (the kernels' IndexerParams, or a test's stand-in) provides meta, work, split, tile_states
+// and state_limit.
+#pragma once
+#include <cstdint>
+
+#include "common/indexer_work.h"
+
+#if defined(__CUDACC__)
+#define DSATTN_CURSOR_FN __host__ __device__
+#else
+#define DSATTN_CURSOR_FN
+#endif
+
+namespace dsattn {
+namespace cuda {
+
+// 32-bit: the schedule metadata holds groups and units as int32, and states are < 2^31 (windows
+// are int32); 32-bit bookkeeping keeps the registers for the MMA fragments.
+struct IdxTile {
+  int32_t g;
+  int32_t t0;
+  int count;
+};
+
+// Walks the (group, unit) positions of one partition in tiles of `tile_units` units. Every thread
+// runs an identical copy, so all threads see the same tile sequence.
+struct IdxCursor {
+  int32_t g, ge;
+  int32_t u, ue;
+  int32_t uend;      // end unit of the current group inside this partition (-1: not yet computed)
+  int32_t glo, ghi;
+  int tile_units;
+  int32_t limit;
+  int split, sub, rot;  // this CTA takes the tiles whose position mod split is sub
+
+  template <class P>
+  DSATTN_CURSOR_FN void init(const P& p, int part, int sub_) {
+    split = p.split > 1 ? p.split : 1;
+    sub = sub_;
+    rot = 0;
+    const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
+    const int64_t G = p.work.groups;
+    g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
+    if (g < 0) g = 0;
+    if (ge > G) { ge = static_cast<int32_t>(G); ue = 0; }
+    if (u < 0) u = 0;
+    uend = -1;
+    tile_units = p.tile_states / detail::kIndexerUnit;
+    limit = static_cast<int32_t>(p.state_limit < INT32_MAX ? p.state_limit : INT32_MAX);
+  }
+  // Next tile of this CTA (every split-th tile of the partition).
+  template <class P>
+  DSATTN_CURSOR_FN bool next(const P& p, IdxTile* t) {
+    for (;;) {
+      if (!next_any(p, t)) return false;
+      const bool mine = rot == sub;
+      rot = rot + 1 == split ? 0 : rot + 1;
+      if (mine) return true;
+    }
+  }
+  // Direct access to this CTA's next tiles inside the current group, for a caller that needs many
+  // at once (the warp-specialized producer: each lane computes its own tile instead of one warp
+  // walking next() tile by tile; the walk cost ~0.2 us per tile warm, ~0.6 us cold, on the
+  // critical path of the first copy). fast_count(): how many of the next next() results lie in
+  // the current group, none clipped by the state limit (0 until the group's range is known);
+  // fast_tile(k), k < fast_count(): the k-th of them; fast_skip(n): what n next() calls would do.
+  // Tile k of this CTA here is partition tile j0 + k * split from unit u, where j0 brings the
+  // rotation to sub (a clipped tile does not rotate, hence the clip bound).
+  DSATTN_CURSOR_FN int fast_first() const { return sub - rot + (sub < rot ? split : 0); }
+  DSATTN_CURSOR_FN int fast_count() const {
+    if (uend < 0) return 0;
+    int32_t end = uend;
+    const int64_t lim_units = (int64_t(limit) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+    if (lim_units < end) end = static_cast<int32_t>(lim_units);
+    const int32_t first = u + fast_first() * tile_units;  // unit of tile 0
+    if (first >= end) return 0;
+    const int32_t step = split * tile_units;
+    return (end - first + step - 1) / step;
+  }
+  DSATTN_CURSOR_FN IdxTile fast_tile(int k) const {
+    const int32_t u0 = u + (fast_first() + k * split) * tile_units;
+    const int32_t u1 = u0 + tile_units < uend ? u0 + tile_units : uend;
+    const int64_t t0 = glo + int64_t(u0) * detail::kIndexerUnit;
+    int64_t t1 = glo + int64_t(u1) * detail::kIndexerUnit;
+    if (t1 > ghi) t1 = ghi;
+    if (t1 > limit) t1 = limit;
+    return IdxTile{g, static_cast<int32_t>(t0), static_cast<int>(t1 - t0)};
+  }
+  DSATTN_CURSOR_FN void fast_skip(int n) {
+    const int32_t u0 = u + (fast_first() + (n - 1) * split) * tile_units;  // the last tile taken
+    u = u0 + tile_units < uend ? u0 + tile_units : uend;
+    rot = sub + 1 == split ? 0 : sub + 1;
+  }
+  // Next tile of the partition.
+  template <class P>
+  DSATTN_CURSOR_FN bool next_any(const P& p, IdxTile* t) {
+    while (g < ge || (g == ge && u < ue && g < p.work.groups)) {
+      if (uend < 0) {
+        detail::indexer_group_range(p.work, g, &glo, &ghi);
+        const int32_t units = static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
+        uend = (g == ge) ? (ue < units ? ue : units) : units;
+      }
+      if (u >= uend) { ++g; u = 0; uend = -1; continue; }
+      const int32_t u1 = u + tile_units < uend ? u + tile_units : uend;
+      const int64_t t0 = glo + int64_t(u) * detail::kIndexerUnit;
+      int64_t t1 = glo + int64_t(u1) * detail::kIndexerUnit;
+      if (t1 > ghi) t1 = ghi;
+      if (t1 > limit) t1 = limit;
+      u = u1;
+      if (t1 <= t0) continue;  // clipped away by the state limit
+      t->g = g; t->t0 = static_cast<int32_t>(t0); t->count = static_cast<int>(t1 - t0);
+      return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace cuda
+}  // namespace dsattn
