@@ -97,9 +97,9 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
 }
 
 // The producer's options (WgmmaShape::producer; all on by default, DSATTN_WS_PRODUCER=<bits> for
-// A/B). Measured together on an H200 (bench indexer, N = 1, H = 64, S = 64, us, all off -> on):
-// 32 x 32K 58.1 -> 49.5, 128 x 8K 55.7 -> 49.0, 256 x 8K 100.9 -> 85.3, 1 x 1M 50.9 -> 44.7,
-// 128 x 32K 173.6 -> 150.1. globaltimer stamps at 32 x 32K had shown the first copy issued 8 us
+// A/B). Options 1, 2 and 4 together on an H200 (bench indexer, N = 1, H = 64, S = 64, one call,
+// us, off -> on): 32 x 32K 57.2 -> 48.6, 128 x 8K 54.1 -> 47.0, 256 x 8K 99.6 -> 84.3, 128 x 32K
+// 172.4 -> 151.6 (BENCHMARKS.md). globaltimer stamps at 32 x 32K had shown the first copy issued 8 us
 // after the CTA started, 5.4 us of it the first batch's cursor walk (8 tiles, 24 next_any calls on
 // one warp, cold), and the slowest ring ending 12 us after the median one.
 //   kWsFastCursor: every lane computes its own tile of the batch (IdxCursor::fast_tile) while the
@@ -237,7 +237,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         mbar_arrive(full);  // after every lane's expect_tx (the ballot above ordered them)
       }
       advance();
-      if (late && k == 0) fetch(nxt);  // after the batch's first copy (the walk is on its way)
+      if (late && k == 0) fetch(nxt);  // the batch's first copy is on its way before this walk
     }
     cur = nxt;
   }
