@@ -634,13 +634,13 @@ __device__ __forceinline__ bool select_fast(const Buffers& buf, const CtaScratch
                                       sh.warp_tot, &pre, SelGroup{});
     RowState rs{0u, 0u, fr.total, 0u, {0u, 0u, 0u}, 0, kAll};
     int quota = 0, before = 0;
-    if (fr.total > k && static_cast<int>(fr.count) <= nt) {
+    const int c16 = static_cast<int>(fr.count);
+    const uint32_t need = k - fr.above;  // winners in the list: 1..c16 (when fr.total > k)
+    const uint2* list = buf.list + int64_t(j) * buf.list_cap;
+    if (fr.total > k && c16 <= nt) {
       // A short list (the usual case: a few dozen keys): one key per thread, ranked among all
       // (larger key first, then smaller state); the need-th is the boundary (T, last). Winners:
       // key > T, or key == T at a state <= last. Offsets and this CTA's winning ties in one scan.
-      const int c16 = static_cast<int>(fr.count);
-      const uint32_t need = k - fr.above;  // winners in the list: 1..c16
-      const uint2* list = buf.list + int64_t(j) * buf.list_cap;
       const uint2 v = tid < c16 ? __ldcg(list + tid) : make_uint2(0u, 0u);
       if (tid < c16) L[tid] = v;
       sel_sync();
@@ -668,9 +668,6 @@ __device__ __forceinline__ bool select_fast(const Buffers& buf, const CtaScratch
       rs.prefix = T;
       rs.mode = kTies;
     } else if (fr.total > k) {
-      const int c16 = static_cast<int>(fr.count);
-      const uint32_t need = k - fr.above;  // winners in the list: 1..c16
-      const uint2* list = buf.list + int64_t(j) * buf.list_cap;
       for (int e = tid; e < c16; e += nt) L[e] = __ldcg(list + e);
       if (tid < kCoarseBins) hist[tid] = 0u;
       sel_sync();
