@@ -317,8 +317,9 @@ int run_fused(const std::vector<std::string>& args) {
               "and the logits for the unfused path)\n",
               k, flush ? "L2 flushed before each call" : "L2 not flushed", iters);
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
-  std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s\n", "B x ctx x N x S x H x D", "logits us",
-              "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same");
+  std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s\n", "B x ctx x N x S x H x D", "logits us",
+              "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same",
+              "fused route");
   for (const FusedShape& sh : shapes) {
     const int rb = sh.D;
     const int64_t stride = int64_t(sh.S) * (rb + 4);
@@ -430,9 +431,12 @@ int run_fused(const std::vector<std::string>& args) {
     }
     char same_s[64];
     std::snprintf(same_s, sizeof(same_s), "%lld/%lld", static_cast<long long>(same), static_cast<long long>(R));
-    std::printf("%-24s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.1f %10.1f %8.0f %8s\n", name, logits_us, unfused_us,
+    const char* route = "?";
+    fex.stream = nullptr;  // the timed streams are gone
+    if (!paged_mqa_topk_route(fp, fex, &route).ok()) route = "?";
+    std::printf("%-24s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.1f %10.1f %8.0f %8s  %s\n", name, logits_us, unfused_us,
                 fused_us, unfused_us / fused_us, fused_us / logits_us, unfused_mb, fused_mb,
-                cache_b / (fused_us * 1e3), same_s);
+                cache_b / (fused_us * 1e3), same_s, route);
   }
   return 0;
 }

@@ -144,14 +144,18 @@ Status topk_workspace(const TopkParams& p, const Exec& ex, size_t* bytes);
 Status topk(const TopkParams& p, const Exec& ex);
 
 // ---------------------------------------------------------------- fused indexer + top-k
-// paged_mqa_logits followed by topk without writing the [R, max_context] logits anywhere: the
-// workspace (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k),
-// independent of the context length. Opt-in (CUDA; `logits_route` below, or DSATTN_FUSED_LOGITS=1
-// for the whole process): where the call's [R, W] fp32 scores (W = max_pages x S) fit in that same
-// workspace -- small batches, whose pieces are shorter than k, so the candidate buffers hold every
-// score anyway -- the op writes them there as dense rows and selects with topk's kernels, which is
-// faster (H200, k = 2048: 1 x 8K 31 -> 20 us, 8 x 64K 79 -> 62 us) and never needs more workspace,
-// but is off by default because it writes score rows to memory, which SPEC §3.4 rules out.
+// paged_mqa_logits followed by topk without a [R, max_context] logits tensor: the workspace
+// (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k),
+// independent of the context length. Each partition's piece of a row keeps the states that can
+// still enter the row's top k. Where no piece is longer than its buffer (the block table's states
+// over the partitions), none can drop a state, so every score becomes a candidate anyway; there
+// (CUDA), when the call's [R, W] fp32 scores (W = max_pages x S) fit in that same workspace, the
+// op writes them as dense rows instead and selects with topk's kernels: the same scores written,
+// no more workspace, faster (H200, k = 2048: 128 x 32K 194 -> 185 us, 64 x 16K N = 2 119 -> 88-95,
+// 8 x 64K 70 -> 52). `logits_route` below (or DSATTN_FUSED_LOGITS=1 for the whole process) takes
+// that route wherever the rows fit, also where longer pieces would have dropped states (128 x 64K
+// 423 -> 325 us); DSATTN_FUSED_LOGITS=0 never takes it. paged_mqa_topk_route says which route a
+// call takes.
 // On sm_90 a call for up to six requests with N = 1, or one request with N = 2 whose block table
 // holds at most 16K states (unsorted, without `schedule`), takes the resident route instead: the
 // scoring kernel keeps its scores in shared memory and its CTAs, all resident (cooperative
@@ -169,9 +173,9 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   TensorView values;    // optional f32 [R, k] out: their scores
   TensorView slot_ids;  // optional i32 [R, k] out: block_table[b][i / S] * S + i % S
   bool sorted = false;
-  // CUDA: allow the logits route (see above) where it fits in the streaming plan's workspace. Same
-  // results either way; the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 /
-  // force, overrides it.
+  // CUDA: allow the logits route (see above) wherever it fits in the streaming plan's workspace;
+  // false: only where the streaming plan would keep every score anyway. Same results either way;
+  // the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 / force, overrides it.
   bool logits_route = false;
   // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch of one CTA per
   // SM the call's stream can use (cuda_stream_num_sms: a green context's SMs, an MPS client's),
@@ -182,6 +186,10 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
 };
 Status paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const Exec& ex, size_t* bytes);
 Status paged_mqa_topk(const PagedMqaTopkParams& p, const Exec& ex);
+// The route paged_mqa_topk takes for these arguments on `ex` (after the same validation): "cpu", or
+// on CUDA "resident", "logits" or "streaming" (see above), "empty" for zero rows. Every route gives
+// the same results; this is for logs and benchmarks.
+Status paged_mqa_topk_route(const PagedMqaTopkParams& p, const Exec& ex, const char** route);
 
 // ---------------------------------------------------------------- sparse MLA
 struct SparseMlaDecodeParams {

@@ -208,9 +208,11 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
     """Fused indexer + top-k (SPEC 3.4): never materializes the [R, max_context] logits.
     Returns TopkResult(indices [R, k] int32 state indices, values [R, k] float32 or None,
     slot_ids [R, k] int32 or None). values / slot_ids are produced when passed in or when
-    return_values / return_slot_ids is set. logits_route=True (CUDA) lets small batches score
-    into dense rows inside the same workspace and select with topk's kernels: faster, same
-    results and memory, but score rows are written (opt-in; see ops.h). resident_route=False
+    return_values / return_slot_ids is set. On CUDA, where no partition's piece of the context is
+    long enough to drop a state (the streaming route would keep every score anyway), the scores
+    go as dense rows into the same workspace and topk's kernels select: faster, same results and
+    memory. logits_route=True takes that route wherever the rows fit the workspace, also where
+    streaming would have dropped states (see ops.h). resident_route=False
     (CUDA, sm_90) keeps the call off the resident route, a cooperative launch of one CTA per SM
     the stream can use (see cuda_stream_num_sms); same results."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,

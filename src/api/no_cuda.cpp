@@ -22,6 +22,9 @@ size_t topk_workspace(const TopkParams&, const detail::TopkProblem&, const Exec&
 Status topk(const TopkParams&, const detail::TopkProblem&, const Exec&) { return no_cuda("topk"); }
 size_t paged_mqa_topk_workspace(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
 Status paged_mqa_topk(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&) { return no_cuda("paged_mqa_topk"); }
+Status paged_mqa_topk_route(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&, const char**) {
+  return no_cuda("paged_mqa_topk_route");
+}
 Status sparse_mla_decode(const SparseMlaDecodeParams&, const Exec&) { return no_cuda("sparse_mla_decode"); }
 Status sparse_mla_prefill(const SparseMlaPrefillParams&, const Exec&) { return no_cuda("sparse_mla_prefill"); }
 Status write_indexer_cache(const WriteIndexerCacheParams&, const Exec&) { return no_cuda("write_indexer_cache"); }

@@ -44,4 +44,16 @@ Status paged_mqa_topk(const PagedMqaTopkParams& p, const Exec& ex) {
   return cuda::paged_mqa_topk(p, pb, ex);
 }
 
+Status paged_mqa_topk_route(const PagedMqaTopkParams& p, const Exec& ex, const char** route) {
+  if (route == nullptr) return detail::invalid("paged_mqa_topk_route", "route (output) is a null pointer");
+  detail::PagedIndexerProblem pb;
+  Backend be;
+  DSATTN_RETURN_IF_ERROR(prepare(p, ex, &pb, &be));
+  if (be == Backend::kCpu) {
+    *route = "cpu";
+    return Status::Ok();
+  }
+  return cuda::paged_mqa_topk_route(p, pb, ex, route);
+}
+
 }  // namespace dsattn

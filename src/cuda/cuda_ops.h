@@ -29,6 +29,8 @@ Status topk(const TopkParams& p, const detail::TopkProblem& pb, const Exec& ex);
 
 size_t paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
 Status paged_mqa_topk(const PagedMqaTopkParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+Status paged_mqa_topk_route(const PagedMqaTopkParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                           const char** route);
 
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex);
 Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "common/indexer_test_util.h"
@@ -140,6 +141,30 @@ TEST(PagedMqaTopkRef, HandCase) {
   EXPECT_EQ(idx4, (std::vector<int32_t>{0, 1, -1, -1, 0, 1, 2, -1}));
   EXPECT_EQ(val4, (std::vector<float>{34, 24, -kInf, -kInf, 68, 48, 120, -kInf}));
   EXPECT_EQ(slots4, (std::vector<int32_t>{6, 7, -1, -1, 6, 7, 2, -1}));
+}
+
+// paged_mqa_topk_route: the same validation as the call, "cpu" on the CPU backend, and errors that
+// name the op and the argument.
+TEST(PagedMqaTopkRef, RouteQuery) {
+  Fp8HandCase c;
+  const int k = 2;
+  std::vector<int32_t> idx(2 * k, -7);
+  PagedMqaTopkParams p;
+  static_cast<PagedIndexerArgs&>(p) = c.args();
+  p.k = k;
+  p.indices = make_tensor(idx.data(), DType::kI32, {2, k});
+  const char* route = nullptr;
+  Status st = paged_mqa_topk_route(p, cpu_exec(), &route);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_STREQ(route, "cpu");
+  st = paged_mqa_topk_route(p, cpu_exec(), nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("paged_mqa_topk_route"), std::string::npos) << st.to_string();
+  p.indices = make_tensor(idx.data(), DType::kI32, {2, k + 1});  // wrong shape: the call's own check
+  st = paged_mqa_topk_route(p, cpu_exec(), &route);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("indices"), std::string::npos) << st.to_string();
+  EXPECT_EQ(idx, std::vector<int32_t>(2 * k, -7));  // nothing written
 }
 
 // States whose page bytes are NaN (the builder's poison) score NaN and rank below every number.

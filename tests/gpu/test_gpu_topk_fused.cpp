@@ -6,8 +6,9 @@
 //  3. slot ids recomputed here from the block table.
 // Every case runs on every route of the op (run_fused_case): streaming candidates through the
 // collector and the merges (DSATTN_FUSED_LOGITS=0), scores in the workspace + topk's kernels (the
-// opt-in route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
-// whose scores stay in the scoring kernel's shared memory), and the call's own switch
+// logits route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
+// whose scores stay in the scoring kernel's shared memory; else the logits route where no piece
+// can drop a state, streaming otherwise: RouteByPieceLength), and the call's own switch
 // (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -647,16 +648,22 @@ TEST(GpuFusedTopk, DenseRows) {
   run_fused_case(c);
 }
 
-// Every piece fits its buffer (k = 512: 3072 entries, ~1200 states per piece) on 80 rows, so on
-// Hopper the scoring kernel is the pure dense one (no staged scores, 256-state stages) at 32 heads
-// as at 64, and one merge CTA per row loads the dense keys (no split merge, no row histogram):
-// empty, short (<= k) and long rows.
-TEST(GpuFusedTopk, PureDensePiecesAt32And64Heads) {
+// 80 rows of 0..6000 states: with k = 512 every piece fits its buffer (3072 entries, ~1200 states
+// per piece); empty, short (<= k) and long rows.
+std::vector<int64_t> short_piece_lens() {
   std::vector<int64_t> lens;
   for (int b = 0; b < 80; ++b) {
     const int64_t l[8] = {6000, 0, 513, 511, 4097, 2500, 1, 5200};
     lens.push_back(l[(b * 3) % 8]);
   }
+  return lens;
+}
+
+// Every piece fits its buffer (short_piece_lens, k = 512), so on Hopper the scoring kernel is the
+// pure dense one (no staged scores, 256-state stages) at 32 heads as at 64, and one merge CTA per
+// row loads the dense keys (no split merge, no row histogram).
+TEST(GpuFusedTopk, PureDensePiecesAt32And64Heads) {
+  const std::vector<int64_t> lens = short_piece_lens();
   FusedCase c;
   c.k = 512;
   for (int h : {32, 64}) {
@@ -687,6 +694,54 @@ TEST(GpuFusedTopk, PiecesCompactWhileScoring) {
   c.sorted = true;
   c.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, lens, 122);
   run_fused_case(c);
+}
+
+// Which route the plan takes (paged_mqa_topk_route): by default the logits route only where the
+// streaming route would keep every score (no piece longer than its buffer: 80 rows, k = 512), the
+// streaming route where pieces are long enough to drop states (140 rows, k = 100), the resident
+// route for one request on Hopper; the environment and the call's switches as documented. The
+// other tests check that every route gives the same results.
+TEST(GpuFusedTopk, RouteByPieceLength) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto route_of = [](const FusedCase& c, bool logits_route) {
+    PagedCase pc = testutil::make_paged_case(c.spec);
+    GpuInputs g;
+    upload_case(pc, &g);
+    FusedCall f;
+    setup_fused(c, pc, g, &f, logits_route);
+    const char* r = nullptr;
+    const Status s = paged_mqa_topk_route(f.p, f.ex, &r);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return std::string(r != nullptr ? r : "(null)");
+  };
+  FusedCase shortc;
+  shortc.k = 512;
+  shortc.spec = spec(IndexerFormat::kFp8, 80, 1, 64, 128, 64, short_piece_lens(), 150);
+  FusedCase longc;
+  longc.k = 100;
+  longc.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, long_piece_lens(), 122);
+  EXPECT_EQ(route_of(shortc, false), "logits");
+  EXPECT_EQ(route_of(longc, false), "streaming");
+  {
+    EnvScope scope("DSATTN_FUSED_LOGITS", "0");
+    EXPECT_EQ(route_of(shortc, false), "streaming");
+    EXPECT_EQ(route_of(shortc, true), "streaming");
+  }
+  {
+    EnvScope scope("DSATTN_FUSED_LOGITS", "force");
+    EXPECT_EQ(route_of(longc, false), "logits");
+  }
+  int dev = 0, major = 0;
+  DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
+  DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major == 9) {  // the resident route (sm_90a) keeps one request; off, its pieces are short
+    FusedCase one;
+    one.k = 2048;
+    one.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {20000}, 160);
+    EXPECT_EQ(route_of(one, false), "resident");
+    one.resident_route = false;
+    EXPECT_EQ(route_of(one, false), "logits");
+  }
 }
 
 // The pure dense scoring kernel (no staged scores) forced onto pieces much longer than their

@@ -180,15 +180,16 @@ TEST(GpuTopkPlan, SampledPolicy) {
 }
 
 TEST(GpuTopkPlan, FusedRouteSwitch) {
-  // paged_mqa_topk's route: the call's field, unless DSATTN_FUSED_LOGITS overrides it.
+  // paged_mqa_topk's route: the call's field (false: kAuto, the logits route only where streaming
+  // would keep every score), unless DSATTN_FUSED_LOGITS overrides it.
   using cuda::FusedRouteMode;
   using cuda::fused_route_mode;
-  EXPECT_EQ(fused_route_mode(nullptr, false), FusedRouteMode::kStreaming);
+  EXPECT_EQ(fused_route_mode(nullptr, false), FusedRouteMode::kAuto);
   EXPECT_EQ(fused_route_mode(nullptr, true), FusedRouteMode::kWhereItFits);
   EXPECT_EQ(fused_route_mode("0", true), FusedRouteMode::kStreaming);
   EXPECT_EQ(fused_route_mode("1", false), FusedRouteMode::kWhereItFits);
   EXPECT_EQ(fused_route_mode("force", false), FusedRouteMode::kForce);
-  EXPECT_EQ(fused_route_mode("yes", false), FusedRouteMode::kStreaming);  // unknown values: the field
+  EXPECT_EQ(fused_route_mode("yes", false), FusedRouteMode::kAuto);  // unknown values: the field
   EXPECT_EQ(fused_route_mode("", true), FusedRouteMode::kWhereItFits);
 }
 

@@ -1,11 +1,13 @@
 // dsattn::paged_mqa_topk on CUDA (SPEC §3.4): a scoring kernel with the top-k epilogue (portable,
 // wgmma tile or warp-specialized; fused_topk_epilogue.cuh), then the merges (fused_topk_merge.cuh,
 // fused_topk_cluster_merge.cuh). Device scratch is the schedule metadata plus
-// (partitions + groups) x rows_per_group x ccap candidates, independent of context. Opt-in
-// (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): where the rows' scores fit in
-// that same scratch (small batches), they are written there as dense rows and selected by topk's
-// kernels instead (plan_logits_route): faster, no more memory, but score rows in memory, which
-// SPEC §3.4 rules out by default. Up to six requests with N = 1 on Hopper take the resident
+// (partitions + groups) x rows_per_group x ccap candidates, independent of context. Where no piece
+// is long enough to drop a candidate (every state of every piece would be kept, so the streaming
+// route writes every score to the scratch anyway) and the rows' scores fit in that same scratch,
+// they are written there as dense rows and selected by topk's kernels instead (plan_logits_route):
+// the same scores written, no more memory, faster. Opt-in beyond that
+// (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): wherever the rows fit the scratch,
+// which writes scores that streaming would have dropped. Up to six requests with N = 1 on Hopper take the resident
 // route (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its scores in shared
 // memory and its CTAs select together, after the schedule kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
@@ -138,17 +140,25 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // faster than the merges, and the collector cannot raise a threshold when pieces are shorter than
 // k (H200, k = 2048, us, same run, route / streaming: 1 x 8K 22.7 / 31.2, 1 x 64K 33.9 / 35.9,
 // 2 x 128K 53.3 / 65.4, 8 x 64K 63.6 / 78.5, 32 x 128K H = 32 206.9 / 267.4, 128 x 32K 194.8 /
-// 198.3; one shape loses: 32 x 32K 91.6 / 88.4). But it writes [rows, width] score rows, which
-// SPEC §3.4 rules out for this op ("without writing the logits to memory"), so it is opt-in:
-// PagedMqaTopkParams::logits_route (or DSATTN_FUSED_LOGITS=1, see fused_route.h) takes it only
-// where its workspace (schedule + rows x width fp32 logits + top-k scratch) is no larger than the
+// 198.3; one shape loses: 32 x 32K 91.6 / 88.4; since the warp-specialized logits kernel it wins
+// on every many-request shape measured, e.g. 128 x 32K 184-185 / 194, 64 x 16K N = 2 88-95 / 119,
+// 128 x 64K 325 / 423, BENCHMARKS.md). It writes [rows, width] score rows, and SPEC §3.4 asks the
+// op not to write the logits. So by default (kAuto) it is taken only where the streaming plan
+// would keep them all anyway: every piece at most ccap states (short_pieces), so no piece ever
+// raises its threshold and the collector stores every state's score (and index) as a candidate.
+// There both routes write every score once into a workspace of the same size; this one in rows.
+// PagedMqaTopkParams::logits_route (or DSATTN_FUSED_LOGITS=1, see fused_route.h) takes it also
+// where pieces are longer (scores that streaming would drop get written). Either way only where
+// its workspace (schedule + rows x width fp32 logits + top-k scratch) is no larger than the
 // streaming plan's, so the op's memory stays what the streaming plan needs (independent of the
-// context length; longer contexts stream), and not for the filter plan; DSATTN_FUSED_LOGITS=force
-// takes it whenever the top-k can plan it (tests: both routes on the same inputs).
+// context length; longer contexts stream), and not for the filter plan. DSATTN_FUSED_LOGITS=0
+// never takes it; =force takes it whenever the top-k can plan it (tests: both routes on the same
+// inputs).
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
-                         FusedPlan* f) {
+                         bool short_pieces, FusedPlan* f) {
   const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
   if (mode == FusedRouteMode::kStreaming) return Status::Ok();
+  if (mode == FusedRouteMode::kAuto && !short_pieces) return Status::Ok();
   const bool force = mode == FusedRouteMode::kForce;
   const int64_t width = pb.max_pages * pb.states_per_page;
   if (width <= 0 || width > INT32_MAX) return Status::Ok();
@@ -346,7 +356,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     if (plan_resident(a, pb, budget, sms, &resident)) {
       const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
       const int64_t width = pb.max_pages * pb.states_per_page;
-      if (mode == FusedRouteMode::kStreaming ||
+      if (mode == FusedRouteMode::kStreaming || mode == FusedRouteMode::kAuto ||
           (mode == FusedRouteMode::kWhereItFits && width > kLogitsOverResidentMaxWidth)) {
         *f = resident;
         return Status::Ok();
@@ -484,7 +494,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->p.tile_states = pure.ws_stage;
     }
   }
-  return plan_logits_route(a, pb, ex, f);
+  return plan_logits_route(a, pb, ex, short_pieces, f);
 }
 
 Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
@@ -562,6 +572,18 @@ size_t paged_mqa_topk_workspace(const PagedMqaTopkParams& a, const detail::Paged
   FusedPlan f;
   if (pb.rows == 0 || !plan_fused(a, pb, ex, &f).ok()) return 0;
   return f.total;
+}
+
+Status paged_mqa_topk_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                           const char** route) {
+  if (pb.rows == 0) {
+    *route = "empty";
+    return Status::Ok();
+  }
+  FusedPlan f;
+  DSATTN_RETURN_IF_ERROR(plan_fused(a, pb, ex, &f));
+  *route = f.resident ? "resident" : f.logits_route ? "logits" : "streaming";
+  return Status::Ok();
 }
 
 Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
