@@ -58,6 +58,7 @@ from ._api import (
     paged_mqa_logits,
     paged_mqa_logits_workspace_size,
     paged_mqa_topk,
+    paged_mqa_topk_route,
     paged_mqa_topk_workspace_size,
     schedule_metadata,
     schedule_metadata_size,

@@ -239,6 +239,21 @@ def paged_mqa_topk_workspace_size(q, weights, cache: IndexerCache, block_table, 
     return _workspace_bytes(_core.paged_mqa_topk, args, ex)
 
 
+def paged_mqa_topk_route(q, weights, cache: IndexerCache, block_table, context_lens, k: int, *, q_scales=None,
+                         row_request=None, schedule=None, indices=None, values=None, slot_ids=None,
+                         return_values=False, return_slot_ids=False, sorted=False, logits_route=False,
+                         resident_route=True, backend="auto", stream=None, num_threads=0,
+                         smem_budget_bytes=0) -> str:
+    """The route paged_mqa_topk takes for these arguments (the same validation as the call):
+    "cpu", or on CUDA "resident", "logits" or "streaming" ("empty" for zero rows). Every route
+    gives the same results; for logs and benchmarks."""
+    args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
+                           indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,
+                           resident_route, True)
+    ex = _exec("paged_mqa_topk_route", backend, stream, None, num_threads, smem_budget_bytes)
+    return str(_call(_core.paged_mqa_topk_route, args, dict(ex, workspace=None), True))
+
+
 def schedule_metadata_size(num_sms: int = 0) -> int:
     """int32 elements of the schedule metadata for `num_sms` multiprocessors (0: this GPU's)."""
     n = int(num_sms) if num_sms else _core.cuda_num_sms()

@@ -255,11 +255,17 @@ int64_t paged_mqa_logits(In q, In q_scales, In weights, In cache_pages, int cach
   return finish(p, e.ex, query, &dsattn::paged_mqa_logits_workspace, &dsattn::paged_mqa_logits);
 }
 
-int64_t paged_mqa_topk(In q, In q_scales, In weights, In cache_pages, int cache_format, int states_per_page,
-                       int head_dim, int64_t page_stride_bytes, In block_table, In context_lens,
-                       In row_request, In schedule, int k, Out indices, Out values, Out slot_ids, bool sorted,
-                       bool logits_route, bool resident_route, DSATTN_EXEC_PARAMS) {
-  const char* op = "paged_mqa_topk";
+#define DSATTN_TOPK_PARAMS                                                                                      \
+  In q, In q_scales, In weights, In cache_pages, int cache_format, int states_per_page, int head_dim,            \
+      int64_t page_stride_bytes, In block_table, In context_lens, In row_request, In schedule, int k, Out indices, \
+      Out values, Out slot_ids, bool sorted, bool logits_route, bool resident_route
+#define DSATTN_TOPK_ARGS                                                                                          \
+  "q"_a.none(), "q_scales"_a.none(), "weights"_a.none(), "cache_pages"_a.none(), "cache_format"_a,               \
+      "states_per_page"_a, "head_dim"_a, "page_stride_bytes"_a, "block_table"_a.none(), "context_lens"_a.none(), \
+      "row_request"_a.none(), "schedule"_a.none(), "k"_a, "indices"_a.none(), "values"_a.none(),                 \
+      "slot_ids"_a.none(), "sorted"_a, "logits_route"_a = false, "resident_route"_a = true
+
+dsattn::PagedMqaTopkParams topk_params(const char* op, DSATTN_TOPK_PARAMS) {
   dsattn::PagedMqaTopkParams p;
   fill_paged_indexer(op, &p, q, q_scales, weights, cache_pages, cache_format, states_per_page, head_dim,
                      page_stride_bytes, block_table, context_lens, row_request, schedule);
@@ -270,8 +276,31 @@ int64_t paged_mqa_topk(In q, In q_scales, In weights, In cache_pages, int cache_
   p.sorted = sorted;
   p.logits_route = logits_route;
   p.resident_route = resident_route;
+  return p;
+}
+
+int64_t paged_mqa_topk(DSATTN_TOPK_PARAMS, DSATTN_EXEC_PARAMS) {
+  const char* op = "paged_mqa_topk";
+  const dsattn::PagedMqaTopkParams p =
+      topk_params(op, q, q_scales, weights, cache_pages, cache_format, states_per_page, head_dim, page_stride_bytes,
+                  block_table, context_lens, row_request, schedule, k, indices, values, slot_ids, sorted,
+                  logits_route, resident_route);
   const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
   return finish(p, e.ex, query, &dsattn::paged_mqa_topk_workspace, &dsattn::paged_mqa_topk);
+}
+
+// The route paged_mqa_topk takes for these arguments (dsattn::paged_mqa_topk_route).
+std::string paged_mqa_topk_route(DSATTN_TOPK_PARAMS, DSATTN_EXEC_PARAMS) {
+  const char* op = "paged_mqa_topk_route";
+  (void)query;
+  const dsattn::PagedMqaTopkParams p =
+      topk_params(op, q, q_scales, weights, cache_pages, cache_format, states_per_page, head_dim, page_stride_bytes,
+                  block_table, context_lens, row_request, schedule, k, indices, values, slot_ids, sorted,
+                  logits_route, resident_route);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
+  const char* route = nullptr;
+  check_status(dsattn::paged_mqa_topk_route(p, e.ex, &route));
+  return std::string(route);
 }
 
 int64_t schedule_metadata(In context_lens, In row_request, int next_n, int states_per_page, int num_sms,
@@ -442,11 +471,8 @@ NB_MODULE(_dsattn, m) {
         "cache_pages"_a.none(), "cache_format"_a, "states_per_page"_a, "head_dim"_a, "page_stride_bytes"_a,
         "block_table"_a.none(), "context_lens"_a.none(), "row_request"_a.none(), "schedule"_a.none(),
         "logits"_a.none(), "clean"_a, DSATTN_EXEC_ARGS);
-  m.def("paged_mqa_topk", &paged_mqa_topk, "q"_a.none(), "q_scales"_a.none(), "weights"_a.none(),
-        "cache_pages"_a.none(), "cache_format"_a, "states_per_page"_a, "head_dim"_a, "page_stride_bytes"_a,
-        "block_table"_a.none(), "context_lens"_a.none(), "row_request"_a.none(), "schedule"_a.none(), "k"_a,
-        "indices"_a.none(), "values"_a.none(), "slot_ids"_a.none(), "sorted"_a, "logits_route"_a = false,
-        "resident_route"_a = true, DSATTN_EXEC_ARGS);
+  m.def("paged_mqa_topk", &paged_mqa_topk, DSATTN_TOPK_ARGS, DSATTN_EXEC_ARGS);
+  m.def("paged_mqa_topk_route", &paged_mqa_topk_route, DSATTN_TOPK_ARGS, DSATTN_EXEC_ARGS);
   m.def("schedule_metadata", &schedule_metadata, "context_lens"_a.none(), "row_request"_a.none(), "next_n"_a,
         "states_per_page"_a, "num_sms"_a, "metadata"_a.none(), DSATTN_EXEC_ARGS);
   m.def("mqa_logits", &mqa_logits, "format"_a, "q"_a.none(), "q_scales"_a.none(), "weights"_a.none(),

@@ -136,6 +136,13 @@ def test_gpu_fused_topk_resident_route_switch():
     np.testing.assert_array_equal(host(off.slot_ids), host(on.slot_ids))
     assert (dsattn.paged_mqa_topk_workspace_size(*args, resident_route=False) >=
             dsattn.paged_mqa_topk_workspace_size(*args))
+    # The route each call took (Hopper: resident by default; off it, pieces this short keep every
+    # score, so the logits route; other GPUs: the logits route either way).
+    route_on = dsattn.paged_mqa_topk_route(*args, stream=_cur())
+    route_off = dsattn.paged_mqa_topk_route(*args, resident_route=False, stream=_cur())
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    assert route_on == ("resident" if hopper else "logits")
+    assert route_off == "logits"
 
 
 @gpu_op

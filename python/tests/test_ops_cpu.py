@@ -138,6 +138,18 @@ def test_paged_mqa_topk_route_switches_pass_through():
                                                  q_scales=c.q_scales)
 
 
+def test_paged_mqa_topk_route_query():
+    c = indexer_case(seed=12, B=2, N=1, H=32, D=128, S=32, lens=(300, 129), mode="per_request")
+    cache = dsattn.IndexerCache(c.pages, 32, 128)
+    assert dsattn.paged_mqa_topk_route(c.q, c.weights, cache, c.block_table, c.context_lens, 64,
+                                       q_scales=c.q_scales) == "cpu"
+    # The call's own validation: a wrong indices shape is refused, naming the argument.
+    bad = np.zeros((2, 65), np.int32)
+    with pytest.raises(ValueError, match="indices"):
+        dsattn.paged_mqa_topk_route(c.q, c.weights, cache, c.block_table, c.context_lens, 64, q_scales=c.q_scales,
+                                    indices=bad)
+
+
 # ------------------------------------------------------------------ mqa_logits (prefill)
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
 @pytest.mark.parametrize("compressed", [False, True])
