@@ -164,6 +164,11 @@ TEST(PagedMqaTopkRef, RouteQuery) {
   st = paged_mqa_topk_route(p, cpu_exec(), &route);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find("indices"), std::string::npos) << st.to_string();
+  p.indices = make_tensor(idx.data(), DType::kI32, {2, k});
+  p.k = 4097;  // beyond every backend's range: refused before any plan, as by the call
+  st = paged_mqa_topk_route(p, cpu_exec(), &route);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("k expected 1..4096"), std::string::npos) << st.to_string();
   EXPECT_EQ(idx, std::vector<int32_t>(2 * k, -7));  // nothing written
 }
 
