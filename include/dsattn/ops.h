@@ -157,7 +157,7 @@ Status topk(const TopkParams& p, const Exec& ex);
 // 423 -> 325 us); DSATTN_FUSED_LOGITS=0 never takes it. paged_mqa_topk_route says which route a
 // call takes.
 // On sm_90 a call for up to six requests with N = 1, or one request with N = 2 whose block table
-// holds at most 16K states (unsorted, without `schedule`), takes the resident route instead: the
+// holds at most 32K states (unsorted, without `schedule`), takes the resident route instead: the
 // scoring kernel keeps its scores in shared memory and its CTAs, all resident (cooperative
 // launch), select the top k together, the CTAs of each request with that request's histograms;
 // same results, same memory bound (its workspace holds histograms and suffix sums, not scores).

@@ -7,9 +7,9 @@
 // they are written there as dense rows and selected by topk's kernels instead (plan_logits_route):
 // the same scores written, no more memory, faster. Opt-in beyond that
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): wherever the rows fit the scratch,
-// which writes scores that streaming would have dropped. Up to six requests with N = 1 on Hopper take the resident
-// route (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its scores in shared
-// memory and its CTAs select together, after the schedule kernel, with no merges.
+// which writes scores that streaming would have dropped. Up to six requests with N = 1 on Hopper
+// take the resident route (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its
+// scores in shared memory and its CTAs select together, after the schedule kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
