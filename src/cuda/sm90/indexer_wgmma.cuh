@@ -228,27 +228,65 @@ __device__ __forceinline__ void wg_issue(const IndexerParams& p, const WgmmaShap
 // r = j * HP + h of q_rows * HP; rows j >= rows and heads h >= H are zero.
 template <int HP>
 __device__ void wg_load_group(const IndexerParams& p, int q_rows, int64_t g, int rows, uint8_t* qs, float* ws,
-                              detail::RowWindow* win, int tid, int nthreads) {
+                              detail::RowWindow* win, int tid, int nthreads, bool batched = true) {
   const int H = p.heads;
   const int qrows = q_rows * HP;
   const uint8_t* qg = p.q + g * p.q_sg;
   constexpr int CH = kWgHeadDim / 16;
-  for (int idx = tid; idx < qrows * CH; idx += nthreads) {
-    const int row = idx / CH, c = idx % CH;
-    const int j = row / HP, h = row % HP;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (j < rows && h < H) v = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
-    *reinterpret_cast<uint4*>(qs + row * kWgHeadDim + ((c ^ (row & 7)) * 16)) = v;
+  if (!batched) {  // one load, then its store, at a time (kWsBatchedGroupLoad off: A/B only)
+    for (int idx = tid; idx < qrows * CH; idx += nthreads) {
+      const int row = idx / CH, c = idx % CH;
+      const int j = row / HP, h = row % HP;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (j < rows && h < H) v = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
+      *reinterpret_cast<uint4*>(qs + row * kWgHeadDim + ((c ^ (row & 7)) * 16)) = v;
+    }
+    for (int idx = tid; idx < qrows; idx += nthreads) {
+      const int j = idx / HP, h = idx % HP;
+      ws[idx] = (j < rows && h < H) ? p.w[g * p.w_sg + j * p.w_sr + h * p.w_sh] : 0.0f;
+    }
+    if (tid < kIdxMaxRows) {
+      detail::RowWindow rw{0, 0, 0};
+      if (tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+      win[tid] = rw;
+    }
+    return;
   }
-  for (int idx = tid; idx < qrows; idx += nthreads) {
-    const int j = idx / HP, h = idx % HP;
-    ws[idx] = (j < rows && h < H) ? p.w[g * p.w_sg + j * p.w_sr + h * p.w_sh] : 0.0f;
+  // Every global load of a batch (kB Q chunks and kB weights per thread, and the row windows) is
+  // issued before the batch's shared-memory stores, so a group change costs about one memory
+  // latency per batch (one batch at N = 1, H = 64 on 128 threads) instead of one per load: the
+  // warpgroup's ring waits through it, and a ring's tiles are fixed, so its CTA ends that much later.
+  // Written out rather than through idx_batched_items (the portable kernel's helper): that version
+  // measured no gain here (H200, 32 x 32K and 128 x 8K, same call, 15 -> 31: within +-0.5 us, where
+  // this one gains 1-2 us).
+  detail::RowWindow rw{0, 0, 0};
+  if (tid < kIdxMaxRows && tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+  constexpr int kB = 4;
+  const int total = qrows * CH;  // >= qrows: the weights' indices lie inside the chunks' range
+  for (int base = tid; base < total; base += kB * nthreads) {
+    uint4 v[kB];
+    float wv[kB];
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nthreads;
+      const int row = idx / CH, c = idx % CH;
+      const int j = row / HP, h = row % HP;
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (idx < total && j < rows && h < H) {
+        v[u] = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
+      }
+      const int wj = idx / HP, wh = idx % HP;
+      wv[u] = (idx < qrows && wj < rows && wh < H) ? p.w[g * p.w_sg + wj * p.w_sr + wh * p.w_sh] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nthreads;
+      const int row = idx / CH, c = idx % CH;
+      if (idx < total) *reinterpret_cast<uint4*>(qs + row * kWgHeadDim + ((c ^ (row & 7)) * 16)) = v[u];
+      if (idx < qrows) ws[idx] = wv[u];
+    }
   }
-  if (tid < kIdxMaxRows) {
-    detail::RowWindow rw{0, 0, 0};
-    if (tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
-    win[tid] = rw;
-  }
+  if (tid < kIdxMaxRows) win[tid] = rw;
 }
 
 // The calling warpgroup scores 64 states (the MMA's M) for all rows of the group: keys at shared

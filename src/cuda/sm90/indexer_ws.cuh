@@ -110,7 +110,11 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
 //   kWsFirstBatchOneGroup: the first batch stops where its group does, so the first copy does
 //       not wait for the next group's range (7 -> 15, two rounds, us: 32 x 8K 21.7 -> 19.5-19.6,
 //       32 x 32K S 64 49.8-50.7 -> 46.9-47.2, 256 x 8K 84.1-84.5 -> 82.2-83.1; 128 x 2K +0.1-0.5).
+//   kWsBatchedGroupLoad (a consumer option, carried in the same bits): wg_load_group issues a
+//       group's Q, weight and window loads before storing them (one memory latency per group change
+//       instead of one per load).
 constexpr int kWsEvictFirst = 1, kWsLateFetch = 2, kWsFastCursor = 4, kWsFirstBatchOneGroup = 8;
+constexpr int kWsBatchedGroupLoad = 16;
 
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
 // w, w + 3, ..., then the end marker.
@@ -485,7 +489,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     had_tile = false;
     rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
     row0 = int64_t(g) * p.work.rows_per_group;
-    wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
+    wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128, (s.producer & kWsBatchedGroupLoad) != 0);
     fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
     grp.sync();
     epi.group_begin(g, rows);

@@ -14,7 +14,8 @@ namespace {
 // (0: the producer before them; bench A/B in one binary).
 int ws_producer_flags() {
   const char* env = std::getenv("DSATTN_WS_PRODUCER");
-  return env ? std::atoi(env) : (kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup);
+  return env ? std::atoi(env)
+             : (kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad);
 }
 // Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
 // DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.
