@@ -78,6 +78,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/indexer_cursor.h"
 #include "common/indexer_work.h"
@@ -366,7 +367,30 @@ __device__ __forceinline__ uint4 idx_load_q_chunk(const uint8_t* src, bool align
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Loads Q (dequantized to E4M3 for MXFP4), weights, Q scales and row windows of group g.
+// Items [0, total) over threads [0, nt) (tid: this thread's rank), kB per thread at a time: the
+// batch's load(idx) calls (global memory) all come before its store(idx, value) calls (shared
+// memory), so a batch costs one memory latency, not one per item (the group loads below).
+template <int kB, class T, class Load, class Store>
+__device__ __forceinline__ void idx_batched_items(int tid, int nt, int total, Load load, Store store) {
+  for (int base = tid; base < total; base += kB * nt) {
+    T v[kB];
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nt;
+      if (idx < total) v[u] = load(idx);
+    }
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nt;
+      if (idx < total) store(idx, v[u]);
+    }
+  }
+}
+
+// Loads Q (dequantized to E4M3 for MXFP4), weights, Q scales and row windows of group g. The CTA
+// waits here at every group change, so the loads go in batches (idx_batched_items) and the windows'
+// loads fly with the first batch: H200, portable kernel, 1-4 % at 1M states over 32-128 requests
+// against one load, then its store, at a time (BENCHMARKS.md).
 template <IndexerFormat F, int D>
 __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint8_t* smem, const IdxSmemLayout& L) {
   using Tr = IdxTraits<F, D>;
@@ -375,43 +399,60 @@ __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint
   const int tid = threadIdx.x, nt = blockDim.x;
   uint8_t* qs = smem + L.q;
   const uint8_t* qg = p.q + g * p.q_sg;
-  if constexpr (!Tr::kFp4) {
-    constexpr int CH = D / 16;
-    for (int idx = tid; idx < qrows * CH; idx += nt) {
-      const int row = idx / CH, c = idx % CH;
-      const int j = row / Hp, h = row % Hp;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (j < rows && h < H) v = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
-      if (DSATTN_MMA_NATIVE_FP8 || !p.q_f16) {
-        *reinterpret_cast<uint4*>(qs + row * D + Tr::key_chunk(row, c) * 16) = v;
-      } else {
-        // f16 layout: fp8 chunk c -> 32 bytes at c * 32; its two 16-byte halves (k-steps) swap on odd
-        // rows when D >= 64 (conflict-free LDS.128 in compute).
-        uint4 h0, h1;
-        e4m3x4_to_f16x2_fast(v.x, &h0.x, &h0.y);
-        e4m3x4_to_f16x2_fast(v.y, &h0.z, &h0.w);
-        e4m3x4_to_f16x2_fast(v.z, &h1.x, &h1.y);
-        e4m3x4_to_f16x2_fast(v.w, &h1.z, &h1.w);
-        const int sw = (D >= 64 && (row & 1)) ? 16 : 0;
-        uint8_t* dst = qs + row * 2 * D + c * 32;
-        *reinterpret_cast<uint4*>(dst + sw) = h0;
-        *reinterpret_cast<uint4*>(dst + (16 ^ sw)) = h1;
-      }
-    }
-  } else {
-    constexpr int U = D / 8;  // 8-element units: 4 packed bytes in, 8 E4M3 bytes out
-    for (int idx = tid; idx < qrows * U; idx += nt) {
-      const int row = idx / U, u = idx % U;
-      const int j = row / Hp, h = row % Hp;
-      uint32_t wv = 0;
+  float* ws = reinterpret_cast<float*>(smem + L.w);
+  detail::RowWindow rw{0, 0, 0};
+  if (tid < kIdxMaxRows && tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+  // Q items: 16-byte chunks (FP8) or 4-byte units of 8 packed elements (MXFP4), each with the
+  // weight of the same index (qrows * CH >= qrows items, so every weight has one).
+  constexpr int CH = Tr::kFp4 ? D / 8 : D / 16;
+  using Raw = typename std::conditional<Tr::kFp4, uint32_t, uint4>::type;
+  struct Item {
+    Raw q;
+    float w;
+  };
+  const auto load = [&](int idx) {
+    const int row = idx / CH, c = idx % CH;
+    const int j = row / Hp, h = row % Hp;
+    Item it;
+    if constexpr (Tr::kFp4) {
+      it.q = 0u;
       if (j < rows && h < H) {
-        const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + u * 4;
-        wv = src[0] | src[1] << 8 | src[2] << 16 | uint32_t(src[3]) << 24;
+        const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + c * 4;
+        it.q = src[0] | src[1] << 8 | src[2] << 16 | uint32_t(src[3]) << 24;
       }
-      uint32_t lo, hi;
-      e2m1x8_to_e4m3(wv, &lo, &hi);
-      *reinterpret_cast<uint2*>(qs + row * D + Tr::q_unit_off(row, u)) = make_uint2(lo, hi);
+    } else {
+      it.q = make_uint4(0, 0, 0, 0);
+      if (j < rows && h < H) it.q = idx_load_q_chunk(qg + j * p.q_sr + h * p.q_sh + c * 16, p.q_aligned16 != 0);
     }
+    const int wj = idx / Hp, wh = idx % Hp;
+    it.w = (idx < qrows && wj < rows && wh < H) ? p.w[g * p.w_sg + wj * p.w_sr + wh * p.w_sh] : 0.0f;
+    return it;
+  };
+  const auto store = [&](int idx, const Item& it) {
+    if (idx < qrows) ws[idx] = it.w;
+    const int row = idx / CH, c = idx % CH;
+    if constexpr (Tr::kFp4) {
+      uint32_t lo, hi;
+      e2m1x8_to_e4m3(it.q, &lo, &hi);
+      *reinterpret_cast<uint2*>(qs + row * D + Tr::q_unit_off(row, c)) = make_uint2(lo, hi);
+    } else if (DSATTN_MMA_NATIVE_FP8 || !p.q_f16) {
+      *reinterpret_cast<uint4*>(qs + row * D + Tr::key_chunk(row, c) * 16) = it.q;
+    } else {
+      // f16 layout: fp8 chunk c -> 32 bytes at c * 32; its two 16-byte halves (k-steps) swap on odd
+      // rows when D >= 64 (conflict-free LDS.128 in compute).
+      uint4 h0, h1;
+      e4m3x4_to_f16x2_fast(it.q.x, &h0.x, &h0.y);
+      e4m3x4_to_f16x2_fast(it.q.y, &h0.z, &h0.w);
+      e4m3x4_to_f16x2_fast(it.q.z, &h1.x, &h1.y);
+      e4m3x4_to_f16x2_fast(it.q.w, &h1.z, &h1.w);
+      const int sw = (D >= 64 && (row & 1)) ? 16 : 0;
+      uint8_t* dst = qs + row * 2 * D + c * 32;
+      *reinterpret_cast<uint4*>(dst + sw) = h0;
+      *reinterpret_cast<uint4*>(dst + (16 ^ sw)) = h1;
+    }
+  };
+  idx_batched_items<4, Item>(tid, nt, qrows * CH, load, store);
+  if constexpr (Tr::kFp4) {
     float* qsc = reinterpret_cast<float*>(smem + L.qs);
     for (int idx = tid; idx < qrows * Tr::kKSteps; idx += nt) {
       const int row = idx / Tr::kKSteps, k = idx % Tr::kKSteps;
@@ -424,17 +465,8 @@ __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint
       qsc[idx] = s;
     }
   }
-  float* ws = reinterpret_cast<float*>(smem + L.w);
-  for (int idx = tid; idx < qrows; idx += nt) {
-    const int j = idx / Hp, h = idx % Hp;
-    ws[idx] = (j < rows && h < H) ? p.w[g * p.w_sg + j * p.w_sr + h * p.w_sh] : 0.0f;
-  }
   detail::RowWindow* win = reinterpret_cast<detail::RowWindow*>(smem + L.win);
-  if (tid < kIdxMaxRows) {
-    detail::RowWindow rw{0, 0, 0};
-    if (tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
-    win[tid] = rw;
-  }
+  if (tid < kIdxMaxRows) win[tid] = rw;
 }
 
 // ---------------------------------------------------------------- compute
