@@ -389,8 +389,9 @@ __device__ __forceinline__ void idx_batched_items(int tid, int nt, int total, Lo
 
 // Loads Q (dequantized to E4M3 for MXFP4), weights, Q scales and row windows of group g. The CTA
 // waits here at every group change, so the loads go in batches (idx_batched_items) and the windows'
-// loads fly with the first batch: H200, portable kernel, 1-4 % at 1M states over 32-128 requests
-// against one load, then its store, at a time (BENCHMARKS.md).
+// loads fly with the first batch: H200, portable kernel, at 1M states over 32-128 requests, 3-4 %
+// at sm_120's 99 KiB budget and 0-2 % at the device maximum against one load, then its store, at a
+// time (BENCHMARKS.md).
 template <IndexerFormat F, int D>
 __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint8_t* smem, const IdxSmemLayout& L) {
   using Tr = IdxTraits<F, D>;
