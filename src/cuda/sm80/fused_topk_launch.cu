@@ -8,8 +8,10 @@
 // the same scores written, no more memory, faster. Opt-in beyond that
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): wherever the rows fit the scratch,
 // which writes scores that streaming would have dropped. Up to six requests with N = 1 on Hopper
-// take the resident route (plan_resident, indexer_ws_resident.cuh): the scoring kernel keeps its
-// scores in shared memory and its CTAs select together, after the schedule kernel, with no merges.
+// (one with N = 2) take the resident route (plan_resident, indexer_ws_resident.cuh) when their
+// block table holds more than 64K states (up to that the logits route is faster): the scoring
+// kernel keeps its scores in shared memory and its CTAs select together, after the schedule
+// kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
@@ -79,8 +81,18 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 // (8 x 128K: 110.4 / 126.5). So by default from 8 rows on; DSATTN_FUSED_CLUSTER=1 takes it from 1
 // row (tests), =0 never.
 constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
-// Widest rows (block table states) where the opt-in logits route beats the resident route.
-constexpr int64_t kLogitsOverResidentMaxWidth = 131072;
+// Widest block table (states) at which a call that could take the resident route takes the
+// logits route instead (by default where its pieces are short, per call where it fits; see
+// plan_fused_routes): up to 64K states the top-k of the score rows is one small, cluster or direct
+// kernel, and the two launches beat the resident kernel's grid-wide select. H200, k = 2048, same
+// binary and call, two data seeds, us (resident / logits route): 1 x 4K 20.9-21.5 / 17.4-17.5,
+// 1 x 8K 23.5-24.2 / 20.3-20.4, 1 x 16K 25.4-26.0 / 23.8-25.9, 1 x 32K 29.1-30.7 / 26.3-26.6,
+// 1 x 48K 32.6-35.7 / 28.4-30.1, 1 x 64K 34.1-37.6 / 29.2-30.8; N = 2: 1 x 8K 29.2-30.2 / 20.9-21.3,
+// 1 x 32K 36.8-38.0 / 26.6-26.7; 2 x 16K 35.9-38.8 / 25.9-27.2, 4 x 64K 49.5-50.8 / 40.0, 6 x 64K
+// 55.8-56.2 / 44.7-45.2; an 8K request in a 64K table 24.5 / 25.0 (30000: 28.7 / 27.0). Beyond it
+// the top-k of one wide row is a split plan and the resident route wins: 1 x 96K 36.5-36.9 /
+// 42.3-42.8, 1 x 128K 38.3-42.3 / 47.3-49.3.
+constexpr int64_t kLogitsOverResidentMaxWidth = 65536;
 
 struct FusedPlan {
   IndexerParams p;
@@ -201,7 +213,9 @@ int64_t piece_states_bound(const detail::PagedIndexerProblem& pb, int64_t groups
 // streaming on longer rows (H200, 1 x 64K, N = 2, k = 2048: 44.2 against 41.3 us), and so
 // it did at 8 requests and more (k = 2048, us, resident / streaming: 8 x 64K 73.5 / 70.2,
 // 32 x 32K 101.8 / 88.3; but 2 x 64K 38.5 / 44.0, 4 x 64K 50.8 / 64.0, 6 x 64K 55.4 / 70.9,
-// 4 x 256K 90.7 / 125.2). PagedMqaTopkParams::resident_route = false turns it off for the call;
+// 4 x 256K 90.7 / 125.2). On block tables of up to kLogitsOverResidentMaxWidth states the logits
+// route takes such calls instead (plan_fused_routes). PagedMqaTopkParams::resident_route = false
+// turns it off for the call;
 // DSATTN_FUSED_RESIDENT overrides that: =0 off, =force for any N and any number of requests
 // (tests and benchmarks).
 constexpr int64_t kResidentMaxGroups = 6;
@@ -349,15 +363,19 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     }
     f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
   } else {
-    // The resident route for a few requests, except where the opt-in logits route is allowed and
-    // the rows are short enough for it to win (H200, k = 2048, us, resident / logits route: 1 x 8K
-    // 26.2 / 19.1, 1 x 64K 31.3 / 28.3, 1 x 256K 41.6 / 53.1, 1 x 1M 84.7 / 138.6).
+    // The resident route for a few requests, except on block tables of up to
+    // kLogitsOverResidentMaxWidth states, where the logits route wins when it is allowed (by
+    // default: pieces too short to drop a state, which holds for so few requests) and fits; not
+    // when DSATTN_FUSED_RESIDENT=force asks for the resident route, or DSATTN_FUSED_LOGITS=0 keeps
+    // the logits route off.
     resident = *f;
     if (plan_resident(a, pb, budget, sms, &resident)) {
       const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
+      const char* renv = std::getenv("DSATTN_FUSED_RESIDENT");
+      const bool resident_forced = renv != nullptr && std::strcmp(renv, "force") == 0;
       const int64_t width = pb.max_pages * pb.states_per_page;
-      if (mode == FusedRouteMode::kStreaming || mode == FusedRouteMode::kAuto ||
-          (mode == FusedRouteMode::kWhereItFits && width > kLogitsOverResidentMaxWidth)) {
+      if (mode == FusedRouteMode::kStreaming || resident_forced ||
+          (mode != FusedRouteMode::kForce && width > kLogitsOverResidentMaxWidth)) {
         *f = resident;
         return Status::Ok();
       }
