@@ -61,7 +61,9 @@ struct PagedIndexerArgs {
                             // sees L_b - N + j + 1 (clamped at 0). Varlen: i32 [R].
   TensorView row_request;   // varlen only: i32 [R], block-table row of each query row
   TensorView schedule;      // optional i32 [schedule_metadata_size(num_sms)] from
-                            // schedule_metadata(); absent = computed inside the call (CUDA)
+                            // schedule_metadata(); absent = computed inside the call (CUDA; for
+                            // one request paged_mqa_logits needs no schedule kernel: its CTAs
+                            // split the request's length themselves)
 };
 // Device-side values (CUDA backend). The host cannot read lengths, block-table entries or
 // row_request on the GPU, so the kernels check them instead of rejecting the call: a block-table

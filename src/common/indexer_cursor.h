@@ -1,8 +1,8 @@
 // Tile iteration over one partition of the indexer schedule (common/indexer_work.h's metadata):
 // the indexer kernels walk it on the device; tests/cpu/test_indexer_cursor.cpp checks on the host
 // that IdxCursor's direct access (fast_*) returns exactly the tiles of its walk (next()).
-// P (the kernels' IndexerParams, or a test's stand-in) provides meta, work, split, tile_states
-// and state_limit.
+// P (the kernels' IndexerParams, or a test's stand-in) provides meta, partitions, work, split,
+// tile_states and state_limit.
 #pragma once
 #include <cstdint>
 
@@ -41,9 +41,26 @@ struct IdxCursor {
     split = p.split > 1 ? p.split : 1;
     sub = sub_;
     rot = 0;
-    const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
     const int64_t G = p.work.groups;
-    g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
+    if (p.meta != nullptr) {
+      const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
+      g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
+    } else {
+      // One group and no schedule (paged_mqa_logits at batch 1): the schedule's boundaries
+      // computed here, partition `part` of P starting at unit floor(part * U / P) of the group's U
+      // units, the last one ending at (G, 0).
+      const int64_t U = G >= 1 ? detail::indexer_group_units(p.work, 0) : 0;
+      const int64_t parts = p.partitions > 0 ? p.partitions : 1;
+      g = 0;
+      u = static_cast<int32_t>(part * U / parts);
+      if (part + 1 >= parts) {
+        ge = static_cast<int32_t>(G);
+        ue = 0;
+      } else {
+        ge = 0;
+        ue = static_cast<int32_t>((part + 1) * U / parts);
+      }
+    }
     if (g < 0) g = 0;
     if (ge > G) { ge = static_cast<int32_t>(G); ue = 0; }
     if (u < 0) u = 0;

@@ -27,6 +27,7 @@ using cuda::IdxTile;
 // What IdxCursor reads of the kernels' IndexerParams.
 struct CursorParams {
   const int32_t* meta = nullptr;
+  int partitions = 0;  // meta == nullptr (one group): the partitions
   detail::IndexerWork work;
   int split = 1;
   int tile_states = 256;
@@ -139,6 +140,70 @@ TEST(IndexerCursor, BatchedDirectAccessEqualsTheWalk) {
   // The direct access must actually have been taken (most tiles lie inside their group).
   EXPECT_GT(tiles, 100000);
   EXPECT_GT(fast, tiles / 2);
+}
+
+// One request without schedule metadata (paged_mqa_logits at batch 1 launches no schedule kernel):
+// every partition's walk, and its batched direct access, must return exactly the tiles of the
+// host schedule's partition, for lengths from 0 to 1M, next_n 1-4 with per-row lengths, 1-396
+// partitions (more partitions than units too), rotations and state limits.
+TEST(IndexerCursor, OneGroupWithoutMetadataEqualsTheSchedule) {
+  std::mt19937_64 rng(31);
+  int64_t tiles = 0;
+  for (int N : {1, 2, 4}) {
+    for (int parts : {1, 7, 132, 264, 396}) {
+      for (int rep = 0; rep < 6; ++rep) {
+        std::vector<int32_t> lens(static_cast<size_t>(N), 0);
+        const uint64_t kind = rng() % 6;
+        for (auto& l : lens) {
+          l = kind == 0 ? 0 : kind == 1 ? int32_t(rng() % 200) : kind == 2 ? int32_t(1 << 20)
+                                                               : int32_t(rng() % 70000);
+        }
+        const std::vector<int32_t> meta = host_schedule(lens, 1, N, parts);
+        if (::testing::Test::HasFailure()) return;
+        CursorParams with, without;
+        with.meta = meta.data();
+        with.work.mode = detail::IndexerMode::kPaged;
+        with.work.rows_per_group = N;
+        with.work.next_n = N;
+        with.work.lens_per_row = 1;
+        with.work.rows = N;
+        with.work.groups = 1;
+        with.work.batch = 1;
+        with.work.lens = lens.data();
+        with.work.lens_s0 = N;
+        with.work.lens_s1 = 1;
+        without = with;
+        without.meta = nullptr;
+        without.partitions = parts;
+        for (int split : {1, 3}) {
+          for (int64_t limit : {int64_t(INT32_MAX), int64_t(30000)}) {
+            with.split = without.split = split;
+            with.state_limit = without.state_limit = limit;
+            with.tile_states = without.tile_states = rng() % 2 == 0 ? 256 : 64;
+            for (int part = 0; part < parts; ++part) {
+              for (int sub = 0; sub < split; ++sub) {
+                const std::vector<IdxTile> ref = walk(with, part, sub);
+                int64_t fast = 0;
+                const std::vector<IdxTile> got = walk(without, part, sub);
+                const std::vector<IdxTile> got_b = batched(without, part, sub, 8, false, &fast);
+                tiles += int64_t(ref.size());
+                ASSERT_EQ(got.size(), ref.size()) << "N " << N << " parts " << parts << " part " << part << " len "
+                                                  << lens[0] << " split " << split << " limit " << limit;
+                ASSERT_EQ(got_b.size(), ref.size()) << "batched; N " << N << " parts " << parts << " part " << part;
+                for (size_t i = 0; i < ref.size(); ++i) {
+                  ASSERT_TRUE(got[i].g == ref[i].g && got[i].t0 == ref[i].t0 && got[i].count == ref[i].count)
+                      << "tile " << i << " of part " << part << " (N " << N << " parts " << parts << ")";
+                  ASSERT_TRUE(got_b[i].g == ref[i].g && got_b[i].t0 == ref[i].t0 && got_b[i].count == ref[i].count)
+                      << "batched tile " << i << " of part " << part << " (N " << N << " parts " << parts << ")";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(tiles, 10000);
 }
 
 }  // namespace

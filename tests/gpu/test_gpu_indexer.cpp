@@ -906,12 +906,83 @@ TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
 
 // Metadata + logits captured once in a CUDA graph, replayed with new lengths and block tables.
 void graph_replay(const IdxCase& c);
+// One request without a caller schedule (no schedule kernel: the scoring kernel's CTAs split the
+// request's length themselves), captured once and replayed with new lengths, against the
+// reference and, bitwise, against the op with its schedule kernel (DSATTN_INDEXER_SCHEDULE=kernel).
+void graph_replay_one_request(const IdxCase& c);
+
+TEST(GpuIndexer, GraphReplayOneRequestOwnSchedule) {
+  SKIP_WITHOUT_GPU();
+  for (int n : {1, 2}) {
+    IdxCase c;
+    c.B = 1; c.N = n; c.max_ctx = 9000; c.seed = 73 + n;
+    on_each_kernel(c, graph_replay_one_request);
+  }
+}
 
 TEST(GpuIndexer, GraphReplay) {
   SKIP_WITHOUT_GPU();
   IdxCase c;
   c.B = 4; c.N = 2; c.max_ctx = 600; c.seed = 71;
   on_each_kernel(c, graph_replay);
+}
+
+void graph_replay_one_request(const IdxCase& c0) {
+  IdxCase c = c0;
+  SCOPED_TRACE(std::string("kernel ") + (c.kernel ? c.kernel : "default") + ", N " + std::to_string(c.N));
+  HostIdx h;
+  build_case(c, &h);
+  DevIdx d;
+  upload(h, d, false);
+  PagedMqaLogitsParams p = make_params(c, h, d);
+  ASSERT_FALSE(p.schedule.defined());
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+  unsetenv("DSATTN_INDEXER_SCHEDULE");
+  // Workspace first (run_paged sizes it), outside the capture.
+  ASSERT_TRUE(run_paged(c, h, d, p, st).ok());
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status s1 = run_paged(c, h, d, p, st);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_TRUE(s1.ok()) << s1.to_string();
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 1u) << "one request: the scoring kernel alone, no schedule kernel";
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::mt19937_64 rng(101);
+  const int cap = (h.max_pages - 1) * c.S;
+  for (int round = 0; round < 4; ++round) {
+    for (int j = 0; j < c.N; ++j) {
+      const int L = round == 2 ? 0 : round == 3 ? std::min<int>(cap, int(h.width) - 1)
+                                                : int(rng() % std::min<int>(cap, int(h.width) - 1));
+      h.lens[size_t(j)] = L;
+      h.row_ctx[size_t(j)] = L;
+    }
+    std::shuffle(h.block_table.begin(), h.block_table.end(), rng);
+    d.lens.upload(h.lens);
+    d.bt.upload(h.block_table);
+    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const std::vector<float> got = download_logits(c, h, d);
+    check_logits(c, h, got, reference(c, h));
+    // The same call with the schedule kernel: the same partitions, so the same logits, bit for bit.
+    setenv("DSATTN_INDEXER_SCHEDULE", "kernel", 1);
+    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+    const Status s2 = run_paged(c, h, d, p, st);
+    unsetenv("DSATTN_INDEXER_SCHEDULE");
+    ASSERT_TRUE(s2.ok()) << s2.to_string();
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const std::vector<float> with_kernel = download_logits(c, h, d);
+    ASSERT_EQ(got.size(), with_kernel.size());
+    EXPECT_EQ(std::memcmp(got.data(), with_kernel.data(), got.size() * sizeof(float)), 0) << "round " << round;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
 }
 
 void graph_replay(const IdxCase& c0) {

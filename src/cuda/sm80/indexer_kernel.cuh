@@ -122,7 +122,9 @@ struct IndexerParams {
   const int32_t* block_table = nullptr;  // [batch, max_pages]; null: page index = page id
   int64_t bt_s0 = 0, bt_s1 = 0, max_pages = 0;
   int64_t state_limit = 0;  // states >= limit are never processed (logits width, pages * S)
-  const int32_t* meta = nullptr;  // schedule metadata
+  const int32_t* meta = nullptr;  // schedule metadata; null: one group (work.groups == 1) split
+                                  // into `partitions` without it (IdxCursor::init)
+  int partitions = 0;
   // Pipeline shape (chosen by the launcher).
   int warps = 8, tile_states = 256, stages = 3;
   // CTAs per schedule partition: CTA b works on partition b / split and takes every split-th tile

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <cstring>
 
 #include "api/validate.h"
 #include "common/indexer_work.h"
@@ -57,6 +58,13 @@ struct LogitsPlan {
   bool own_schedule = false;
   size_t workspace = 0;
 };
+
+// DSATTN_INDEXER_SCHEDULE=kernel: paged_mqa_logits computes its own schedule with the schedule
+// kernel for one request too (A/B against the schedule-free launch; tests switch it per call).
+bool schedule_kernel_always() {
+  const char* e = std::getenv("DSATTN_INDEXER_SCHEDULE");
+  return e != nullptr && std::strcmp(e, "kernel") == 0;
+}
 
 // Common planning for the logits ops: config, partitions, workspace.
 Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, const TensorView& schedule,
@@ -299,8 +307,16 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
   LogitsPlan plan;
   DSATTN_RETURN_IF_ERROR(plan_logits(op, &p, a.cache.format, pb.head_dim, a.schedule, ex, &plan));
   cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
+  p.partitions = plan.partitions;
   if (plan.own_schedule) {
     DSATTN_RETURN_IF_ERROR(detail::check_workspace(op, ex, plan.workspace));
+    if (p.work.groups == 1 && !schedule_kernel_always()) {
+      // One request: the scoring kernel's CTAs find their partitions from its length themselves
+      // (IdxCursor::init), the same boundaries the schedule kernel would write, so that kernel
+      // and its launch stay off the critical path (batch-1 decode).
+      p.meta = nullptr;
+      return launch_logits(op, plan, p, a.cache.format, pb.head_dim, stream);
+    }
     int32_t* meta = static_cast<int32_t*>(ex.workspace);
     DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
                                        "indexer_schedule_kernel launch"));

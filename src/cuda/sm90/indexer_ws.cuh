@@ -498,7 +498,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     // The Q of the first group of this warpgroup's partition, loaded while the producer starts
     // the pipeline (at batch 1 it would otherwise wait for the first stage's keys): usually the
     // group of the first tile; if not, the loop reloads.
-    const int32_t g0 = p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)];
+    const int32_t g0 = p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)] : 0;
     if (g0 >= 0 && g0 < p.work.groups) load_group(g0);
   }
   for (;;) {
