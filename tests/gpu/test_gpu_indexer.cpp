@@ -927,6 +927,19 @@ TEST(GpuIndexer, GraphReplay) {
   on_each_kernel(c, graph_replay);
 }
 
+// Reshuffles the block table, uploads it with h's lengths, poisons the logits, replays the graph
+// and downloads what it wrote.
+void replay_new_inputs(const IdxCase& c, HostIdx& h, DevIdx& d, cudaGraphExec_t exec, cudaStream_t st,
+                       std::mt19937_64& rng, std::vector<float>* got) {
+  std::shuffle(h.block_table.begin(), h.block_table.end(), rng);
+  d.lens.upload(h.lens);
+  d.bt.upload(h.block_table);
+  ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  *got = download_logits(c, h, d);
+}
+
 void graph_replay_one_request(const IdxCase& c0) {
   IdxCase c = c0;
   SCOPED_TRACE(std::string("kernel ") + (c.kernel ? c.kernel : "default") + ", N " + std::to_string(c.N));
@@ -961,13 +974,9 @@ void graph_replay_one_request(const IdxCase& c0) {
       h.lens[size_t(j)] = L;
       h.row_ctx[size_t(j)] = L;
     }
-    std::shuffle(h.block_table.begin(), h.block_table.end(), rng);
-    d.lens.upload(h.lens);
-    d.bt.upload(h.block_table);
-    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    const std::vector<float> got = download_logits(c, h, d);
+    std::vector<float> got;
+    replay_new_inputs(c, h, d, exec, st, rng, &got);
+    if (::testing::Test::HasFatalFailure()) break;
     check_logits(c, h, got, reference(c, h));
     // The same call with the schedule kernel: the same partitions, so the same logits, bit for bit.
     setenv("DSATTN_INDEXER_SCHEDULE", "kernel", 1);
@@ -1017,13 +1026,10 @@ void graph_replay(const IdxCase& c0) {
         h.lens[size_t(b) * c.N + j] = L;
         h.row_ctx[size_t(b) * c.N + j] = L;
       }
-    std::shuffle(h.block_table.begin(), h.block_table.end(), rng);
-    d.lens.upload(h.lens);
-    d.bt.upload(h.block_table);
-    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    check_logits(c, h, download_logits(c, h, d), reference(c, h));
+    std::vector<float> got;
+    replay_new_inputs(c, h, d, exec, st, rng, &got);
+    if (::testing::Test::HasFatalFailure()) break;
+    check_logits(c, h, got, reference(c, h));
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
