@@ -126,6 +126,7 @@ struct FusedPlan {
   // in), then the CTAs' suffix sums.
   bool resident = false;
   bool res_multi = false;  // several requests: WsResidentMulti
+  bool res_forced = false;  // DSATTN_FUSED_RESIDENT=force: the resident route whatever else fits
   int res_cap = 0;
   size_t off_res = 0, res_zero_bytes = 0, res_hist_words = 0, off_suf = 0;
   // One request: select_fast's grid histograms (zeroed too, res_fine_words in from off_res), its
@@ -297,6 +298,7 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   f->wg = plan;
   f->resident = true;
   f->res_multi = multi;
+  f->res_forced = force;
   f->ws_grid = sms;
   f->partitions = partitions;
   f->own_schedule = true;
@@ -371,10 +373,8 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     resident = *f;
     if (plan_resident(a, pb, budget, sms, &resident)) {
       const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
-      const char* renv = std::getenv("DSATTN_FUSED_RESIDENT");
-      const bool resident_forced = renv != nullptr && std::strcmp(renv, "force") == 0;
       const int64_t width = pb.max_pages * pb.states_per_page;
-      if (mode == FusedRouteMode::kStreaming || resident_forced ||
+      if (mode == FusedRouteMode::kStreaming || resident.res_forced ||
           (mode != FusedRouteMode::kForce && width > kLogitsOverResidentMaxWidth)) {
         *f = resident;
         return Status::Ok();

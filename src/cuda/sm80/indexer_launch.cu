@@ -315,12 +315,12 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
       // (IdxCursor::init), the same boundaries the schedule kernel would write, so that kernel
       // and its launch stay off the critical path (batch-1 decode).
       p.meta = nullptr;
-      return launch_logits(op, plan, p, a.cache.format, pb.head_dim, stream);
+    } else {
+      int32_t* meta = static_cast<int32_t*>(ex.workspace);
+      DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
+                                         "indexer_schedule_kernel launch"));
+      p.meta = meta;
     }
-    int32_t* meta = static_cast<int32_t*>(ex.workspace);
-    DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
-                                       "indexer_schedule_kernel launch"));
-    p.meta = meta;
   } else {
     p.meta = a.schedule.ptr<const int32_t>();
   }
