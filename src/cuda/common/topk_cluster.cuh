@@ -1,9 +1,11 @@
 // Cluster top-k for few rows of 8K..64K positions (SPEC §3.3), sm_90 and newer: one thread-block
 // cluster of C <= 8 CTAs per row, CTA c holding positions [c V 1024, (c + 1) V 1024) of the row in
 // registers (V keys per thread, as topk_small_kernel does for one CTA). Each radix digit (bits
-// 31..20, 19..10, 9..0) is histogrammed by every CTA in its own shared memory; after a cluster
-// barrier one warp of each CTA finds the bin of the cluster-wide histogram through distributed
-// shared memory (cluster_pick), so all CTAs find the same bin without a trip through global memory
+// 31..20, 19..10, 9..0) is histogrammed by every CTA in its own shared memory; each CTA pushes
+// the histogram's 64-bin chunk totals into every CTA's shared memory, and after a cluster barrier
+// each CTA finds the chunk from those, then the bin from the chunk's bins read from every CTA
+// through distributed shared memory (cluster_digit_push; clusters of up to 4 CTAs read the totals
+// remotely too, cluster_digit), so all CTAs find the same bin without a trip through global memory
 // or another launch. The per-CTA (greater, equal)
 // totals are exchanged the same way, so each CTA places its winners in index order at the right
 // offsets; unsorted output goes straight to the outputs, sorted output is gathered into CTA 0,
@@ -11,8 +13,10 @@
 // top-ks, then a final selection over C x k candidates) and writes / reads the candidates.
 //
 // Shared memory (dynamic, kClusterSmemWords u32): [hist1 4096][csum1 64][hist2 1024][csum2 16]
-// [hist3 1024][csum3 16] ... [tot 4] at word 8192: this CTA's histograms and their 64-bin chunk
-// totals (read by the others), and its (greater, equal) totals. For sorted output, CTA 0's first
+// [hist3 1024][csum3 16] ... [tot 4] at word 8192: this CTA's histograms (read by the others) and
+// their 64-bin chunk totals (read by the others where they pull them: the fused cluster merge, and
+// clusters of up to 4 CTAs; larger clusters push them into ClusterPickShared instead), and its
+// (greater, equal) totals. For sorted output, CTA 0's first
 // 2 k_pad <= 8192 words (the histograms, no longer read by then) receive (sel_key, sel_pos).
 #pragma once
 #include <cooperative_groups.h>
@@ -56,15 +60,22 @@ __device__ __forceinline__ void cluster_sync() {
 // the call measured within +-0.7 us of this one (1 x 64K 18.8 vs 18.0, 1 x 16K 11.9 vs 12.7).
 constexpr int kClusterChunk = 64;  // bins per chunk
 
+// The total of chunk t / 16 of `hist` (bins [64 (t / 16), 64 (t / 16) + 64)), in every lane of
+// thread t's 16-lane half of its warp. Threads t < nbins / 4 (whole warps) call it together.
+__device__ __forceinline__ uint32_t chunk_total(const uint32_t* hist, int t) {
+  const uint4 h = *reinterpret_cast<const uint4*>(hist + 4 * t);
+  uint32_t s = h.x + h.y + h.z + h.w;
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
 // This CTA's chunk totals: csum[i] = sum of hist[64 i, 64 i + 64). No barrier at the end: the
 // cluster barrier after it publishes them with the histogram.
 __device__ __forceinline__ void cluster_chunk_sums(const uint32_t* hist, uint32_t* csum, int nbins) {
   const int t = static_cast<int>(threadIdx.x);
   if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
-    const uint4 h = *reinterpret_cast<const uint4*>(hist + 4 * t);
-    uint32_t s = h.x + h.y + h.z + h.w;
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const uint32_t s = chunk_total(hist, t);
     if ((t & 15) == 0) csum[t >> 4] = s;
   }
 }
@@ -85,6 +96,9 @@ __device__ __forceinline__ uint32_t dsmem_addr(const void* p, int rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
   return r;
 }
+__device__ __forceinline__ void dsmem_st(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
 __device__ __forceinline__ uint32_t dsmem_ld(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
@@ -100,6 +114,24 @@ __device__ __forceinline__ int cluster_prefix_word(const void* a, int i, int n) 
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// Lane l holds the cluster-wide counts v0 at position hi and v1 at hi - 1 (counting down; positions
+// < 0 count 0): the position holding the k_rem-th largest key, the keys above it and its count.
+// Warp-wide; every lane gets the result.
+__device__ __forceinline__ void pick_crossing(uint32_t v0, uint32_t v1, int hi, int k_rem, int* pos, int* above,
+                                              int* count) {
+  if (hi < 0) v0 = 0;
+  if (hi < 1) v1 = 0;
+  const int local = static_cast<int>(v0 + v1);
+  const int incl = warp_inclusive_scan(local);
+  const int excl = incl - local;
+  const unsigned m = __ballot_sync(0xffffffffu, excl < k_rem && incl >= k_rem);
+  const int src = __ffs(m) - 1;  // the totals reach k_rem, so some lane crosses it
+  const bool first = excl + static_cast<int>(v0) >= k_rem;
+  *pos = __shfl_sync(0xffffffffu, first ? hi : hi - 1, src);
+  *above = __shfl_sync(0xffffffffu, first ? excl : excl + static_cast<int>(v0), src);
+  *count = __shfl_sync(0xffffffffu, static_cast<int>(first ? v0 : v1), src);
 }
 
 // Sums over the C <= N CTAs of the values at positions hi and hi - 1 (counting down; positions < 0
@@ -125,17 +157,7 @@ __device__ __forceinline__ void cluster_pick_step(int C, const uint32_t* a, int 
     v0 += q < C ? x0[q] : 0u;
     v1 += q < C ? x1[q] : 0u;
   }
-  if (hi < 0) v0 = 0;
-  if (hi < 1) v1 = 0;
-  const int local = static_cast<int>(v0 + v1);
-  const int incl = warp_inclusive_scan(local);
-  const int excl = incl - local;
-  const unsigned m = __ballot_sync(0xffffffffu, excl < k_rem && incl >= k_rem);
-  const int src = __ffs(m) - 1;  // the totals reach k_rem, so some lane crosses it
-  const bool first = excl + static_cast<int>(v0) >= k_rem;
-  *pos = __shfl_sync(0xffffffffu, first ? hi : hi - 1, src);
-  *above = __shfl_sync(0xffffffffu, first ? excl : excl + static_cast<int>(v0), src);
-  *count = __shfl_sync(0xffffffffu, static_cast<int>(first ? v0 : v1), src);
+  pick_crossing(v0, v1, hi, k_rem, pos, above, count);
 }
 
 template <int N>
@@ -191,13 +213,83 @@ struct ClusterHists {
 // After this CTA's histogram of one digit is complete in its threads: publishes it with its chunk
 // totals, and the bin of the cluster-wide histogram holding the k_rem-th key lands in *pick (every
 // thread may read it on return; it is rewritten only after the next cluster barrier). Block-wide,
-// every CTA of the cluster.
+// every CTA of the cluster. (The fused cluster merge's, and topk_cluster_kernel's for C <= 4.)
 __device__ __forceinline__ void cluster_digit(int C, const uint32_t* hist, uint32_t* csum, int nbins, int k_rem,
                                               ClusterPick* pick) {
   __syncthreads();
   cluster_chunk_sums(hist, csum, nbins);
   cluster_sync();
   if (threadIdx.x < 32) cluster_pick(C, hist, csum, nbins, k_rem, pick);
+  __syncthreads();
+}
+
+// Every CTA's 64-bin chunk totals of each digit, pushed into every CTA of the cluster before the
+// digit's cluster barrier (so the first step of the pick reads local shared memory), and the bins
+// of the chosen chunk, copied from each CTA after it.
+struct ClusterPickShared {
+  uint32_t csum[3][kClusterMaxCtas][kClusterChunk];  // [digit][source rank][chunk]
+  uint32_t bins[kClusterMaxCtas][kClusterChunk];     // [source rank][bin of the chosen chunk]
+};
+
+// After this CTA's histogram of digit d (0, 1, 2; nbins = 4096 or 1024 bins) is complete in its
+// threads: pushes its chunk totals to every CTA, and after the cluster barrier the bin of the
+// cluster-wide histogram holding the k_rem-th key lands in *pick (every thread may read it on
+// return; it is rewritten only after the next cluster barrier). Block-wide, every CTA of the
+// cluster. Remote reads: one round (the chosen chunk's bins, warp w < C reading CTA w), where
+// reading the totals too took a second round (H200, 1 x 64K, %globaltimer: ~1.4-1.6 us per pick).
+// d = 0 first waits on the cluster barrier the kernel arrived on at its start: no CTA writes to
+// another's shared memory before every CTA of the cluster is running.
+__device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const uint32_t* hist, int nbins,
+                                                   int k_rem, ClusterPick* pick, ClusterPickShared& ps) {
+  __syncthreads();
+  if (d == 0) cluster_wait();
+  {
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
+      const uint32_t s = chunk_total(hist, t);
+      const int sub = t & 15;  // lane q < C of the 16 holding chunk t / 16 pushes it to CTA q
+      if (sub < C) dsmem_st(dsmem_addr(&ps.csum[d][rank][t >> 4], sub), s);
+    }
+  }
+  cluster_sync();
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int nch = nbins / kClusterChunk;  // 64 or 16
+  if (warp == 0) {
+    const int hi = nch - 1 - 2 * lane;
+    uint32_t v0 = 0, v1 = 0;
+    for (int q = 0; q < C; ++q) {
+      v0 += hi >= 0 ? ps.csum[d][q][hi] : 0u;
+      v1 += hi >= 1 ? ps.csum[d][q][hi - 1] : 0u;
+    }
+    int ch, above, count;
+    pick_crossing(v0, v1, hi, k_rem, &ch, &above, &count);
+    if (lane == 0) {
+      pick->bin = static_cast<uint32_t>(ch);
+      pick->above = above;
+    }
+  }
+  __syncthreads();
+  const int ch = static_cast<int>(pick->bin), above = pick->above;
+  if (warp < C) {
+    const uint32_t ra = dsmem_addr(hist, warp) + 4u * static_cast<uint32_t>(ch * kClusterChunk);
+    for (int i = lane; i < kClusterChunk; i += 32) ps.bins[warp][i] = dsmem_ld(ra + 4u * static_cast<uint32_t>(i));
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int hi = kClusterChunk - 1 - 2 * lane;
+    uint32_t v0 = 0, v1 = 0;
+    for (int q = 0; q < C; ++q) {
+      v0 += ps.bins[q][hi];
+      v1 += ps.bins[q][hi - 1];
+    }
+    int bin, above2, count;
+    pick_crossing(v0, v1, hi, k_rem - above, &bin, &above2, &count);
+    if (lane == 0) {
+      pick->bin = static_cast<uint32_t>(ch * kClusterChunk + bin);
+      pick->above = above + above2;
+      pick->count = count;
+    }
+  }
   __syncthreads();
 }
 #endif
@@ -214,6 +306,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   namespace cg = cooperative_groups;
   __shared__ TopkShared sh;
   __shared__ ClusterPick pick;
+  __shared__ ClusterPickShared ps;
   const cg::cluster_group cluster = cg::this_cluster();
   const int c = static_cast<int>(cluster.block_rank());
   const int C = static_cast<int>(cluster.num_blocks());
@@ -230,6 +323,19 @@ __global__ void __launch_bounds__(kTopkThreads)
     if (c == 0) finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
     return;
   }
+  // Clusters of more than 4 CTAs push their chunk totals (cluster_digit_push); smaller ones pull
+  // them (cluster_digit), each where it measured faster (H200, topk, k = 2048, pull -> push: 1 x
+  // 64K (C = 8) 13.5-13.6 -> 13.4, 8 x 64K 16.8 -> 16.4, 5 x 40000 (C = 5) 16.1 -> 15.3 us; but
+  // 1 x 16K (C = 2) 11.5 -> 12.0-12.35, 1 x 32K (C = 4) 12.0-12.1 -> 12.5-12.6; BENCHMARKS.md).
+  const bool push = C > 4;  // uniform over the cluster
+  if (push) cluster_arrive();  // waited on before the first push to another CTA
+  const auto digit = [&](int d, const uint32_t* hist, uint32_t* csum, int nbins, int k_rem) {
+    if (push) {
+      cluster_digit_push(C, c, d, hist, nbins, k_rem, &pick, ps);
+    } else {
+      cluster_digit(C, hist, csum, nbins, k_rem, &pick);
+    }
+  };
   h.zero();
   const int base = c * V * kTopkThreads + tid * V;
   uint32_t key[V];
@@ -239,12 +345,12 @@ __global__ void __launch_bounds__(kTopkThreads)
   run_digit<20, 12>(key, base, len, 0u, act, bin);
   __syncthreads();  // histograms zeroed
   hist_add_v<V>(h.hist1, bin, act);
-  cluster_digit(C, h.hist1, h.csum1, kBins1, k, &pick);
+  digit(0, h.hist1, h.csum1, kBins1, k);
   const uint32_t b1 = pick.bin;
   int k_rem = k - pick.above;
   run_digit<10, 10>(key, base, len, b1, act, bin);
   hist_add_v<V>(h.hist2, bin, act);
-  cluster_digit(C, h.hist2, h.csum2, kBins2, k_rem, &pick);
+  digit(1, h.hist2, h.csum2, kBins2, k_rem);
   const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
   k_rem -= pick.above;
   // As in topk_small_kernel: the whole 22-bit bin needed skips the third digit (uniform).
@@ -257,7 +363,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   } else {
     run_digit<0, 10>(key, base, len, p2, act, bin);
     hist_add_v<V>(h.hist3, bin, act);
-    cluster_digit(C, h.hist3, h.csum3, kBins2, k_rem, &pick);
+    digit(2, h.hist3, h.csum3, kBins2, k_rem);
     T_key = (p2 << 10) | pick.bin;
     need = k_rem - pick.above;
   }
