@@ -31,7 +31,7 @@ int topk_usage(int rc = 2) {
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--sampled-min N] [--sampled-rows N]\n"
-      "                         [--sampled-select window|radix]\n"
+      "                         [--sampled-select window|radix] [--sampled-bytes 32|64]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
       "                         --cluster-max N: cluster kernel (sm_90+) for rows of 8K..64K when the\n"
@@ -40,7 +40,8 @@ int topk_usage(int rc = 2) {
       "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
       "                         for rows of width N .. 256K when there are at least that many rows,\n"
       "                         --sampled-min 0: never; --sampled-select: its selection over the\n"
-      "                         candidates)\n"
+      "                         candidates; --sampled-bytes: bytes per thread and stream tile, default\n"
+      "                         64 up to one row per SM, else 32)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
@@ -77,6 +78,8 @@ int run_topk(const std::vector<std::string>& args) {
       cuda::topk_tuning().cluster_max_ctas = std::atoi(args[++i].c_str());
     } else if (a == "--sampled-min" && has_next) {
       cuda::topk_tuning().sampled_min_width = std::atoi(args[++i].c_str());
+    } else if (a == "--sampled-bytes" && has_next) {
+      cuda::topk_tuning().sampled_bytes = std::atoi(args[++i].c_str());
     } else if (a == "--sampled-rows" && has_next) {
       cuda::topk_tuning().sampled_min_rows = std::atoi(args[++i].c_str());
     } else if (a == "--sampled-select" && has_next) {
@@ -164,8 +167,8 @@ int run_topk(const std::vector<std::string>& args) {
         std::snprintf(plan_str, sizeof(plan_str), "filter: %d tiles of %d%s", plan.f_tiles, 512 * plan.f_per,
                       plan.f_digit2 ? ", 2 digits" : "");
       } else if (plan.sampled) {
-        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates, %s",
-                      plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select");
+        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates, %s, %d B/thread",
+                      plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select", plan.s_bytes);
       } else if (plan.cluster > 0) {
         std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d keys per thread", plan.cluster,
                       plan.small_v);

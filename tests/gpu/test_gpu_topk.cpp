@@ -657,9 +657,15 @@ struct SampledEverywhere : TopkTuningScope {
   }
 };
 
-TEST(GpuTopk, SampledKernelRows) {
+// Both stream widths (TopkPlan::s_bytes: 64 bytes per thread and tile, the default for these
+// calls of at most one row per SM, and 32, what more rows take).
+class GpuTopkSampled : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuTopkSampled, KernelRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   SampledEverywhere on;
+  cuda::topk_tuning().sampled_bytes = GetParam();
+  ASSERT_EQ(device_plan(40, 40000, 2048).s_bytes, GetParam());
   Rng rng(51);
   {  // lengths around k and the capacity, random starts (unaligned rows), values, repeats
     Case c;
@@ -744,6 +750,9 @@ TEST(GpuTopk, SampledKernelRows) {
     run_case(c, normals(rng, c.rows * c.width), {}, 5300 + k);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(StreamBytes, GpuTopkSampled, ::testing::Values(64, 32),
+                         [](const ::testing::TestParamInfo<int>& p) { return "bytes" + std::to_string(p.param); });
 
 // The sampled kernel's two selections over its candidates: the window digits (over key - the
 // threshold) and the top-12-bit radix digits. Rows that end each window level: normals (the k-th

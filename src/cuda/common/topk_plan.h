@@ -53,6 +53,7 @@ struct TopkPlan {
   bool sampled = false;
   int s_mcap = 0;         // candidates a row's CTA holds
   bool s_window = true;   // window_threshold selects f32 rows (else, and bf16, the top-12-bit digits)
+  int s_bytes = 64;       // bytes per thread and stream tile: 32 or 64 (8 / 16 f32, 16 / 32 bf16 states)
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
@@ -100,6 +101,13 @@ struct TopkTuning {
   // same run (radix / window, us): 256 x 64K 48.2 / 46.1, 1024 x 64K 147.0 / 144.8, 128 x 128K
   // 48.2 / 46.8.
   bool sampled_window = true;
+  // Bytes each thread of the sampled kernel loads per stream tile (one tile's loads in flight per
+  // CTA): 0 picks 64 (16 f32 / 32 bf16 states) when the call has at most one row per SM and 32
+  // otherwise; 32 or 64 forces one (bench topk --sampled-bytes). H200, k = 2048, f32, same run
+  // (64 / 32 bytes, us): 64 x 64K 25.9 / 26.7, 128 x 64K 30.7 / 31.1, 64 x 128K 39.9 / 41.9,
+  // 160 x 64K 42.9 / 39.7, 256 x 64K 45.8 / 43.1, 1024 x 64K 143.1 / 135.5, 256 x 128K 67.8 /
+  // 62.9; bf16 128 x 64K 24.5 / 24.9, 1024 x 64K 119.9 / 117.7 (16 bytes: slower everywhere).
+  int sampled_bytes = 0;
 };
 TopkTuning& topk_tuning();
 

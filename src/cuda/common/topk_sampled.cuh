@@ -17,7 +17,7 @@
 //      fewer than k only when the sample is 4 standard deviations off (more often when the scores
 //      of neighbouring states within a sector are alike). Rows of len <= mcap skip the sample:
 //      every state is a candidate.
-//   2. stream: tiles of 1024 threads x 16 consecutive states (64 or 32 bytes) each; a block
+//   2. stream: tiles of 1024 threads x E consecutive states (32 or 64 bytes) each; a block
 //      scan per tile (one barrier) appends the tile's candidates in position order.
 //   3. select: f32 rows: radix digits over key - (the threshold), whose first level spreads the
 //      candidates over 4096 bins (window_threshold); bf16 rows: the block radix select of
@@ -41,7 +41,10 @@ namespace dsattn {
 namespace cuda {
 namespace topk_detail {
 
-constexpr int kSampledElems = 16;              // consecutive states per thread and tile
+// The stream's states per thread and tile (E, a template parameter) come from the plan's bytes
+// per thread (TopkPlan::s_bytes: 32 or 64). Each CTA keeps one tile's loads in flight: 64 bytes
+// per thread (64 KiB per CTA) stream faster with one CTA per SM, and 32 bytes with two
+// (TopkTuning::sampled_bytes has the H200 figures).
 constexpr int kSampledMinMcap = 8192;          // candidate capacity, at least 4 round_up(k, 4)
 // Plan limits: rows at least 8 round_up(k, 4) wide (narrower rows gain nothing from the filter)
 // and at most 256K wide (set for the earlier 2048-state sample, which overshot the candidate
@@ -171,12 +174,12 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
 // conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
 // The stream's code is register-bound (two CTAs of 1024 threads per SM: 32 registers): keys and
 // their maximum computed here made the kernel spill and cost 12 % at 1024 x 64K (H200).
-template <typename T>
+template <typename T, int E>
 __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
                                               int* cand_pos, SampledShared& ss) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
-  constexpr int kVecs = kSampledElems / V;             // vectors per thread and tile
-  constexpr int E = kSampledElems;                     // consecutive elements per thread and tile
+  constexpr int kVecs = E / V;                         // vectors per thread and tile
+  static_assert(E % V == 0 && E <= 32, "sampled_stream: E is a multiple of the vector, at most 32");
   constexpr int kTile = E * kTopkThreads;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const T* abase = g.abase;
@@ -192,7 +195,7 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
 #pragma unroll
       for (int u = 0; u < kVecs; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(abase + a0) + u);
       if (all) {
-        f = (1u << E) - 1u;
+        f = E == 32 ? 0xffffffffu : (1u << (E & 31)) - 1u;
       } else {
 #pragma unroll
         for (int j = 0; j < E; ++j) f |= (to_float(e[j]) >= thr ? 1u : 0u) << j;
@@ -347,8 +350,9 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
 #endif
 
 // grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kWindow:
-// window_threshold selects (else the top-12-bit radix digits of select_topk_by).
-template <typename T, bool kWindow>
+// window_threshold selects (else the top-12-bit radix digits of select_topk_by); kElems: states
+// per thread and tile of the stream.
+template <typename T, bool kWindow, int kElems>
 __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
@@ -373,7 +377,7 @@ __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
   uint32_t lo = 0u;
   if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
-  if (all || lo != 0u) n = sampled_stream(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+  if (all || lo != 0u) n = sampled_stream<T, kElems>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
   if (n >= k) {
     const auto pos_of = [&](int i) { return cand_pos[i]; };
     if (kWindow) {
