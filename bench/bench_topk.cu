@@ -38,7 +38,8 @@ int topk_usage(int rc = 2) {
       "                         call needs at most N CTAs (one per 8192 positions), 0: never;\n"
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
       "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
-      "                         for rows of width N .. 256K when there are at least that many rows,\n"
+      "                         for rows of width N .. 256K when there are at least that many rows\n"
+      "                         (per 64K of width for wider rows),\n"
       "                         --sampled-min 0: never; --sampled-select: its selection over the\n"
       "                         candidates; --sampled-bytes: bytes per thread and stream tile, default\n"
       "                         64 up to one row per SM, else 32)\n"
@@ -46,6 +47,48 @@ int topk_usage(int rc = 2) {
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
   return rc;
+}
+
+// The top-k plan flags (topk_usage), shared by bench topk and bench indexer --fused (whose logits
+// route runs topk's plans). Returns 1 when args[*i] was one (consuming its value), 0 when it is not
+// one, -1 when its value is bad.
+int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
+  const std::string& a = args[*i];
+  if (*i + 1 >= args.size()) return 0;
+  const std::string& v = args[*i + 1];
+  cuda::TopkTuning& t = cuda::topk_tuning();
+  if (a == "--max-direct") {
+    t.max_direct = std::atoi(v.c_str());
+  } else if (a == "--min-chunk") {
+    t.min_chunk = std::atoi(v.c_str());
+  } else if (a == "--cluster-max") {
+    t.cluster_max_ctas = std::atoi(v.c_str());
+  } else if (a == "--sampled-min") {
+    t.sampled_min_width = std::atoi(v.c_str());
+  } else if (a == "--sampled-bytes") {
+    t.sampled_bytes = std::atoi(v.c_str());
+    if (t.sampled_bytes != 32 && t.sampled_bytes != 64) {
+      std::fprintf(stderr, "bench: --sampled-bytes expects 32 or 64, got %s\n", v.c_str());
+      return -1;
+    }
+  } else if (a == "--sampled-rows") {
+    t.sampled_min_rows = t.sampled_min_rows_wide = std::atoi(v.c_str());
+  } else if (a == "--sampled-select") {
+    if (v != "window" && v != "radix") {
+      std::fprintf(stderr, "bench: --sampled-select expects window or radix, got %s\n", v.c_str());
+      return -1;
+    }
+    t.sampled_window = v == "window";
+  } else if (a == "--small-max") {
+    t.small_max_width = std::atoi(v.c_str());
+  } else if (a == "--filter-min") {
+    t.filter_min_width = std::atoi(v.c_str());
+    t.filter_max_rows = 0;  // any number of rows
+  } else {
+    return 0;
+  }
+  ++*i;
+  return 1;
 }
 
 }  // namespace
@@ -70,30 +113,8 @@ int run_topk(const std::vector<std::string>& args) {
       sorted = true;
     } else if (a == "--no-flush") {
       flush = false;
-    } else if (a == "--max-direct" && has_next) {
-      cuda::topk_tuning().max_direct = std::atoi(args[++i].c_str());
-    } else if (a == "--min-chunk" && has_next) {
-      cuda::topk_tuning().min_chunk = std::atoi(args[++i].c_str());
-    } else if (a == "--cluster-max" && has_next) {
-      cuda::topk_tuning().cluster_max_ctas = std::atoi(args[++i].c_str());
-    } else if (a == "--sampled-min" && has_next) {
-      cuda::topk_tuning().sampled_min_width = std::atoi(args[++i].c_str());
-    } else if (a == "--sampled-bytes" && has_next) {
-      cuda::topk_tuning().sampled_bytes = std::atoi(args[++i].c_str());
-    } else if (a == "--sampled-rows" && has_next) {
-      cuda::topk_tuning().sampled_min_rows = std::atoi(args[++i].c_str());
-    } else if (a == "--sampled-select" && has_next) {
-      const std::string v = args[++i];
-      if (v != "window" && v != "radix") {
-        std::fprintf(stderr, "bench topk: --sampled-select expects window or radix, got %s\n", v.c_str());
-        return topk_usage();
-      }
-      cuda::topk_tuning().sampled_window = v == "window";
-    } else if (a == "--small-max" && has_next) {
-      cuda::topk_tuning().small_max_width = std::atoi(args[++i].c_str());
-    } else if (a == "--filter-min" && has_next) {
-      cuda::topk_tuning().filter_min_width = std::atoi(args[++i].c_str());
-      cuda::topk_tuning().filter_max_rows = 0;  // any number of rows
+    } else if (int t = parse_topk_tuning(args, &i); t != 0) {
+      if (t < 0) return topk_usage();
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--bf16") {
@@ -239,14 +260,16 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 int fused_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N] [--seed N]\n"
-      "                                    [--len N] [--shape BxCTXxNxSxHxD ...]\n"
+      "                                    [--len N] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
       "    the context, so the best states crowd at its end (start); default random\n"
       "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
-      "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n");
+      "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n"
+      "  top-k plan flags: those of bench topk (--cluster-max N, --sampled-bytes 32|64, ...), for the\n"
+      "    unfused top-k and the logits route\n");
   return rc;
 }
 
@@ -291,6 +314,8 @@ int run_fused(const std::vector<std::string>& args) {
                      o.c_str());
         return 2;
       }
+    } else if (int t = parse_topk_tuning(args, &i); t != 0) {
+      if (t < 0) return fused_usage();
     } else if (a == "--shape" && has_next) {
       FusedShape f{};
       if (std::sscanf(args[++i].c_str(), "%dx%dx%dx%dx%dx%d", &f.B, &f.ctx, &f.N, &f.S, &f.H, &f.D) != 6) {

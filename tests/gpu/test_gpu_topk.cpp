@@ -653,6 +653,7 @@ struct SampledEverywhere : TopkTuningScope {
   SampledEverywhere() {
     cuda::topk_tuning().sampled_min_width = 1;
     cuda::topk_tuning().sampled_min_rows = 1;
+    cuda::topk_tuning().sampled_min_rows_wide = 1;
     cuda::topk_tuning().cluster_max_ctas = 0;
   }
 };

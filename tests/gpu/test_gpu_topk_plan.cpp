@@ -138,8 +138,8 @@ TEST(GpuTopkPlan, ClusterPolicy) {
 }
 
 TEST(GpuTopkPlan, SampledPolicy) {
-  // Default: rows the split plan would chunk, at least 32 of them per 64K of width, 16K..256K wide
-  // (and >= 8 kc).
+  // Default: rows the split plan would chunk, 16K..256K wide (and >= 8 kc), at least 16 of them
+  // up to 64K positions and 20 per 64K of width beyond.
   TopkPlan p;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200Cluster, &p).ok());
   EXPECT_TRUE(p.sampled);
@@ -152,18 +152,24 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(128, 131072, 4096, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_EQ(p.s_mcap, 16384);
-  ASSERT_TRUE(plan_topk(64, 131072, 2048, kH200, &p).ok());  // 32 rows per 64K of width
+  ASSERT_TRUE(plan_topk(40, 131072, 2048, kH200, &p).ok());  // 20 rows per 64K of width
   EXPECT_TRUE(p.sampled);
-  ASSERT_TRUE(plan_topk(63, 131072, 2048, kH200, &p).ok());
+  ASSERT_TRUE(plan_topk(39, 131072, 2048, kH200, &p).ok());
+  EXPECT_FALSE(p.sampled);
+  ASSERT_TRUE(plan_topk(16, 65536, 2048, kH200, &p).ok());  // 16 rows up to 64K
+  EXPECT_TRUE(p.sampled);
+  ASSERT_TRUE(plan_topk(60, 196608, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.sampled);
+  ASSERT_TRUE(plan_topk(59, 196608, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);
   ASSERT_TRUE(plan_topk(96, 196608, 2048, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
-  // Not: rows that fit one CTA (direct), fewer than 32 rows, narrower than 8 kc or wider than 256K,
+  // Not: rows that fit one CTA (direct), fewer than 16 rows, narrower than 8 kc or wider than 256K,
   // k = 4096 in 99 KiB (160 KiB of candidates), or when disabled.
   ASSERT_TRUE(plan_topk(128, 32768, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);
   EXPECT_TRUE(p.direct);
-  ASSERT_TRUE(plan_topk(16, 65536, 2048, kH200, &p).ok());
+  ASSERT_TRUE(plan_topk(15, 65536, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);
   ASSERT_TRUE(plan_topk(64, 16384, 4096, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);

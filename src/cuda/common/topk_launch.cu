@@ -177,8 +177,10 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   if (C > 65535) return detail::not_implemented("topk", "rows of %lld are too long", static_cast<long long>(W));
   // Rows the split plan would break into chunks: one CTA per row with a sampled threshold instead
   // (reads each row once, no candidate buffers, no merge launch), when there are enough of them:
-  // sampled_min_rows per 64K positions of width, as one CTA's time grows with its row.
-  const int64_t min_rows = int64_t(std::max(1, tune.sampled_min_rows)) * std::max<int64_t>(1, ceil_div(W, 65536));
+  // sampled_min_rows of them up to 64K positions, sampled_min_rows_wide per 64K positions beyond
+  // (one CTA's time grows with its row).
+  const int64_t min_rows = W <= 65536 ? int64_t(std::max(1, tune.sampled_min_rows))
+                                      : int64_t(std::max(1, tune.sampled_min_rows_wide)) * ceil_div(W, 65536);
   if (C > 1 && tune.sampled_min_width > 0 && rows >= min_rows &&
       W >= tune.sampled_min_width && W >= int64_t(kSampledMinRatio) * plan->kc && W <= kSampledMaxWidth) {
     const int mcap = std::max(kSampledMinMcap, 4 * plan->kc);

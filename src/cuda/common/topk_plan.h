@@ -87,14 +87,16 @@ struct TopkTuning {
   // Rows the split plan would break into chunks (wider than one CTA's shared memory, or split to
   // fill the SMs), of sampled_min_width .. 256K positions and at least 8 round_up(k, 4), take the
   // sampled-threshold kernel (topk_sampled.cuh) when there are at least sampled_min_rows of them
-  // per 64K positions of width (one CTA per row: its time grows with the row); sampled_min_width
-  // = 0 disables it. H200, k = 2048, same run (sampled / split, us): 32 x 64K 26.1 / 35.4,
-  // 128 x 64K 32.2 / 47.1, 256 x 64K 47.9 / 87.3, 512 x 64K 81.5 / 161.9, 1024 x 64K 146 / 311,
-  // 128 x 128K 47.7 / 77.1, 64 x 16K 16.8 / 24.2. With the earlier 2048-state strided sample
-  // 32 x 128K lost (44.6 / 34.4), hence the rows-per-width rule (not re-measured since). Rows
-  // that fit one CTA stay direct (128 x 32K 20.5).
+  // (rows of at most 64K positions) or sampled_min_rows_wide per 64K positions of width (wider
+  // rows: one CTA per row, so its time grows with the row); sampled_min_width = 0 disables it.
+  // H200, k = 2048, f32, L2 flushed, same run (sampled / split, us): 16 x 64K 24.0 / 25.0,
+  // 20 x 64K 24.2 / 32.4, 28 x 64K 24.7 / 34.1, 32 x 128K 37.1 / 33.6, 24 x 128K 36.2 / 33.0,
+  // 48 x 128K 38.6 / 51.4, 16 x 256K 58.0 / 34.4, 32 x 256K 61.7 / 54.1; rows in L2 (the fused
+  // logits route): 16 x 64K 20.7 / 23.9, 32 x 128K 30.5 / 31.2. Earlier: 256 x 64K 47.9 / 87.3,
+  // 1024 x 64K 146 / 311. Rows that fit one CTA stay direct (128 x 32K 20.5).
   int sampled_min_width = 16384;
-  int sampled_min_rows = 32;
+  int sampled_min_rows = 16;
+  int sampled_min_rows_wide = 20;
   // The sampled kernel's selection over its candidates of f32 rows: digits over key - (the
   // threshold), window_threshold (true), or the top-12-bit radix digits (false; bench topk
   // --sampled-select). bf16 rows take the radix digits either way (topk_launch.cu). H200, k = 2048,
