@@ -31,7 +31,7 @@ int topk_usage(int rc = 2) {
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--sampled-min N] [--sampled-rows N]\n"
-      "                         [--sampled-select window|radix] [--sampled-bytes 32|64]\n"
+      "                         [--sampled-select window|radix] [--sampled-pipe 0|1]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
       "                         --cluster-max N: cluster kernel (sm_90+) for rows of 8K..64K when the\n"
@@ -41,8 +41,8 @@ int topk_usage(int rc = 2) {
       "                         for rows of width N .. 256K when there are at least that many rows\n"
       "                         (per 64K of width for wider rows),\n"
       "                         --sampled-min 0: never; --sampled-select: its selection over the\n"
-      "                         candidates; --sampled-bytes: bytes per thread and stream tile, default\n"
-      "                         64 up to one row per SM, else 32)\n"
+      "                         candidates; --sampled-pipe: its stream's loads a tile ahead, default\n"
+      "                         up to one row per SM)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
@@ -65,12 +65,12 @@ int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
     t.cluster_max_ctas = std::atoi(v.c_str());
   } else if (a == "--sampled-min") {
     t.sampled_min_width = std::atoi(v.c_str());
-  } else if (a == "--sampled-bytes") {
-    t.sampled_bytes = std::atoi(v.c_str());
-    if (t.sampled_bytes != 32 && t.sampled_bytes != 64) {
-      std::fprintf(stderr, "bench: --sampled-bytes expects 32 or 64, got %s\n", v.c_str());
+  } else if (a == "--sampled-pipe") {
+    if (v != "0" && v != "1") {
+      std::fprintf(stderr, "bench: --sampled-pipe expects 0 or 1, got %s\n", v.c_str());
       return -1;
     }
+    t.sampled_pipe = std::atoi(v.c_str());
   } else if (a == "--sampled-rows") {
     t.sampled_min_rows = t.sampled_min_rows_wide = std::atoi(v.c_str());
   } else if (a == "--sampled-select") {
@@ -188,8 +188,9 @@ int run_topk(const std::vector<std::string>& args) {
         std::snprintf(plan_str, sizeof(plan_str), "filter: %d tiles of %d%s", plan.f_tiles, 512 * plan.f_per,
                       plan.f_digit2 ? ", 2 digits" : "");
       } else if (plan.sampled) {
-        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates, %s, %d B/thread",
-                      plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select", plan.s_bytes);
+        std::snprintf(plan_str, sizeof(plan_str), "sampled threshold, one CTA per row, <= %d candidates, %s%s",
+                      plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select",
+                      plan.s_pipe ? ", loads a tile ahead" : "");
       } else if (plan.cluster > 0) {
         std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d keys per thread", plan.cluster,
                       plan.small_v);
@@ -268,7 +269,7 @@ int fused_usage(int rc = 2) {
       "    the context, so the best states crowd at its end (start); default random\n"
       "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
       "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n"
-      "  top-k plan flags: those of bench topk (--cluster-max N, --sampled-bytes 32|64, ...), for the\n"
+      "  top-k plan flags: those of bench topk (--cluster-max N, --sampled-pipe 0|1, ...), for the\n"
       "    unfused top-k and the logits route\n");
   return rc;
 }

@@ -658,15 +658,15 @@ struct SampledEverywhere : TopkTuningScope {
   }
 };
 
-// Both stream widths (TopkPlan::s_bytes: 64 bytes per thread and tile, the default for these
-// calls of at most one row per SM, and 32, what more rows take).
+// Both streams (TopkPlan::s_pipe: loads a tile ahead, the default for these calls of at most one
+// row per SM, and not, what more rows take).
 class GpuTopkSampled : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuTopkSampled, KernelRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   SampledEverywhere on;
-  cuda::topk_tuning().sampled_bytes = GetParam();
-  ASSERT_EQ(device_plan(40, 40000, 2048).s_bytes, GetParam());
+  cuda::topk_tuning().sampled_pipe = GetParam();
+  ASSERT_EQ(device_plan(40, 40000, 2048).s_pipe, GetParam() != 0);
   Rng rng(51);
   {  // lengths around k and the capacity, random starts (unaligned rows), values, repeats
     Case c;
@@ -752,8 +752,8 @@ TEST_P(GpuTopkSampled, KernelRows) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(StreamBytes, GpuTopkSampled, ::testing::Values(64, 32),
-                         [](const ::testing::TestParamInfo<int>& p) { return "bytes" + std::to_string(p.param); });
+INSTANTIATE_TEST_SUITE_P(Stream, GpuTopkSampled, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& p) { return p.param ? "ahead" : "inline"; });
 
 // The sampled kernel's two selections over its candidates: the window digits (over key - the
 // threshold) and the top-12-bit radix digits. Rows that end each window level: normals (the k-th

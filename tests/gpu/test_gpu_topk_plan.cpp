@@ -179,24 +179,24 @@ TEST(GpuTopkPlan, SampledPolicy) {
   EXPECT_FALSE(p.sampled);
   ASSERT_TRUE(plan_topk(64, 131072, 2048, kSm120, &p).ok());
   EXPECT_TRUE(p.sampled);  // 80 KiB fits the 99 KiB budget
-  EXPECT_EQ(p.s_bytes, 64);
-  // The stream's bytes per thread and tile: 64 up to one row per SM, 32 beyond.
+  EXPECT_TRUE(p.s_pipe);
+  // The stream's loads a tile ahead up to one row per SM, not beyond.
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200Cluster, &p).ok());
-  EXPECT_EQ(p.s_bytes, 32);
+  EXPECT_FALSE(p.s_pipe);
   ASSERT_TRUE(plan_topk(132, 65536, 2048, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
-  EXPECT_EQ(p.s_bytes, 64);
+  EXPECT_TRUE(p.s_pipe);
   ASSERT_TRUE(plan_topk(133, 65536, 2048, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
-  EXPECT_EQ(p.s_bytes, 32);
+  EXPECT_FALSE(p.s_pipe);
   ASSERT_TRUE(plan_topk(188, 65536, 2048, kSm120, &p).ok());
   EXPECT_TRUE(p.sampled);
-  EXPECT_EQ(p.s_bytes, 64);
+  EXPECT_TRUE(p.s_pipe);
   testing_gpu::TopkTuningScope scope;
-  cuda::topk_tuning().sampled_bytes = 32;
+  cuda::topk_tuning().sampled_pipe = 0;
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p).ok());
-  EXPECT_EQ(p.s_bytes, 32);
-  cuda::topk_tuning().sampled_bytes = 0;
+  EXPECT_FALSE(p.s_pipe);
+  cuda::topk_tuning().sampled_pipe = -1;
   cuda::topk_tuning().sampled_min_width = 0;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);

@@ -190,7 +190,7 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
       plan->sampled = true;
       plan->s_mcap = mcap;
       plan->s_window = tune.sampled_window;
-      plan->s_bytes = tune.sampled_bytes > 0 ? tune.sampled_bytes : (rows <= lim.num_sms ? 64 : 32);
+      plan->s_pipe = tune.sampled_pipe >= 0 ? tune.sampled_pipe != 0 : rows <= lim.num_sms;
       plan->smem_final = smem;
       plan->workspace_bytes = 0;
       return Status::Ok();
@@ -263,18 +263,9 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
   if (plan.sampled) {
     // bf16 keeps the radix digits: its keys' low 16 bits never vary, so only 1 in 16 of the
     // window's bins can hold keys (H200, k = 2048: 1024 x 64K 123.7 us radix, 126.0 window).
-    // kElems: the stream's states per thread and tile, plan.s_bytes / sizeof(T).
-    void (*kern)(const T*, int64_t, TopkRowBounds, int, int, int, bool, TopkOutputs) = nullptr;
+    auto kern = plan.s_pipe ? topk_sampled_kernel<T, false, true> : topk_sampled_kernel<T, false, false>;
     if constexpr (sizeof(T) == 4) {
-      if (plan.s_bytes == 32) kern = plan.s_window ? topk_sampled_kernel<T, true, 8> : topk_sampled_kernel<T, false, 8>;
-      if (plan.s_bytes == 64) kern = plan.s_window ? topk_sampled_kernel<T, true, 16> : topk_sampled_kernel<T, false, 16>;
-    } else {
-      if (plan.s_bytes == 32) kern = topk_sampled_kernel<T, false, 16>;
-      if (plan.s_bytes == 64) kern = topk_sampled_kernel<T, false, 32>;
-    }
-    if (kern == nullptr) {
-      return detail::not_implemented(op, "sampled top-k: stream bytes per thread and tile expected 32 or 64, got %d",
-                                     plan.s_bytes);
+      if (plan.s_window) kern = plan.s_pipe ? topk_sampled_kernel<T, true, true> : topk_sampled_kernel<T, true, false>;
     }
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
     // Two CTAs per SM need the largest shared-memory carveout (a hint; the default may pick less).

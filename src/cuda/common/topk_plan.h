@@ -53,7 +53,7 @@ struct TopkPlan {
   bool sampled = false;
   int s_mcap = 0;         // candidates a row's CTA holds
   bool s_window = true;   // window_threshold selects f32 rows (else, and bf16, the top-12-bit digits)
-  int s_bytes = 64;       // bytes per thread and stream tile: 32 or 64 (8 / 16 f32, 16 / 32 bf16 states)
+  bool s_pipe = false;    // the stream issues the next tile's loads before this tile's scan
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
@@ -103,13 +103,16 @@ struct TopkTuning {
   // same run (radix / window, us): 256 x 64K 48.2 / 46.1, 1024 x 64K 147.0 / 144.8, 128 x 128K
   // 48.2 / 46.8.
   bool sampled_window = true;
-  // Bytes each thread of the sampled kernel loads per stream tile (one tile's loads in flight per
-  // CTA): 0 picks 64 (16 f32 / 32 bf16 states) when the call has at most one row per SM and 32
-  // otherwise; 32 or 64 forces one (bench topk --sampled-bytes). H200, k = 2048, f32, same run
-  // (64 / 32 bytes, us): 64 x 64K 25.9 / 26.7, 128 x 64K 30.7 / 31.1, 64 x 128K 39.9 / 41.9,
-  // 160 x 64K 42.9 / 39.7, 256 x 64K 45.8 / 43.1, 1024 x 64K 143.1 / 135.5, 256 x 128K 67.8 /
-  // 62.9; bf16 128 x 64K 24.5 / 24.9, 1024 x 64K 119.9 / 117.7 (16 bytes: slower everywhere).
-  int sampled_bytes = 0;
+  // The sampled kernel's stream (32 bytes per thread and tile: 8 f32 / 16 bf16 states): -1 issues
+  // the next tile's loads before the current tile's scan when the call has at most one row per SM
+  // (one CTA per SM; the fused op's logits route, whose rows are in L2, never does); 0 / 1 forces
+  // (bench topk --sampled-pipe). H200, k = 2048, same run, L2 flushed (64 bytes per thread, the
+  // previous default up to one row per SM / 32 pipelined / 32 not), us: f32 64 x 64K 26.1 / 24.8
+  // / 26.8-27.7, 128 x 64K 30.9 / 27.7 / 31.2, 128 x 128K 46.3 / 40.4 / 48.9, 32 x 32K 18.7 /
+  // 18.1 / 18.9; 1024 x 64K 143.8 / 139.0 / 135.0, 256 x 128K 68.2 / 66.5 / 62.7; bf16 128 x 64K
+  // 25.2 / 24.0 / 25.2. Rows in L2 (--no-flush): 64 x 64K 21.0 / 21.6 / 20.2, 32 x 32K 16.0 /
+  // 16.1 / 15.5. 16 and 48 bytes per thread, and 64 bytes pipelined (spills), were slower.
+  int sampled_pipe = -1;
 };
 TopkTuning& topk_tuning();
 

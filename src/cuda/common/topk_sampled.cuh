@@ -17,8 +17,9 @@
 //      fewer than k only when the sample is 4 standard deviations off (more often when the scores
 //      of neighbouring states within a sector are alike). Rows of len <= mcap skip the sample:
 //      every state is a candidate.
-//   2. stream: tiles of 1024 threads x E consecutive states (32 or 64 bytes) each; a block
-//      scan per tile (one barrier) appends the tile's candidates in position order.
+//   2. stream: tiles of 1024 threads x E consecutive states (32 bytes) each; a block scan per
+//      tile (one barrier) appends the tile's candidates in position order; the next tile's loads
+//      are issued before it when the SM runs only this CTA.
 //   3. select: f32 rows: radix digits over key - (the threshold), whose first level spreads the
 //      candidates over 4096 bins (window_threshold); bf16 rows: the block radix select of
 //      topk_kernel.cuh over the n candidates (k <= n <= mcap). Then the ordered write and
@@ -41,10 +42,11 @@ namespace dsattn {
 namespace cuda {
 namespace topk_detail {
 
-// The stream's states per thread and tile (E, a template parameter) come from the plan's bytes
-// per thread (TopkPlan::s_bytes: 32 or 64). Each CTA keeps one tile's loads in flight: 64 bytes
-// per thread (64 KiB per CTA) stream faster with one CTA per SM, and 32 bytes with two
-// (TopkTuning::sampled_bytes has the H200 figures).
+// The stream: 32 bytes per thread and tile (8 f32 / 16 bf16 states; 64 bytes streamed slower with
+// two CTAs per SM). With one CTA per SM (TopkPlan::s_pipe) the next tile's loads go out before
+// the current tile's scan, barrier and stores; with two they do not (TopkTuning::sampled_pipe has
+// the H200 figures).
+constexpr int kSampledStreamBytes = 32;
 constexpr int kSampledMinMcap = 8192;          // candidate capacity, at least 4 round_up(k, 4)
 // Plan limits: rows at least 8 round_up(k, 4) wide (narrower rows gain nothing from the filter)
 // and at most 256K wide (set for the earlier 2048-state sample, which overshot the candidate
@@ -174,7 +176,7 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
 // conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
 // The stream's code is register-bound (two CTAs of 1024 threads per SM: 32 registers): keys and
 // their maximum computed here made the kernel spill and cost 12 % at 1024 x 64K (H200).
-template <typename T, int E>
+template <typename T, int E, bool kPipe>
 __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
                                               int* cand_pos, SampledShared& ss) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
@@ -184,16 +186,32 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const T* abase = g.abase;
   const int mis = g.mis, span = g.span;
+  // A tile's loads: whole vectors where the thread's E states lie in the row (all but two threads
+  // per row), else state by state (zeros outside).
+  const auto load = [&](int t0, uint4 (&r)[kVecs]) {
+    const int a0 = t0 + tid * E;
+    if (a0 >= mis && a0 + E <= span) {
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) r[u] = __ldg(reinterpret_cast<const uint4*>(abase + a0) + u);
+    } else {
+      T* e = reinterpret_cast<T*>(r);
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        const bool in = a0 + j >= mis && a0 + j < span;
+        e[j] = in ? abase[a0 + j] : T(0.0f);
+      }
+    }
+  };
   int n = 0;
   int parity = 0;
+  uint4 raw[kVecs];
+  if (kPipe && span > 0) load(0, raw);
   for (int t0 = 0; t0 < span; t0 += kTile, parity ^= 1) {
     const int a0 = t0 + tid * E;
-    uint4 raw[kVecs];
-    T* e = reinterpret_cast<T*>(raw);
+    if (!kPipe) load(t0, raw);
+    const T* e = reinterpret_cast<const T*>(raw);
     unsigned f = 0u;
-    if (a0 >= mis && a0 + E <= span) {  // every element in the row (all but two threads per row)
-#pragma unroll
-      for (int u = 0; u < kVecs; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(abase + a0) + u);
+    if (a0 >= mis && a0 + E <= span) {
       if (all) {
         f = E == 32 ? 0xffffffffu : (1u << (E & 31)) - 1u;
       } else {
@@ -204,10 +222,12 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
 #pragma unroll
       for (int j = 0; j < E; ++j) {
         const bool in = a0 + j >= mis && a0 + j < span;
-        e[j] = in ? abase[a0 + j] : T(0.0f);
         if (in && (all || to_float(e[j]) >= thr)) f |= 1u << j;
       }
     }
+    // kPipe: the next tile's loads go out before this tile's scan, barrier and stores.
+    uint4 nxt[kVecs];
+    if (kPipe && t0 + kTile < span) load(t0 + kTile, nxt);
     const int c = __popc(f);
     const int incl = warp_inclusive_scan(c);
     if (lane == 31) ss.cnt[parity][warp] = incl;
@@ -231,6 +251,10 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
       }
     }
     n += total;
+    if (kPipe) {
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) raw[u] = nxt[u];
+    }
     // No barrier: the next tile writes the other parity's counts, and its barrier comes before
     // the tile after it rewrites these.
   }
@@ -350,9 +374,9 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
 #endif
 
 // grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kWindow:
-// window_threshold selects (else the top-12-bit radix digits of select_topk_by); kElems: states
-// per thread and tile of the stream.
-template <typename T, bool kWindow, int kElems>
+// window_threshold selects (else the top-12-bit radix digits of select_topk_by); kPipe: the
+// stream's loads run a tile ahead.
+template <typename T, bool kWindow, bool kPipe>
 __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
@@ -377,7 +401,7 @@ __global__ void __launch_bounds__(kTopkThreads, DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
   uint32_t lo = 0u;
   if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
-  if (all || lo != 0u) n = sampled_stream<T, kElems>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+  if (all || lo != 0u) n = sampled_stream<T, kSampledStreamBytes / static_cast<int>(sizeof(T)), kPipe>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
   if (n >= k) {
     const auto pos_of = [&](int i) { return cand_pos[i]; };
     if (kWindow) {
