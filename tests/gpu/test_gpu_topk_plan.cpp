@@ -192,10 +192,16 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(188, 65536, 2048, kSm120, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_TRUE(p.s_pipe);
+  ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p, /*rows_in_l2=*/true).ok());  // the fused logits route
+  EXPECT_TRUE(p.sampled);
+  EXPECT_FALSE(p.s_pipe);
   testing_gpu::TopkTuningScope scope;
   cuda::topk_tuning().sampled_pipe = 0;
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.s_pipe);
+  cuda::topk_tuning().sampled_pipe = 1;  // forcing wins over rows_in_l2
+  ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p, /*rows_in_l2=*/true).ok());
+  EXPECT_TRUE(p.s_pipe);
   cuda::topk_tuning().sampled_pipe = -1;
   cuda::topk_tuning().sampled_min_width = 0;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());

@@ -143,7 +143,7 @@ Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& 
   return plan_levels(rows, cand_n, plan);
 }
 
-Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan) {
+Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan, bool rows_in_l2) {
   DSATTN_RETURN_IF_ERROR(plan_common(k, lim, plan));
   const int64_t W = std::max<int64_t>(width, 0);
   const TopkTuning& tune = topk_tuning();
@@ -190,7 +190,9 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
       plan->sampled = true;
       plan->s_mcap = mcap;
       plan->s_window = tune.sampled_window;
-      plan->s_pipe = tune.sampled_pipe >= 0 ? tune.sampled_pipe != 0 : rows <= lim.num_sms;
+      // Rows in L2 stream faster without loads a tile ahead (H200, topk --no-flush, k = 2048: 64 x
+      // 64K 20.2 against 21.6 us, 16 x 64K 19.9 / 21.3).
+      plan->s_pipe = tune.sampled_pipe >= 0 ? tune.sampled_pipe != 0 : !rows_in_l2 && rows <= lim.num_sms;
       plan->smem_final = smem;
       plan->workspace_bytes = 0;
       return Status::Ok();

@@ -105,7 +105,7 @@ struct TopkTuning {
   bool sampled_window = true;
   // The sampled kernel's stream (32 bytes per thread and tile: 8 f32 / 16 bf16 states): -1 issues
   // the next tile's loads before the current tile's scan when the call has at most one row per SM
-  // (one CTA per SM; the fused op's logits route, whose rows are in L2, never does); 0 / 1 forces
+  // (one CTA per SM; never for rows in L2, plan_topk's rows_in_l2); 0 / 1 forces
   // (bench topk --sampled-pipe). H200, k = 2048, same run, L2 flushed (64 bytes per thread, the
   // previous default up to one row per SM / 32 pipelined / 32 not), us: f32 64 x 64K 26.1 / 24.8
   // / 26.8-27.7, 128 x 64K 30.9 / 27.7 / 31.2, 128 x 128K 46.3 / 40.4 / 48.9, 32 x 32K 18.7 /
@@ -117,8 +117,11 @@ struct TopkTuning {
 TopkTuning& topk_tuning();
 
 // rows x width problem. `min_split_rows`: split rows into several CTAs when fewer rows than this
-// (num_sms / 2 by default) would run. Returns kNotImplemented when k is out of range.
-Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan);
+// (num_sms / 2 by default) would run. `rows_in_l2`: the rows were just written (the fused op's
+// logits route), which sets the sampled kernel's stream (TopkTuning::sampled_pipe). Returns
+// kNotImplemented when k is out of range.
+Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan,
+                 bool rows_in_l2 = false);
 
 // Plans only the merge of `cand_n` candidates per row (fused path): levels + final_n.
 Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& lim, TopkPlan* plan);

@@ -375,10 +375,9 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
 
 // grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kWindow:
 // window_threshold selects (else the top-12-bit radix digits of select_topk_by); kPipe: the
-// stream's loads run a tile ahead.
-// kPipe (at most one row per SM) drops the two-CTA register bound: its calls run one CTA per SM
-// anyway, and the extra registers measured 2-3 % faster (H200, k = 2048: 16 x 64K 23.3 -> 22.7
-// us, 128 x 128K 40.5 -> 39.3, 32 x 32K 18.0 -> 17.7).
+// stream's loads run a tile ahead. kPipe calls (at most one row per SM) run one CTA per SM
+// anyway, so they drop the two-CTA register bound: the extra registers measured 2-3 % faster
+// (H200, k = 2048: 16 x 64K 23.3 -> 22.7 us, 128 x 128K 40.5 -> 39.3, 32 x 32K 18.0 -> 17.7).
 template <typename T, bool kWindow, bool kPipe>
 __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
@@ -404,7 +403,10 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
   uint32_t lo = 0u;
   if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
-  if (all || lo != 0u) n = sampled_stream<T, kSampledStreamBytes / static_cast<int>(sizeof(T)), kPipe>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+  if (all || lo != 0u) {
+    constexpr int E = kSampledStreamBytes / static_cast<int>(sizeof(T));
+    n = sampled_stream<T, E, kPipe>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+  }
   if (n >= k) {
     const auto pos_of = [&](int i) { return cand_pos[i]; };
     if (kWindow) {

@@ -180,11 +180,8 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   TopkDeviceLimits lim;
   DSATTN_RETURN_IF_ERROR(topk_device_limits(ex, &lim));
   TopkPlan tp;
-  if (!plan_topk(pb.rows, width, a.k, lim, &tp).ok()) return Status::Ok();
-  // The score rows were just written, so they are in L2: there the sampled kernel's stream is
-  // faster without loads a tile ahead (H200, topk --no-flush, k = 2048: 64 x 64K 20.2 against
-  // 21.6 us, 16 x 64K 19.9 / 21.3).
-  if (topk_tuning().sampled_pipe < 0) tp.s_pipe = false;
+  // The score rows are written just before the top-k reads them: in L2.
+  if (!plan_topk(pb.rows, width, a.k, lim, &tp, /*rows_in_l2=*/true).ok()) return Status::Ok();
   // Few very long rows take the top-k's filter plan, which loses to streaming there (1 x 256K:
   // 62.3 against 54.5 us).
   if (tp.filter && !force) return Status::Ok();
