@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "api/problems.h"
 #include "cuda/sm80/indexer_kernel.cuh"
@@ -24,7 +25,10 @@ struct IndexerKernelOps {
 template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem,
                                                 cudaStream_t stream) {
-  auto kern = indexer_kernel<F, D, Epi>;
+  auto kern = indexer_kernel<F, D, Epi, false>;
+  if constexpr (EpiWarpLocal<Epi>::value) {
+    if (!p.bulk) kern = indexer_kernel<F, D, Epi, true>;
+  }
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   return launch_pdl(kern, dim3(grid), dim3(p.warps * 32), smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, p, epi);
@@ -32,10 +36,19 @@ cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Ep
 
 template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(int threads, size_t smem, int* blocks_per_sm) {
-  auto kern = indexer_kernel<F, D, Epi>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, threads, smem);
+  // The smaller of the two pipelines' kernels (the launch picks one by p.bulk).
+  int best = INT32_MAX;
+  for (int v = 0; v < (EpiWarpLocal<Epi>::value ? 2 : 1); ++v) {
+    auto kern = v == 0 ? indexer_kernel<F, D, Epi, false> : indexer_kernel<F, D, Epi, EpiWarpLocal<Epi>::value>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem);
+    if (e != cudaSuccess) return e;
+    if (n < best) best = n;
+  }
+  *blocks_per_sm = best;
+  return cudaSuccess;
 }
 
 // Pipeline shape for a problem: warps (tile = 32 * warps states), stages, shared memory.
