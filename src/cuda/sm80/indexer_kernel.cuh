@@ -431,16 +431,20 @@ __device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxPen
     const uint64_t row = page >= 0 ? reinterpret_cast<uint64_t>(p.kbase + int64_t(page) * p.page_stride +
                                                                  int64_t(pd.off) * RB)
                                    : 0;
+    // Chunk lane + 32 i is chunk pc = lane % CH of state lane / CH + (32 / CH) i: a step of 32
+    // chunks is 512 bytes in shared memory and keeps key_chunk's swizzle phase (it depends on row
+    // bits below 32 / CH), so one destination address serves all i.
+    static_assert((32 / CH) * RB == 512, "32 chunks of 16 bytes are 512 bytes");
     uint64_t src[CH];
 #pragma unroll
-    for (int i = 0; i < CH; ++i) src[i] = __shfl_sync(0xffffffffu, row, (lane + 32 * i) / CH);
+    for (int i = 0; i < CH; ++i) src[i] = __shfl_sync(0xffffffffu, row, lane / CH + (32 / CH) * i);
+    const int st0 = warp * 32 + lane / CH, pc = lane % CH;
+    const uint32_t dst0 = keys_s + st0 * RB + Tr::key_chunk(st0, pc) * 16;
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      const int c = lane + 32 * i;
-      const int st = warp * 32 + c / CH, pc = c % CH;
       const bool rd = src[i] != 0;
-      cp_async16_zfill(keys_s + st * RB + Tr::key_chunk(st, pc) * 16,
-                       rd ? reinterpret_cast<const uint8_t*>(src[i]) + pc * 16 : p.kbase, rd ? 16 : 0);
+      cp_async16_zfill(dst0 + 512 * i, rd ? reinterpret_cast<const uint8_t*>(src[i]) + pc * 16 : p.kbase,
+                       rd ? 16 : 0);
     }
   } else {
     constexpr int W = RB / 4;  // 4-byte words per state
@@ -574,14 +578,27 @@ __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint
 // ---------------------------------------------------------------- compute
 // f16 Q fragments (B operand) of Q row `qrow` for all k-steps: the layout idx_load_group writes
 // (fp8 chunk c -> 32 bytes at c * 32, its two 16-byte halves swapped on odd rows when D >= 64).
+// A lane's two base addresses into that layout for rows g8 + 8 m: the even and the odd k-steps'
+// 16-byte halves (the swap depends on the row's parity, i.e. on g8 alone, since Q rows are stepped
+// by multiples of 8).
+struct IdxQ16Lane {
+  uint32_t lo, hi;
+};
 template <int D>
-__device__ __forceinline__ void idx_load_q16(uint32_t q_s, int qrow, int tig, uint4 (&q)[D / 32]) {
-  const int sw = (D >= 64 && (qrow & 1)) ? 16 : 0;
-#pragma unroll
-  for (int k = 0; k < D / 32; ++k) {
-    const int off = D >= 64 ? ((k >> 1) * 4 + tig) * 32 + (((k & 1) * 16) ^ sw) : tig * 16;
-    q[k] = lds128(q_s + qrow * 2 * D + off);
+__device__ __forceinline__ IdxQ16Lane idx_q16_lane(uint32_t q_s, int g8, int tig) {
+  if (D >= 64) {
+    const uint32_t sw = (g8 & 1) ? 16u : 0u;
+    const uint32_t base = q_s + g8 * 2 * D + tig * 32;
+    return IdxQ16Lane{base + sw, base + (16u ^ sw)};
   }
+  return IdxQ16Lane{q_s + g8 * 2 * D + tig * 16, 0u};
+}
+// The fragments of Q row g8 + row_off (row_off a multiple of 8), all k-steps.
+template <int D>
+__device__ __forceinline__ void idx_load_q16(const IdxQ16Lane& b, int row_off, uint4 (&q)[D / 32]) {
+  const uint32_t r = static_cast<uint32_t>(row_off) * 2 * D;
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) q[k] = lds128(((k & 1) ? b.hi : b.lo) + r + (k >> 1) * 128);
 }
 
 // One n-tile (8 heads) against the warp's 32 states: 4 KS f16 MMAs in 4 independent chains (2
@@ -732,14 +749,15 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
       // step after (j, Hp - 8) is (j + 1, 0).
       const int qrows = rows * Hp;
       uint4 qa[KS], qb[KS];
-      idx_load_q16<D>(q_s, g8, tig, qa);
+      const IdxQ16Lane qb16 = idx_q16_lane<D>(q_s, g8, tig);
+      idx_load_q16<D>(qb16, 0, qa);
       for (int j = 0; j < rows; ++j) {
         float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
         for (int hp = 0; hp < Hp; hp += 16) {
           const int r0 = j * Hp + hp;
-          idx_load_q16<D>(q_s, r0 + 8 + g8, tig, qb);
+          idx_load_q16<D>(qb16, r0 + 8, qb);
           idx_ntile_f16<KS>(kf, qa, ws + r0 + 2 * tig, part);
-          if (r0 + 16 < qrows) idx_load_q16<D>(q_s, r0 + 16 + g8, tig, qa);
+          if (r0 + 16 < qrows) idx_load_q16<D>(qb16, r0 + 16, qa);
           idx_ntile_f16<KS>(kf, qb, ws + r0 + 8 + 2 * tig, part);
         }
         reduce_store(part, j);
@@ -884,6 +902,15 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
   for (;;) {
     IdxTile t;
     if (!cc.next(p, &t)) break;
+    if (t.g != cur_g) {
+      // Before the wait for the tile's keys, so that the group's loads (Q, weights, windows) and
+      // the keys' copies are in flight together (the first tile of a CTA waits for both).
+      __syncthreads();  // every warp is done with the previous group's Q, weights and windows
+      cur_g = t.g;
+      cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
+      idx_load_group<F, D>(p, t.g, cur_rows, smem, L);
+      __syncthreads();
+    }
     cp_async_wait_dyn(S - 2);
     __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
     if (pd.ok) {
@@ -892,13 +919,6 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
     }
     wr.advance(S);
     cp_async_commit();
-    if (t.g != cur_g) {
-      __syncthreads();  // every warp is done with the previous group's Q, weights and windows
-      cur_g = t.g;
-      cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
-      idx_load_group<F, D>(p, t.g, cur_rows, smem, L);
-      __syncthreads();
-    }
     idx_compute_tile<F, D, true>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L, warp, lane,
                                  int64_t(t.g) * p.work.rows_per_group);
     rd.advance(S);
