@@ -231,6 +231,21 @@ struct ClusterPickShared {
   uint32_t bins[kClusterMaxCtas][kClusterChunk];     // [source rank][bin of the chosen chunk]
 };
 
+// Warp-wide, on rows in this CTA's shared memory: lane l sums positions hi = n - 1 - 2 l and hi - 1
+// (positions < 0 count 0) over the C rows rows[q * kClusterChunk ..] (n <= kClusterChunk), then
+// pick_crossing over those sums (the position holding the k_rem-th largest key, the keys above it
+// and its count). Both steps of cluster_digit_push's pick.
+__device__ __forceinline__ void local_rows_pick(const uint32_t* rows, int C, int n, int k_rem, int* pos, int* above,
+                                                int* count) {
+  const int hi = n - 1 - 2 * static_cast<int>(threadIdx.x & 31);
+  uint32_t v0 = 0, v1 = 0;
+  for (int q = 0; q < C; ++q) {
+    v0 += hi >= 0 ? rows[q * kClusterChunk + hi] : 0u;
+    v1 += hi >= 1 ? rows[q * kClusterChunk + hi - 1] : 0u;
+  }
+  pick_crossing(v0, v1, hi, k_rem, pos, above, count);
+}
+
 // After this CTA's histogram of digit d (0, 1, 2; nbins = 4096 or 1024 bins) is complete in its
 // threads: pushes its chunk totals to every CTA, and after the cluster barrier the bin of the
 // cluster-wide histogram holding the k_rem-th key lands in *pick (every thread may read it on
@@ -253,16 +268,9 @@ __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const
   }
   cluster_sync();
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int nch = nbins / kClusterChunk;  // 64 or 16
   if (warp == 0) {
-    const int hi = nch - 1 - 2 * lane;
-    uint32_t v0 = 0, v1 = 0;
-    for (int q = 0; q < C; ++q) {
-      v0 += hi >= 0 ? ps.csum[d][q][hi] : 0u;
-      v1 += hi >= 1 ? ps.csum[d][q][hi - 1] : 0u;
-    }
     int ch, above, count;
-    pick_crossing(v0, v1, hi, k_rem, &ch, &above, &count);
+    local_rows_pick(&ps.csum[d][0][0], C, nbins / kClusterChunk, k_rem, &ch, &above, &count);
     if (lane == 0) {
       pick->bin = static_cast<uint32_t>(ch);
       pick->above = above;
@@ -276,14 +284,8 @@ __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const
   }
   __syncthreads();
   if (warp == 0) {
-    const int hi = kClusterChunk - 1 - 2 * lane;
-    uint32_t v0 = 0, v1 = 0;
-    for (int q = 0; q < C; ++q) {
-      v0 += ps.bins[q][hi];
-      v1 += ps.bins[q][hi - 1];
-    }
     int bin, above2, count;
-    pick_crossing(v0, v1, hi, k_rem - above, &bin, &above2, &count);
+    local_rows_pick(&ps.bins[0][0], C, kClusterChunk, k_rem - above, &bin, &above2, &count);
     if (lane == 0) {
       pick->bin = static_cast<uint32_t>(ch * kClusterChunk + bin);
       pick->above = above + above2;
