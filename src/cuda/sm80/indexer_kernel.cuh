@@ -379,48 +379,59 @@ __device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const Idx
 // block-table entry of state 32 w + l (fetched one iteration ahead, as IdxPending does); the key
 // chunks are spread over the lanes (4 states per 512-byte warp instruction at D = 128) and take
 // their page from the owning lane by shuffle.
+// A warp scores kH "halves" of 32 states of each tile (tile = 32 kH warps states; kH = 1 or 2, a
+// template argument of the kernel), one after the other with the same registers.
+template <int kH>
 struct IdxPendingW {
   IdxTile t;
   bool ok;
-  int32_t raw;  // this lane's state: block-table entry as loaded (checked at issue), or -1
-  int32_t off;  // its offset inside its page
+  int32_t raw[kH];  // this lane's state of each half: block-table entry as loaded (checked at
+                    // issue), or -1
+  int32_t off[kH];  // its offset inside its page
 };
 
+template <int kH>
 __device__ __forceinline__ void idx_prefetch_w(const IndexerParams& p, const detail::FastDivU31& spp, IdxCursor& lc,
-                                               IdxPendingW& pd, int32_t& last_g, int warp, int lane) {
+                                               IdxPendingW<kH>& pd, int32_t& last_g, int warp, int lane) {
   pd.ok = lc.next(p, &pd.t);
-  pd.raw = -1;
-  pd.off = 0;
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    pd.raw[h] = -1;
+    pd.off[h] = 0;
+  }
   if (!pd.ok) return;
   if (pd.t.g != last_g) {
     last_g = pd.t.g;
     if (warp == 0) idx_prefetch_group_entries(p, lc, pd.t, lane);
   }
-  const int ts = warp * 32 + lane;
-  if (ts >= pd.t.count) return;
-  const uint32_t st = static_cast<uint32_t>(pd.t.t0 + ts);  // states < 2^31 (IdxCursor)
-  const uint32_t pi = spp.div(st);
-  pd.off = static_cast<int32_t>(st - pi * static_cast<uint32_t>(p.states_per_page));
-  if (p.block_table == nullptr) {
-    pd.raw = pi < p.num_pages ? static_cast<int32_t>(pi) : -1;
-  } else {
-    const int64_t b = detail::indexer_group_request(p.work, pd.t.g);
-    if (b >= 0 && pi < p.max_pages) pd.raw = p.block_table[b * p.bt_s0 + int64_t(pi) * p.bt_s1];
+  const int64_t b = p.block_table != nullptr ? detail::indexer_group_request(p.work, pd.t.g) : 0;
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    const int ts = (warp * kH + h) * 32 + lane;
+    if (ts >= pd.t.count) continue;
+    const uint32_t st = static_cast<uint32_t>(pd.t.t0 + ts);  // states < 2^31 (IdxCursor)
+    const uint32_t pi = spp.div(st);
+    pd.off[h] = static_cast<int32_t>(st - pi * static_cast<uint32_t>(p.states_per_page));
+    if (p.block_table == nullptr) {
+      pd.raw[h] = pi < p.num_pages ? static_cast<int32_t>(pi) : -1;
+    } else if (b >= 0 && pi < p.max_pages) {
+      pd.raw[h] = p.block_table[b * p.bt_s0 + int64_t(pi) * p.bt_s1];
+    }
   }
 }
 
+// The copies of one half (states [base, base + 32) of the tile; raw / off: this lane's state's).
 template <IndexerFormat F, int D>
-__device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxPendingW& pd, uint8_t* stage,
-                                            const IdxSmemLayout& L, int warp, int lane) {
+__device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxTile& tile, int32_t raw, int32_t off,
+                                            int base, uint8_t* stage, const IdxSmemLayout& L, int lane) {
   using Tr = IdxTraits<F, D>;
   constexpr int RB = Tr::kRowBytes;
-  const int ts = warp * 32 + lane;
-  const bool in = ts < pd.t.count;
-  const int32_t page = (in && pd.raw >= 0 && pd.raw < p.num_pages) ? pd.raw : -1;
+  const int ts = base + lane;
+  const bool in = ts < tile.count;
+  const int32_t page = (in && raw >= 0 && raw < p.num_pages) ? raw : -1;
   if (in) stage[L.valid_off + ts] = page >= 0 ? 1 : 0;
   if (page >= 0) {
-    cp_async4(smem_u32(stage + L.scale_off) + ts * 4,
-              p.sbase + int64_t(page) * p.scale_page_stride + int64_t(pd.off) * 4);
+    cp_async4(smem_u32(stage + L.scale_off) + ts * 4, p.sbase + int64_t(page) * p.scale_page_stride + int64_t(off) * 4);
   }
   const uint32_t keys_s = smem_u32(stage + L.keys_off);
   if (p.keys_aligned16) {
@@ -428,9 +439,8 @@ __device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxPen
     // shuffles first, then the copies without branches (a chunk of a state that is not read is
     // zero-filled; its score is masked by `valid`).
     constexpr int CH = Tr::kChunks;  // 32 * CH chunks of 16 bytes for the warp's 32 states
-    const uint64_t row = page >= 0 ? reinterpret_cast<uint64_t>(p.kbase + int64_t(page) * p.page_stride +
-                                                                 int64_t(pd.off) * RB)
-                                   : 0;
+    const uint64_t row =
+        page >= 0 ? reinterpret_cast<uint64_t>(p.kbase + int64_t(page) * p.page_stride + int64_t(off) * RB) : 0;
     // Chunk lane + 32 i is chunk pc = lane % CH of state lane / CH + (32 / CH) i: a step of 32
     // chunks is 512 bytes in shared memory and keeps key_chunk's swizzle phase (it depends on row
     // bits below 32 / CH), so one destination address serves all i.
@@ -438,7 +448,7 @@ __device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxPen
     uint64_t src[CH];
 #pragma unroll
     for (int i = 0; i < CH; ++i) src[i] = __shfl_sync(0xffffffffu, row, lane / CH + (32 / CH) * i);
-    const int st0 = warp * 32 + lane / CH, pc = lane % CH;
+    const int st0 = base + lane / CH, pc = lane % CH;
     const uint32_t dst0 = keys_s + st0 * RB + Tr::key_chunk(st0, pc) * 16;
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
@@ -452,9 +462,9 @@ __device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxPen
       const int c = lane + 32 * i;
       const int s = c / W, wi = c % W;
       const int32_t pg = __shfl_sync(0xffffffffu, page, s);
-      const int32_t of = __shfl_sync(0xffffffffu, pd.off, s);
+      const int32_t of = __shfl_sync(0xffffffffu, off, s);
       if (pg >= 0) {
-        const int st = warp * 32 + s;
+        const int st = base + s;
         cp_async4(keys_s + st * RB + Tr::key_chunk(st, wi >> 2) * 16 + (wi & 3) * 4,
                   p.kbase + int64_t(pg) * p.page_stride + int64_t(of) * RB + wi * 4);
       }
@@ -640,17 +650,16 @@ __device__ __forceinline__ void idx_store_logit(const IndexerParams& p, int64_t 
   }
 }
 
-// Warp `warp` scores states [32 warp, 32 warp + 32) of the tile for all rows of the group, into
+// A warp scores states [base, base + 32) of the tile for all rows of the group, into
 // the score tile, or with kDirect straight into the logits (rows row0 + j; the warp's 32 lanes
 // store 32 consecutive columns of a row at once).
 template <IndexerFormat F, int D, bool kDirect = false>
 __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const IdxTile& t, int rows,
                                                  const uint8_t* stage, uint8_t* smem, const IdxSmemLayout& L,
-                                                 int warp, int lane, int64_t row0 = 0) {
+                                                 int base, int lane, int64_t row0 = 0) {
   using Tr = IdxTraits<F, D>;
   constexpr int RB = Tr::kRowBytes;
   constexpr int KS = Tr::kKSteps;
-  const int base = warp * 32;
   if (base >= t.count) return;
   const int g8 = lane >> 2, tig = lane & 3;
   const uint32_t keys_s = smem_u32(stage + L.keys_off);
@@ -873,7 +882,7 @@ struct EpiWarpLocal<E, std::void_t<decltype(E::kWarpLocal)>> : std::integral_con
 // only when the group changes (new Q, weights and windows). The warps drift apart by up to a tile,
 // so one warp's loads, address arithmetic and stores overlap another's MMAs, where the CTA-wide
 // pipeline (indexer_body_cta) runs every warp through the same phase between two barriers per tile.
-template <IndexerFormat F, int D, class Epi>
+template <IndexerFormat F, int D, class Epi, int kH>
 __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& epi, uint8_t* smem,
                                                   const IdxSmemLayout& L, int warp, int lane) {
   const detail::FastDivU31 spp(static_cast<uint32_t>(p.states_per_page));
@@ -883,15 +892,19 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
   cc = lc;
   const int S = p.stages;
   IdxRingPos wr, rd;  // the stage the next copies go to; the stage of the tile scored next
-  IdxPendingW pd, nx;
+  // This warp's copies of a tile: all its halves in one cp.async group.
+  const auto issue = [&](const IdxPendingW<kH>& q, uint8_t* stage) {
+#pragma unroll
+    for (int h = 0; h < kH; ++h) idx_issue_w<F, D>(p, q.t, q.raw[h], q.off[h], (warp * kH + h) * 32, stage, L, lane);
+  };
+  IdxPendingW<kH> pd, nx;
   int32_t pf_g = -1;
   idx_prefetch_w(p, spp, lc, pd, pf_g, warp, lane);
   for (int s = 0; s < S - 1; ++s) {
     nx.ok = false;
-    nx.raw = -1;
     if (pd.ok) {
       idx_prefetch_w(p, spp, lc, nx, pf_g, warp, lane);  // in flight while pd's entries are consumed
-      idx_issue_w<F, D>(p, pd, smem + L.stage0 + wr.s * L.stage_bytes, L, warp, lane);
+      issue(pd, smem + L.stage0 + wr.s * L.stage_bytes);
     }
     pd = nx;
     wr.advance(S);
@@ -914,13 +927,16 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
     cp_async_wait_dyn(S - 2);
     __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
     if (pd.ok) {
-      idx_issue_w<F, D>(p, pd, smem + L.stage0 + wr.s * L.stage_bytes, L, warp, lane);
+      issue(pd, smem + L.stage0 + wr.s * L.stage_bytes);
       idx_prefetch_w(p, spp, lc, pd, pf_g, warp, lane);
     }
     wr.advance(S);
     cp_async_commit();
-    idx_compute_tile<F, D, true>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L, warp, lane,
-                                 int64_t(t.g) * p.work.rows_per_group);
+#pragma unroll 1
+    for (int h = 0; h < kH; ++h) {  // not unrolled: one copy of the scoring code
+      idx_compute_tile<F, D, true>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L,
+                                   (warp * kH + h) * 32, lane, int64_t(t.g) * p.work.rows_per_group);
+    }
     rd.advance(S);
   }
   cp_async_wait<0>();
@@ -989,7 +1005,7 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
       __syncthreads();
     }
     cur_t_end = t.t0 + t.count;
-    idx_compute_tile<F, D>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L, warp, lane);
+    idx_compute_tile<F, D>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L, warp * 32, lane);
     rd.advance(S);
     __syncthreads();  // B2
     epi.consume(p, ScoreTile{reinterpret_cast<const float*>(smem + L.scores), p.tile_states, cur_rows, t.g,
@@ -1004,31 +1020,34 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
   epi.finish(p);
 }
 
-template <IndexerFormat F, int D, class Epi, bool kWarpBody>
+// kBody: 0 the CTA-wide pipeline (indexer_body_cta); 1 or 2 the warp-local one (indexer_body_warp)
+// with 32 or 64 states per warp and tile, for epilogues with kWarpLocal and keys by cp.async
+// (p.bulk == 0). Separate kernels rather than run-time branches: each holds one pipeline's code
+// (H200, portable kernel, 32 x 32K: 13 % of the warp samples waited on instruction fetch with both
+// pipelines in one kernel), and the halves' arrays and loop bounds are constants (with the halves
+// a run-time value the 32-state case ran 10 % slower: 32 x 32K 106.4-106.6 against 97.0-97.3 us).
+template <IndexerFormat F, int D, class Epi, int kBody>
 __device__ __forceinline__ void indexer_body(const IndexerParams& p, Epi& epi) {
   extern __shared__ __align__(16) uint8_t smem[];
   const IdxSmemLayout L = idx_smem_layout(F == IndexerFormat::kMxfp4, D, p.work.rows_per_group, p.heads_padded,
                                           p.tile_states, p.stages, Epi::smem_bytes(p), p.q_f16 != 0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   epi.begin(p, smem + L.epi);
-  if constexpr (kWarpBody) {
+  if constexpr (kBody > 0) {
     static_assert(EpiWarpLocal<Epi>::value, "the warp-local pipeline needs an epilogue that only stores");
-    indexer_body_warp<F, D, Epi>(p, epi, smem, L, warp, lane);
+    indexer_body_warp<F, D, Epi, kBody>(p, epi, smem, L, warp, lane);
   } else {
     indexer_body_cta<F, D, Epi>(p, epi, smem, L, warp, lane);
   }
 }
 
-// kWarpBody: the warp-local pipeline (indexer_body_warp), for epilogues with kWarpLocal and keys
-// by cp.async (p.bulk == 0); the CTA-wide one otherwise. Two kernels rather than a run-time branch:
-// each holds one pipeline's code (H200, portable kernel, 32 x 32K: 13 % of the warp samples waited
-// on instruction fetch with both pipelines in one kernel).
-template <IndexerFormat F, int D, class Epi, bool kWarpBody = false>
+template <IndexerFormat F, int D, class Epi, int kBody = 0>
 __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
   // No pdl_trigger(): see pdl.cuh.
   pdl_wait();  // before any global-memory access
-  indexer_body<F, D, Epi, kWarpBody>(p, epi);
+  indexer_body<F, D, Epi, kBody>(p, epi);
 }
+
 
 // ---------------------------------------------------------------- logits epilogue
 // Writes the score tile to logits[row][t - col_off] (f32 or bf16), coalesced along the row; with

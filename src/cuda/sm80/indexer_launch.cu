@@ -83,7 +83,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
     const cudaError_t oe = WgmmaKernelOps<LogitsEpilogue>::occupancy(plan->wg, &occ);
     DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
   } else {
-    DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg));
+    DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg, /*warp_local=*/true, sms));
     const int threads = plan->cfg.warps * 32;
     const cudaError_t oe =
         with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
@@ -150,7 +150,7 @@ Status device_limits(const char* op, const Exec& ex, int* sms, int* smem_optin) 
 }
 
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
-                           IndexerConfig* cfg) {
+                           IndexerConfig* cfg, bool warp_local, int sms) {
   // Q as f16 in shared memory on archs whose FP8 mma.sync is emulated (sm_80, sm_90, sm_100):
   // converted once per group instead of once per MMA. DSATTN_INDEXER_QF16=0 turns it off.
   int dev = 0, major = 0, minor = 0;
@@ -203,13 +203,44 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
       }
     }
   };
+  // The warp-local pipeline (logits epilogue, cp.async keys) takes 64 states per warp and tile (two
+  // halves of 32 scored one after the other) where 8 warps x 64 states fit with >= 2 stages and the
+  // block tables hold at least kWideTilesPerSm such tiles per SM: half the per-tile bookkeeping per
+  // state (cursor steps, block-table round, waits), the same bytes in flight as 256-state tiles x 4
+  // stages (2-4 stages measured level). Fewer, longer tiles leave SMs idle on small calls (H200, a
+  // first version: 1 x 8K 6.4 -> 8.0 us, 32 x 8K 29.9 -> 31.9). DSATTN_INDEXER_WARP_STATES=32 / 64
+  // forces either where it fits (benchmarks).
+  constexpr int64_t kWideTilesPerSm = 8;
+  const char* wsenv = std::getenv("DSATTN_INDEXER_WARP_STATES");
+  const bool ws32 = wsenv && std::strcmp(wsenv, "32") == 0, ws64 = wsenv && std::strcmp(wsenv, "64") == 0;
+  const int64_t cap_states = p->work.mode == detail::IndexerMode::kPaged
+                                 ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
+                                 : 0;
+  const bool wide = warp_local && !bulk && !ws32 && std::getenv("DSATTN_INDEXER_TILE") == nullptr &&
+                    (ws64 || (sms > 0 && cap_states >= kWideTilesPerSm * 8 * 64 * sms));
+  auto search_wide = [&](int q_f16) {
+    IndexerParams q = *p;
+    q.warps = 8;
+    q.tile_states = 8 * 64;
+    q.q_f16 = q_f16;
+    for (int stages = max_stages; stages >= 2; --stages) {
+      q.stages = stages;
+      const size_t need = need_of(q);
+      if (need <= static_cast<size_t>(budget)) return IndexerConfig{8, q.tile_states, stages, need};
+    }
+    return IndexerConfig{};
+  };
   IndexerConfig best{}, fallback{};
   int q_f16 = 0;
-  if (want_f16) {
+  if (wide) {
+    best = search_wide(want_f16 ? 1 : 0);
+    if (best.warps) q_f16 = want_f16 ? 1 : 0;
+  }
+  if (want_f16 && !best.warps) {
     search(1, &best, &fallback);
     if (best.warps) q_f16 = 1;
   }
-  if (!q_f16) {
+  if (!q_f16 && !(wide && best.warps)) {
     best = IndexerConfig{};
     fallback = IndexerConfig{};
     search(0, &best, &fallback);

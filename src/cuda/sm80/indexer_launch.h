@@ -25,9 +25,9 @@ struct IndexerKernelOps {
 template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem,
                                                 cudaStream_t stream) {
-  auto kern = indexer_kernel<F, D, Epi, false>;
+  auto kern = indexer_kernel<F, D, Epi, 0>;
   if constexpr (EpiWarpLocal<Epi>::value) {
-    if (!p.bulk) kern = indexer_kernel<F, D, Epi, true>;
+    if (!p.bulk) kern = p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
   }
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -36,10 +36,12 @@ cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Ep
 
 template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(int threads, size_t smem, int* blocks_per_sm) {
-  // The smaller of the two pipelines' kernels (the launch picks one by p.bulk).
+  // The smallest of the pipelines' kernels (the launch picks one by p.bulk and the tile).
+  constexpr int kWarp = EpiWarpLocal<Epi>::value ? 1 : 0;
   int best = INT32_MAX;
-  for (int v = 0; v < (EpiWarpLocal<Epi>::value ? 2 : 1); ++v) {
-    auto kern = v == 0 ? indexer_kernel<F, D, Epi, false> : indexer_kernel<F, D, Epi, EpiWarpLocal<Epi>::value>;
+  for (int v = 0; v < (kWarp ? 3 : 1); ++v) {
+    auto kern = v == 0 ? indexer_kernel<F, D, Epi, 0>
+                       : (v == 1 ? indexer_kernel<F, D, Epi, kWarp> : indexer_kernel<F, D, Epi, 2 * kWarp>);
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     int n = 0;
@@ -63,8 +65,11 @@ struct IndexerConfig {
 // (0 = device max). epi_smem(p) gives the epilogue's scratch for a candidate (p.tile_states
 // set). Benchmark knobs: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits,
 // DSATTN_INDEXER_QF16=0 keeps Q in E4M3, DSATTN_INDEXER_BULK=0 uses cp.async for the keys.
+// warp_local: the call's epilogue runs the warp-local pipeline where the keys come by cp.async
+// (the logits epilogue), which may then take 64 states per warp and tile on calls whose block
+// tables fill `sms` SMs with enough such tiles.
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
-                           IndexerConfig* cfg);
+                           IndexerConfig* cfg, bool warp_local = false, int sms = 0);
 
 // Fills the paged-decode parts of IndexerParams (work, Q, weights, cache, block table) from
 // validated arguments. Output fields (out, out_width...) and the schedule are left to the caller.
