@@ -35,15 +35,17 @@
 //            is kept as f16 in shared memory when it fits (p.q_f16), feeding m16n8k16 f16 MMAs.
 // Two pipelines share these parts:
 //   warp-local (indexer_body_warp; cp.async keys and an epilogue that only stores, i.e. the logits
-//            epilogue): warp w copies the keys, scales and valid flags of its own states
-//            [32 w, 32 w + 32) of each tile (one block-table entry per lane, a division by the
+//            epilogue): warp w copies the keys, scales and valid flags of its own states, kH
+//            halves of 32 from state 32 kH w of each tile (kH = 2 on large calls, see
+//            pick_indexer_config; one block-table entry per lane and half, a division by the
 //            page size through detail::FastDivU31), waits for its own cp.async groups and stores
 //            its logits itself; the CTA meets only when the group changes. Why (H200, 32 x 32K,
 //            H = 64, ncu of the CTA-wide pipeline on such calls): the MMA loop held ~30 % of the
 //            warp samples and a barrier 11 %, warps 0-3 issued every copy of a 64-state-page tile
 //            while 4-7 waited, and each tile paid two integer divisions by the stage count. With
 //            the warp-local pipeline, ring counters (IdxRingPos) and its own kernel: 121.8 ->
-//            103.5-104.6 us there, 128 x 32K 444.8 -> 377.2 (BENCHMARKS.md, 2026-12-01).
+//            103.5-104.6 us there, 128 x 32K 444.8 -> 377.2 (BENCHMARKS.md, 2026-12-01; with
+//            the later cuts and 64-state halves 90.5-91.4 and 321.4-322.9).
 //   CTA-wide (indexer_body_cta; bulk copies, and epilogues that read the whole score tile), below.
 // Barrier protocol of the CTA-wide pipeline, per tile i (stage s = i % stages):
 //   wait(cp.async group i, and stage s's mbarrier phase (i / stages) & 1 when bulk) ;
