@@ -394,7 +394,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       int occ = 0;
       const cudaError_t e = f->wg.use ? WgmmaKernelOps<TopkEpilogue>::occupancy(f->wg, &occ)
                                       : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-                                          return ops.occupancy(f->cfg.warps * 32, f->cfg.smem, &occ);
+                                          return ops.occupancy(f->p, f->cfg.smem, &occ);
                                         });
       DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
       f->partitions = sms * std::max(1, std::min(occ, 4));

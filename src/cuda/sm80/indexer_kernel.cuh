@@ -376,13 +376,13 @@ __device__ __forceinline__ void idx_issue_tile(const IndexerParams& p, const Idx
 
 // ---------------------------------------------------------------- warp-local loads
 // The warp-local pipeline (indexer_body_warp): warp w copies the keys, scales and valid flags of
-// the states it scores, [32 w, 32 w + 32) of each tile, so its loads wait on its own cp.async
-// groups only and no CTA barrier separates a tile's copies from its MMAs. Lane l holds the
-// block-table entry of state 32 w + l (fetched one iteration ahead, as IdxPending does); the key
-// chunks are spread over the lanes (4 states per 512-byte warp instruction at D = 128) and take
-// their page from the owning lane by shuffle.
-// A warp scores kH "halves" of 32 states of each tile (tile = 32 kH warps states; kH = 1 or 2, a
-// template argument of the kernel), one after the other with the same registers.
+// the states it scores, so its loads wait on its own cp.async groups only and no CTA barrier
+// separates a tile's copies from its MMAs. It scores kH "halves" of 32 states of each tile, from
+// state 32 kH w (tile = 32 kH warps states; kH = 1 or 2, a template argument of the kernel), one
+// after the other with the same registers. Lane l holds the block-table entry of state l of each
+// half (fetched one iteration ahead, as IdxPending does); the key chunks are spread over the
+// lanes (4 states per 512-byte warp instruction at D = 128) and take their row address from the
+// owning lane by shuffle.
 template <int kH>
 struct IdxPendingW {
   IdxTile t;
@@ -588,11 +588,10 @@ __device__ void idx_load_group(const IndexerParams& p, int64_t g, int rows, uint
 }
 
 // ---------------------------------------------------------------- compute
-// f16 Q fragments (B operand) of Q row `qrow` for all k-steps: the layout idx_load_group writes
-// (fp8 chunk c -> 32 bytes at c * 32, its two 16-byte halves swapped on odd rows when D >= 64).
-// A lane's two base addresses into that layout for rows g8 + 8 m: the even and the odd k-steps'
-// 16-byte halves (the swap depends on the row's parity, i.e. on g8 alone, since Q rows are stepped
-// by multiples of 8).
+// f16 Q fragments (B operand) in the layout idx_load_group writes (fp8 chunk c -> 32 bytes at
+// c * 32, its two 16-byte halves swapped on odd rows when D >= 64). A lane's two base addresses
+// into it for rows g8 + 8 m: the even and the odd k-steps' 16-byte halves (the swap depends on the
+// row's parity, i.e. on g8 alone, since Q rows are stepped by multiples of 8).
 struct IdxQ16Lane {
   uint32_t lo, hi;
 };
@@ -879,7 +878,7 @@ template <class E>
 struct EpiWarpLocal<E, std::void_t<decltype(E::kWarpLocal)>> : std::integral_constant<bool, E::kWarpLocal> {};
 
 // The warp-local pipeline (cp.async keys, an epilogue with kWarpLocal): each warp loads and scores
-// its own 32 states of every tile (idx_prefetch_w / idx_issue_w) and stores their logits itself,
+// its own kH x 32 states of every tile (idx_prefetch_w / idx_issue_w) and stores their logits itself,
 // so it waits only for its own copies (cp.async group + __syncwarp) and the CTA meets at a barrier
 // only when the group changes (new Q, weights and windows). The warps drift apart by up to a tile,
 // so one warp's loads, address arithmetic and stores overlap another's MMAs, where the CTA-wide
@@ -1024,7 +1023,7 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
 
 // kBody: 0 the CTA-wide pipeline (indexer_body_cta); 1 or 2 the warp-local one (indexer_body_warp)
 // with 32 or 64 states per warp and tile, for epilogues with kWarpLocal and keys by cp.async
-// (p.bulk == 0). Separate kernels rather than run-time branches: each holds one pipeline's code
+// (p.bulk == 0; IndexerKernelOps::kernel picks). Separate kernels rather than run-time branches: each holds one pipeline's code
 // (H200, portable kernel, 32 x 32K: 13 % of the warp samples waited on instruction fetch with both
 // pipelines in one kernel), and the halves' arrays and loop bounds are constants (with the halves
 // a run-time value the 32-state case ran 10 % slower: 32 x 32K 106.4-106.6 against 97.0-97.3 us).
@@ -1049,7 +1048,6 @@ __global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi ep
   pdl_wait();  // before any global-memory access
   indexer_body<F, D, Epi, kBody>(p, epi);
 }
-
 
 // ---------------------------------------------------------------- logits epilogue
 // Writes the score tile to logits[row][t - col_off] (f32 or bf16), coalesced along the row; with

@@ -84,9 +84,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
     DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
   } else {
     DSATTN_RETURN_IF_ERROR(pick_indexer_config(op, p, budget, logits_epi_smem, &plan->cfg, /*warp_local=*/true, sms));
-    const int threads = plan->cfg.warps * 32;
-    const cudaError_t oe =
-        with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(threads, plan->cfg.smem, &occ); });
+    const cudaError_t oe = with_logits_ops(fmt, D, [&](auto ops) { return ops.occupancy(*p, plan->cfg.smem, &occ); });
     DSATTN_RETURN_IF_ERROR(cuda_status(oe, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
   }
   occ = std::max(1, std::min(occ, 4));

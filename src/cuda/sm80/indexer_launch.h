@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <cstdint>
 
 #include "api/problems.h"
 #include "cuda/sm80/indexer_kernel.cuh"
@@ -18,39 +17,39 @@ namespace cuda {
 // indexer_inst_*.cu (an epilogue defined elsewhere instantiates its own in its own .cu file).
 template <IndexerFormat F, int D, class Epi>
 struct IndexerKernelOps {
+  using Kernel = void (*)(IndexerParams, Epi);
+  // The kernel a launch with p runs (p.warps, p.tile_states and p.bulk as the config picker set
+  // them): the warp-local pipeline for an epilogue with kWarpLocal and keys by cp.async, with
+  // 64-state tiles per warp when p.tile_states says so; the CTA-wide one otherwise.
+  static Kernel kernel(const IndexerParams& p);
   static cudaError_t launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem, cudaStream_t stream);
-  static cudaError_t occupancy(int threads, size_t smem, int* blocks_per_sm);
+  // CTAs per SM of the kernel a launch with p runs, with p.warps * 32 threads and `smem` bytes.
+  static cudaError_t occupancy(const IndexerParams& p, size_t smem, int* blocks_per_sm);
 };
+
+template <IndexerFormat F, int D, class Epi>
+typename IndexerKernelOps<F, D, Epi>::Kernel IndexerKernelOps<F, D, Epi>::kernel(const IndexerParams& p) {
+  if constexpr (EpiWarpLocal<Epi>::value) {
+    if (!p.bulk) return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+  }
+  return indexer_kernel<F, D, Epi, 0>;
+}
 
 template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem,
                                                 cudaStream_t stream) {
-  auto kern = indexer_kernel<F, D, Epi, 0>;
-  if constexpr (EpiWarpLocal<Epi>::value) {
-    if (!p.bulk) kern = p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
-  }
+  const Kernel kern = kernel(p);
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   return launch_pdl(kern, dim3(grid), dim3(p.warps * 32), smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, p, epi);
 }
 
 template <IndexerFormat F, int D, class Epi>
-cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(int threads, size_t smem, int* blocks_per_sm) {
-  // The smallest of the pipelines' kernels (the launch picks one by p.bulk and the tile).
-  constexpr int kWarp = EpiWarpLocal<Epi>::value ? 1 : 0;
-  int best = INT32_MAX;
-  for (int v = 0; v < (kWarp ? 3 : 1); ++v) {
-    auto kern = v == 0 ? indexer_kernel<F, D, Epi, 0>
-                       : (v == 1 ? indexer_kernel<F, D, Epi, kWarp> : indexer_kernel<F, D, Epi, 2 * kWarp>);
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    int n = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem);
-    if (e != cudaSuccess) return e;
-    if (n < best) best = n;
-  }
-  *blocks_per_sm = best;
-  return cudaSuccess;
+cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(const IndexerParams& p, size_t smem, int* blocks_per_sm) {
+  const Kernel kern = kernel(p);
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, p.warps * 32, smem);
 }
 
 // Pipeline shape for a problem: warps (tile = 32 * warps states), stages, shared memory.
