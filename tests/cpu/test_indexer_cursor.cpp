@@ -108,7 +108,7 @@ TEST(IndexerCursor, BatchedDirectAccessEqualsTheWalk) {
       p.work.lens_s0 = sc.N;
       p.work.lens_s1 = 1;
       for (int split : {1, 2, 3, 6}) {
-        for (int tile_states : {64, 128, 192, 256}) {
+        for (int tile_states : {64, 128, 192, 256, 384, 512}) {
           for (int64_t limit : {int64_t(INT32_MAX), int64_t(sc.maxlen / 2), int64_t(100)}) {
             p.split = split;
             p.tile_states = tile_states;

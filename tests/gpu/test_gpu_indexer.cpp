@@ -556,6 +556,48 @@ TEST(GpuIndexer, LongRunsPerCta) {
   });
 }
 
+// The portable kernel's tile shapes, each forced on calls too small to take it by default: 12 warps
+// x 32 states (the 384-thread kernel large calls take), 8 warps x 64 states (two halves a warp,
+// where 12 warps do not fit) and 8 x 32 (small calls). Aligned and unaligned caches, odd page
+// sizes, next_n 2, MXFP4, and the 99 KiB budget (where 12 warps do not fit: the shape falls back).
+TEST(GpuIndexer, PortableTileShapes) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    const char* warps;
+    const char* warp_states;
+  };
+  const Shape shapes[] = {{"12", nullptr}, {nullptr, "64"}, {"8", "32"}};
+  std::vector<IdxCase> cases;
+  {
+    IdxCase c;
+    c.B = 3; c.N = 1; c.S = 64; c.max_ctx = 3000; c.seed = 1700;
+    cases.push_back(c);
+    c.S = 32; c.N = 2; c.H = 32; c.seed = 1701;
+    cases.push_back(c);
+    c = IdxCase{};
+    c.B = 2; c.S = 48; c.pad_stride = 4; c.max_ctx = 2000; c.empty_row = true; c.seed = 1702;
+    cases.push_back(c);
+    c = IdxCase{};
+    c.fmt = IndexerFormat::kMxfp4; c.B = 2; c.S = 64; c.max_ctx = 2000; c.seed = 1703;
+    cases.push_back(c);
+    c = IdxCase{};
+    c.B = 2; c.S = 32; c.max_ctx = 2500; c.smem_budget = 99 * 1024; c.seed = 1704;
+    cases.push_back(c);
+  }
+  for (const Shape& sh : shapes) {
+    if (sh.warps) setenv("DSATTN_INDEXER_WARPS", sh.warps, 1);
+    if (sh.warp_states) setenv("DSATTN_INDEXER_WARP_STATES", sh.warp_states, 1);
+    for (IdxCase c : cases) {
+      c.kernel = "portable";
+      SCOPED_TRACE(std::string("DSATTN_INDEXER_WARPS=") + (sh.warps ? sh.warps : "-") +
+                   " DSATTN_INDEXER_WARP_STATES=" + (sh.warp_states ? sh.warp_states : "-"));
+      run_case_on(c);
+    }
+    unsetenv("DSATTN_INDEXER_WARPS");
+    unsetenv("DSATTN_INDEXER_WARP_STATES");
+  }
+}
+
 // DSATTN_INDEXER_KERNEL=wgmma on a problem the Hopper kernel does not take is an error that says why.
 TEST(GpuIndexer, ForcedWgmmaDeclinesWithReason) {
   SKIP_WITHOUT_GPU();

@@ -36,8 +36,9 @@
 // Two pipelines share these parts:
 //   warp-local (indexer_body_warp; cp.async keys and an epilogue that only stores, i.e. the logits
 //            epilogue): warp w copies the keys, scales and valid flags of its own states, kH
-//            halves of 32 from state 32 kH w of each tile (kH = 2 on large calls, see
-//            pick_indexer_config; one block-table entry per lane and half, a division by the
+//            halves of 32 from state 32 kH w of each tile (large calls: 12 warps x 32 states,
+//            or kH = 2 with 8 warps where 12 do not fit, see pick_indexer_config; one
+//            block-table entry per lane and half, a division by the
 //            page size through detail::FastDivU31), waits for its own cp.async groups and stores
 //            its logits itself; the CTA meets only when the group changes. Why (H200, 32 x 32K,
 //            H = 64, ncu of the CTA-wide pipeline on such calls): the MMA loop held ~30 % of the
@@ -1022,8 +1023,10 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
 }
 
 // kBody: 0 the CTA-wide pipeline (indexer_body_cta); 1 or 2 the warp-local one (indexer_body_warp)
-// with 32 or 64 states per warp and tile, for epilogues with kWarpLocal and keys by cp.async
-// (p.bulk == 0; IndexerKernelOps::kernel picks). Separate kernels rather than run-time branches: each holds one pipeline's code
+// with 32 or 64 states per warp and tile, 3 the warp-local one with 32 states per warp in CTAs of
+// 12 warps (a kernel built for 384 threads, i.e. at most 168 registers a thread), for epilogues with
+// kWarpLocal and keys by cp.async (p.bulk == 0; IndexerKernelOps::kernel picks, from the shape
+// pick_indexer_config chose). Separate kernels rather than run-time branches: each holds one pipeline's code
 // (H200, portable kernel, 32 x 32K: 13 % of the warp samples waited on instruction fetch with both
 // pipelines in one kernel), and the halves' arrays and loop bounds are constants (with the halves
 // a run-time value the 32-state case ran 10 % slower: 32 x 32K 106.4-106.6 against 97.0-97.3 us).
@@ -1036,14 +1039,14 @@ __device__ __forceinline__ void indexer_body(const IndexerParams& p, Epi& epi) {
   epi.begin(p, smem + L.epi);
   if constexpr (kBody > 0) {
     static_assert(EpiWarpLocal<Epi>::value, "the warp-local pipeline needs an epilogue that only stores");
-    indexer_body_warp<F, D, Epi, kBody>(p, epi, smem, L, warp, lane);
+    indexer_body_warp<F, D, Epi, kBody == 2 ? 2 : 1>(p, epi, smem, L, warp, lane);
   } else {
     indexer_body_cta<F, D, Epi>(p, epi, smem, L, warp, lane);
   }
 }
 
 template <IndexerFormat F, int D, class Epi, int kBody = 0>
-__global__ void __launch_bounds__(256, 1) indexer_kernel(IndexerParams p, Epi epi) {
+__global__ void __launch_bounds__(kBody == 3 ? 384 : 256, 1) indexer_kernel(IndexerParams p, Epi epi) {
   // No pdl_trigger(): see pdl.cuh.
   pdl_wait();  // before any global-memory access
   indexer_body<F, D, Epi, kBody>(p, epi);

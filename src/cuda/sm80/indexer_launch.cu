@@ -174,6 +174,21 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
     return idx_smem_layout(q.fp4 != 0, q.head_dim, q.work.rows_per_group, q.heads_padded, q.tile_states, q.stages,
                            epi_smem(q), q.q_f16 != 0).total;
   };
+  // The fitting configuration of `warps` warps and `tile_states`-state tiles with the most stages
+  // (at most max_stages, at least min_stages), or none.
+  auto fit = [&](int warps, int tile_states, int min_stages, int q_f16) {
+    IndexerParams q = *p;
+    q.warps = warps;
+    q.tile_states = tile_states;
+    q.q_f16 = q_f16;
+    for (int stages = max_stages; stages >= min_stages; --stages) {
+      q.stages = stages;
+      const size_t need = need_of(q);
+      smallest = std::min(smallest, need);
+      if (need <= static_cast<size_t>(budget)) return IndexerConfig{warps, tile_states, stages, need};
+    }
+    return IndexerConfig{};
+  };
   auto search = [&](int q_f16, IndexerConfig* best, IndexerConfig* fallback) {
     // Tuning knob for benchmarks: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits.
     if (const char* env = std::getenv("DSATTN_INDEXER_TILE")) {
@@ -185,60 +200,55 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
         if (need <= static_cast<size_t>(budget)) { *best = IndexerConfig{w, q.tile_states, st, need}; return; }
       }
     }
+    // The largest tile with >= 3 stages, else the first that fits with 2.
     for (int warps : {8, 4, 2}) {
-      IndexerParams q = *p;
-      q.warps = warps;
-      q.tile_states = warps * 32;
-      q.q_f16 = q_f16;
-      for (int stages = max_stages; stages >= 2; --stages) {
-        q.stages = stages;
-        const size_t need = need_of(q);
-        smallest = std::min(smallest, need);
-        if (need > static_cast<size_t>(budget)) continue;
-        if (stages >= 3 && best->warps == 0) best->operator=(IndexerConfig{warps, q.tile_states, stages, need});
-        if (fallback->warps == 0) fallback->operator=(IndexerConfig{warps, q.tile_states, stages, need});
-        break;
-      }
+      const IndexerConfig c = fit(warps, warps * 32, 2, q_f16);
+      if (!c.warps) continue;
+      if (c.stages >= 3 && best->warps == 0) *best = c;
+      if (fallback->warps == 0) *fallback = c;
     }
   };
-  // The warp-local pipeline (logits epilogue, cp.async keys) takes 64 states per warp and tile (two
-  // halves of 32 scored one after the other) where 8 warps x 64 states fit with >= 2 stages and the
-  // block tables hold at least kWideTilesPerSm such tiles per SM: half the per-tile bookkeeping per
-  // state (cursor steps, block-table round, waits), the same bytes in flight as 256-state tiles x 4
-  // stages (2-4 stages measured level). Fewer, longer tiles leave SMs idle on small calls (H200, a
-  // first version: 1 x 8K 6.4 -> 8.0 us, 32 x 8K 29.9 -> 31.9). DSATTN_INDEXER_WARP_STATES=32 / 64
-  // forces either where it fits (benchmarks).
-  constexpr int64_t kWideTilesPerSm = 8;
+  // Large calls on the warp-local pipeline (logits epilogue, cp.async keys): where the block tables
+  // hold at least kLargeTilesPerSm 512-state tiles per SM, 12 warps x 32 states (384-state tiles,
+  // a kernel built for 384 threads: 3 warps per scheduler instead of 2 overlap one warp's copies,
+  // conversions and stores with another's MMAs) with >= 3 stages; where that does not fit, 8 warps
+  // x 64 states (two halves of 32 scored one after the other: half the per-tile bookkeeping per
+  // state, the same bytes in flight as 256-state tiles x 4 stages). H200, portable kernel, against
+  // 8 x 64: 32 x 32K 89.0-89.3 -> 86.5-86.7 us, 128 x 32K 317.5-319.7 -> 300.3-302.4, 256 x 8K
+  // 168.1-169.1 -> 161.6-161.7; 12 x 64 (2 stages) was slower (32 x 32K 100 us). Fewer, longer
+  // tiles leave SMs idle on small calls (1 x 8K: 6.3 us with 8 x 32, 7.1 with 12 x 32, 8.0 with
+  // 8 x 64), which keep 8 warps x 32 states. Benchmark knobs, where the shape fits:
+  // DSATTN_INDEXER_WARPS=12 forces 12 x 32 on any such call, =8 keeps 8 warps;
+  // DSATTN_INDEXER_WARP_STATES=64 forces 8 x 64, =32 keeps 32 states per warp.
+  constexpr int64_t kLargeTilesPerSm = 8;
   const char* wsenv = std::getenv("DSATTN_INDEXER_WARP_STATES");
   const bool ws32 = wsenv && std::strcmp(wsenv, "32") == 0, ws64 = wsenv && std::strcmp(wsenv, "64") == 0;
+  const char* wenv = std::getenv("DSATTN_INDEXER_WARPS");
+  const bool w8 = wenv && std::strcmp(wenv, "8") == 0, w12 = wenv && std::strcmp(wenv, "12") == 0;
   const int64_t cap_states = p->work.mode == detail::IndexerMode::kPaged
                                  ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
                                  : 0;
-  const bool wide = warp_local && !bulk && !ws32 && std::getenv("DSATTN_INDEXER_TILE") == nullptr &&
-                    (ws64 || (sms > 0 && cap_states >= kWideTilesPerSm * 8 * 64 * sms));
-  auto search_wide = [&](int q_f16) {
-    IndexerParams q = *p;
-    q.warps = 8;
-    q.tile_states = 8 * 64;
-    q.q_f16 = q_f16;
-    for (int stages = max_stages; stages >= 2; --stages) {
-      q.stages = stages;
-      const size_t need = need_of(q);
-      if (need <= static_cast<size_t>(budget)) return IndexerConfig{8, q.tile_states, stages, need};
-    }
-    return IndexerConfig{};
-  };
+  const bool shaped = warp_local && !bulk && std::getenv("DSATTN_INDEXER_TILE") == nullptr;
+  const bool large = sms > 0 && cap_states >= kLargeTilesPerSm * 512 * sms;
+  const int qf = want_f16 ? 1 : 0;
   IndexerConfig best{}, fallback{};
-  int q_f16 = 0;
-  if (wide) {
-    best = search_wide(want_f16 ? 1 : 0);
-    if (best.warps) q_f16 = want_f16 ? 1 : 0;
+  if (shaped) {
+    if (w12) {
+      best = fit(12, 12 * 32, 2, qf);
+    } else if (ws64) {
+      best = fit(8, 8 * 64, 2, qf);
+    } else if (large) {
+      if (!w8) best = fit(12, 12 * 32, 3, qf);
+      if (!best.warps && !ws32) best = fit(8, 8 * 64, 2, qf);
+    }
   }
-  if (want_f16 && !best.warps) {
+  const bool large_shape = best.warps != 0;
+  int q_f16 = large_shape ? qf : 0;
+  if (want_f16 && !large_shape) {
     search(1, &best, &fallback);
     if (best.warps) q_f16 = 1;
   }
-  if (!q_f16 && !(wide && best.warps)) {
+  if (!q_f16 && !large_shape) {
     best = IndexerConfig{};
     fallback = IndexerConfig{};
     search(0, &best, &fallback);

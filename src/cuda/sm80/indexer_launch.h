@@ -30,7 +30,10 @@ struct IndexerKernelOps {
 template <IndexerFormat F, int D, class Epi>
 typename IndexerKernelOps<F, D, Epi>::Kernel IndexerKernelOps<F, D, Epi>::kernel(const IndexerParams& p) {
   if constexpr (EpiWarpLocal<Epi>::value) {
-    if (!p.bulk) return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+    if (!p.bulk) {
+      if (p.warps > 8) return indexer_kernel<F, D, Epi, 3>;
+      return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+    }
   }
   return indexer_kernel<F, D, Epi, 0>;
 }
@@ -65,8 +68,8 @@ struct IndexerConfig {
 // set). Benchmark knobs: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits,
 // DSATTN_INDEXER_QF16=0 keeps Q in E4M3, DSATTN_INDEXER_BULK=0 uses cp.async for the keys.
 // warp_local: the call's epilogue runs the warp-local pipeline where the keys come by cp.async
-// (the logits epilogue), which may then take 64 states per warp and tile on calls whose block
-// tables fill `sms` SMs with enough such tiles.
+// (the logits epilogue), which may then take CTAs of 12 warps (or 64 states per warp and tile) on
+// calls whose block tables fill `sms` SMs with enough such tiles.
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                            IndexerConfig* cfg, bool warp_local = false, int sms = 0);
 
