@@ -871,6 +871,32 @@ struct IdxRingPos {
   }
 };
 
+// The start both pipelines share: this CTA's cursors (lc walks ahead for the copies, cc for the
+// scoring; CTA b takes partition b / split, every split-th tile of it), then the copies of the
+// first stages - 1 tiles issued into stages 0 .. stages - 2, with one more tile prefetched into pd.
+// prefetch(Pending&) steps lc to the next tile and loads its block-table entries; issue(pd, stage)
+// issues a pending tile's copies into ring stage `stage`.
+template <class Pending, class Prefetch, class Issue>
+__device__ __forceinline__ void idx_pipeline_start(const IndexerParams& p, IdxCursor& lc, IdxCursor& cc,
+                                                   IdxRingPos& wr, Pending& pd, Prefetch&& prefetch,
+                                                   Issue&& issue) {
+  const int split = p.split > 1 ? p.split : 1;
+  lc.init(p, blockIdx.x / split, blockIdx.x % split);
+  cc = lc;
+  prefetch(pd);
+  for (int s = 0; s < p.stages - 1; ++s) {
+    Pending nx;
+    nx.ok = false;
+    if (pd.ok) {
+      prefetch(nx);  // in flight while pd's entries are consumed
+      issue(pd, wr.s);
+    }
+    pd = nx;
+    wr.advance(p.stages);
+    cp_async_commit();
+  }
+}
+
 // Epilogues whose consume() only stores and whose group_end() does nothing say so with
 // `static constexpr bool kWarpLocal = true` (the logits epilogue).
 template <class E, class = void>
@@ -889,29 +915,20 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
                                                   const IdxSmemLayout& L, int warp, int lane) {
   const detail::FastDivU31 spp(static_cast<uint32_t>(p.states_per_page));
   IdxCursor lc, cc;
-  const int split = p.split > 1 ? p.split : 1;
-  lc.init(p, blockIdx.x / split, blockIdx.x % split);
-  cc = lc;
   const int S = p.stages;
   IdxRingPos wr, rd;  // the stage the next copies go to; the stage of the tile scored next
   // This warp's copies of a tile: all its halves in one cp.async group.
-  const auto issue = [&](const IdxPendingW<kH>& q, uint8_t* stage) {
+  const auto issue = [&](const IdxPendingW<kH>& q, int stage) {
 #pragma unroll
-    for (int h = 0; h < kH; ++h) idx_issue_w<F, D>(p, q.t, q.raw[h], q.off[h], (warp * kH + h) * 32, stage, L, lane);
-  };
-  IdxPendingW<kH> pd, nx;
-  int32_t pf_g = -1;
-  idx_prefetch_w(p, spp, lc, pd, pf_g, warp, lane);
-  for (int s = 0; s < S - 1; ++s) {
-    nx.ok = false;
-    if (pd.ok) {
-      idx_prefetch_w(p, spp, lc, nx, pf_g, warp, lane);  // in flight while pd's entries are consumed
-      issue(pd, smem + L.stage0 + wr.s * L.stage_bytes);
+    for (int h = 0; h < kH; ++h) {
+      idx_issue_w<F, D>(p, q.t, q.raw[h], q.off[h], (warp * kH + h) * 32, smem + L.stage0 + stage * L.stage_bytes, L,
+                        lane);
     }
-    pd = nx;
-    wr.advance(S);
-    cp_async_commit();
-  }
+  };
+  IdxPendingW<kH> pd;
+  int32_t pf_g = -1;
+  const auto prefetch = [&](IdxPendingW<kH>& q) { idx_prefetch_w(p, spp, lc, q, pf_g, warp, lane); };
+  idx_pipeline_start(p, lc, cc, wr, pd, prefetch, issue);
   int32_t cur_g = -1;
   int cur_rows = 0;
   for (;;) {
@@ -929,8 +946,8 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
     cp_async_wait_dyn(S - 2);
     __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
     if (pd.ok) {
-      issue(pd, smem + L.stage0 + wr.s * L.stage_bytes);
-      idx_prefetch_w(p, spp, lc, pd, pf_g, warp, lane);
+      issue(pd, wr.s);
+      prefetch(pd);
     }
     wr.advance(S);
     cp_async_commit();
@@ -960,25 +977,15 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
   }
 
   IdxCursor lc, cc;
-  const int split = p.split > 1 ? p.split : 1;
-  lc.init(p, blockIdx.x / split, blockIdx.x % split);
-  cc = lc;
   const int S = p.stages;
   IdxRingPos wr, rd;
-  IdxPending pd, nx;
+  IdxPending pd;
   int32_t pf_g = -1;
-  idx_prefetch(p, lc, pd, pf_g, warp, lane);
-  for (int s = 0; s < S - 1; ++s) {
-    nx.ok = false;
-    nx.raw = -1;
-    if (pd.ok) {
-      idx_prefetch(p, lc, nx, pf_g, warp, lane);  // in flight while pd's entries are consumed
-      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + wr.s * L.stage_bytes, L, bars + wr.s * 8, warp, lane);
-    }
-    pd = nx;
-    wr.advance(S);
-    cp_async_commit();
-  }
+  const auto prefetch = [&](IdxPending& q) { idx_prefetch(p, lc, q, pf_g, warp, lane); };
+  const auto issue = [&](const IdxPending& q, int stage) {
+    idx_issue_tile<F, D>(p, q, smem + L.stage0 + stage * L.stage_bytes, L, bars + stage * 8, warp, lane);
+  };
+  idx_pipeline_start(p, lc, cc, wr, pd, prefetch, issue);
   int32_t cur_g = -1;
   int cur_rows = 0;
   int32_t cur_t_begin = 0, cur_t_end = 0;
@@ -990,8 +997,8 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
     if (bulk) mbar_wait(bars + rd.s * 8, rd.parity);  // the tile's bulk key copies
     __syncthreads();  // B1
     if (pd.ok) {
-      idx_issue_tile<F, D>(p, pd, smem + L.stage0 + wr.s * L.stage_bytes, L, bars + wr.s * 8, warp, lane);
-      idx_prefetch(p, lc, pd, pf_g, warp, lane);
+      issue(pd, wr.s);
+      prefetch(pd);
     }
     wr.advance(S);
     cp_async_commit();
