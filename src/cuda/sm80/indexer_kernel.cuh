@@ -98,6 +98,7 @@
 #include "common/fast_div.h"
 #include "common/indexer_cursor.h"
 #include "common/indexer_work.h"
+#include "cuda/sm80/indexer_params.h"
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/indexer_dequant.cuh"
 #include "cuda/common/mma_fp8.cuh"
@@ -107,58 +108,6 @@
 
 namespace dsattn {
 namespace cuda {
-
-constexpr int kIdxMaxRows = detail::kIndexerMaxGroupRows;
-
-// Kernel arguments (host fills them in indexer_launch.cu; POD, passed by value).
-struct IndexerParams {
-  detail::IndexerWork work;
-  int heads = 0;            // H
-  int heads_padded = 0;     // Hp (multiple of 16)
-  int head_dim = 0;         // D (the kernel's template argument; host bookkeeping)
-  int fp4 = 0;              // MXFP4 cache (the kernel's template argument; host bookkeeping)
-  // Q: group g row j head h at q + g*q_sg + j*q_sr + h*q_sh (bytes); D (FP8) or D/2 (MXFP4) bytes
-  const uint8_t* q = nullptr;
-  int64_t q_sg = 0, q_sr = 0, q_sh = 0;
-  int q_aligned16 = 0;      // all Q head rows start 16-byte aligned
-  int q_f16 = 0;            // FP8, f16-MMA archs (not DSATTN_MMA_NATIVE_FP8): Q kept as f16 in shared
-                            // memory (converted once per group instead of once per MMA)
-  const int32_t* q_scales = nullptr;  // MXFP4: element strides below
-  int64_t qs_sg = 0, qs_sr = 0, qs_sh = 0;
-  const float* w = nullptr;           // element strides
-  int64_t w_sg = 0, w_sr = 0, w_sh = 0;
-  // Keys: state `o` of page `p`: keys at kbase + p*page_stride + o*RB, scale at
-  // sbase + p*scale_page_stride + o*4 (bytes). Paged: sbase = kbase + S*RB.
-  const uint8_t* kbase = nullptr;
-  const uint8_t* sbase = nullptr;
-  int64_t page_stride = 0, scale_page_stride = 0;
-  int states_per_page = 0;  // S (prefill: 1 << 30, a single page)
-  int64_t num_pages = 0;
-  int keys_aligned16 = 0;   // kbase and page_stride 16-byte aligned
-  const int32_t* block_table = nullptr;  // [batch, max_pages]; null: page index = page id
-  int64_t bt_s0 = 0, bt_s1 = 0, max_pages = 0;
-  int64_t state_limit = 0;  // states >= limit are never processed (logits width, pages * S)
-  const int32_t* meta = nullptr;  // schedule metadata; null: one group (work.groups == 1) split
-                                  // into `partitions` without it (IdxCursor::init)
-  int partitions = 0;
-  // Pipeline shape (chosen by the launcher).
-  int warps = 8, tile_states = 256, stages = 3;
-  // CTAs per schedule partition: CTA b works on partition b / split and takes every split-th tile
-  // of it (tiles b % split, b % split + split, ...), so a schedule of one partition per SM still
-  // fills an SM with several CTAs. Only for epilogues that need no contiguous per-CTA state range
-  // (the logits epilogue); others keep 1.
-  int split = 1;
-  // sm_90+: FP8 keys arrive by bulk copies (the TMA engine, one per page run, completing on one
-  // mbarrier per stage) instead of per-thread cp.async, and are stored unswizzled. Set by the
-  // launcher (FP8, 16-byte aligned cache, device sm_90+).
-  int bulk = 0;
-  // Epilogue arguments (logits epilogue; other epilogues keep theirs in their own object).
-  void* out = nullptr;      // f32 / bf16 [R, W]
-  int64_t out_s0 = 0;       // row stride (elements)
-  int64_t out_width = 0;    // W
-  int out_bf16 = 0;
-  int clean = 0;
-};
 
 struct ScoreTile {
   const float* scores;      // shared [rows][ld]
@@ -198,36 +147,6 @@ struct IdxTraits {
     return u * 8;
   }
 };
-
-__host__ __device__ constexpr size_t idx_align16(size_t x) { return (x + 15) & ~size_t(15); }
-
-struct IdxSmemLayout {
-  size_t q, w, qs, win, bars, scores, stage0, stage_bytes, keys_off, scale_off, valid_off, epi, total;
-};
-
-// Shared-memory layout for a configuration (host and device agree on it).
-__host__ __device__ inline IdxSmemLayout idx_smem_layout(bool fp4, int D, int rows_per_group, int heads_padded,
-                                                         int tile_states, int stages, size_t epi_bytes,
-                                                         bool q_f16 = false) {
-  IdxSmemLayout L{};
-  const size_t qrows = size_t(rows_per_group) * heads_padded;
-  const int rb = fp4 ? D / 2 : D;
-  size_t off = 0;
-  L.q = off; off += idx_align16(qrows * D * (q_f16 ? 2 : 1));
-  L.w = off; off += idx_align16(qrows * 4);
-  L.qs = off; off += fp4 ? idx_align16(qrows * (D / 32) * 4) : 0;
-  L.win = off; off += idx_align16(sizeof(detail::RowWindow) * kIdxMaxRows);
-  L.bars = off; off += idx_align16(size_t(8) * stages);  // one mbarrier per stage (p.bulk)
-  L.scores = off; off += idx_align16(size_t(rows_per_group) * tile_states * 4);
-  L.keys_off = 0;
-  L.scale_off = idx_align16(size_t(tile_states) * rb);
-  L.valid_off = L.scale_off + size_t(tile_states) * 4;
-  L.stage_bytes = idx_align16(L.valid_off + tile_states);
-  L.stage0 = off; off += L.stage_bytes * stages;
-  L.epi = off; off += idx_align16(epi_bytes);
-  L.total = off;
-  return L;
-}
 
 // Keys by bulk copies (p.bulk): FP8 only, and only where this code was compiled for sm_90+ (a
 // JIT-compiled older PTX on a newer GPU falls back to cp.async).

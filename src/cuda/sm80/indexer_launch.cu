@@ -149,12 +149,20 @@ Status device_limits(const char* op, const Exec& ex, int* sms, int* smem_optin) 
 
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                            IndexerConfig* cfg, bool warp_local, int sms) {
+  int dev = 0;
+  IndexerDeviceInfo info;
+  DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, dev));
+  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, dev));
+  info.sms = sms;
+  return plan_indexer_config(op, p, info, budget, epi_smem, cfg, warp_local);
+}
+
+Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDeviceInfo& dev, int budget,
+                           size_t (*epi_smem)(const IndexerParams&), IndexerConfig* cfg, bool warp_local) {
   // Q as f16 in shared memory on archs whose FP8 mma.sync is emulated (sm_80, sm_90, sm_100):
   // converted once per group instead of once per MMA. DSATTN_INDEXER_QF16=0 turns it off.
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  const int major = dev.major, minor = dev.minor, sms = dev.sms;
   const bool native_fp8 = (major == 8 && minor == 9) || major >= 12;
   const char* qenv = std::getenv("DSATTN_INDEXER_QF16");
   const bool want_f16 = !p->fp4 && !native_fp8 && !(qenv && qenv[0] == '0');

@@ -55,12 +55,6 @@ cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(const IndexerParams& p, size_
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, p.warps * 32, smem);
 }
 
-// Pipeline shape for a problem: warps (tile = 32 * warps states), stages, shared memory.
-struct IndexerConfig {
-  int warps = 0, tile_states = 0, stages = 0;
-  size_t smem = 0;
-};
-
 // Picks the key copy path (p->bulk: bulk copies on sm_90+ for an FP8, 16-byte aligned cache, prefill
 // only by default; set p->keys_aligned16 and p->work first) and the largest tile with >= 3 stages
 // (else >= 2; at most 3 for cp.async FP8 keys on sm_90, else at most 6) that fits `budget` bytes
@@ -69,7 +63,8 @@ struct IndexerConfig {
 // DSATTN_INDEXER_QF16=0 keeps Q in E4M3, DSATTN_INDEXER_BULK=0 uses cp.async for the keys.
 // warp_local: the call's epilogue runs the warp-local pipeline where the keys come by cp.async
 // (the logits epilogue), which may then take CTAs of 12 warps (or 64 states per warp and tile) on
-// calls whose block tables fill `sms` SMs with enough such tiles.
+// calls whose block tables fill `sms` SMs with enough such tiles. The choice itself is
+// plan_indexer_config (indexer_params.h), for the current device's compute capability.
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                            IndexerConfig* cfg, bool warp_local = false, int sms = 0);
 
