@@ -52,13 +52,13 @@ struct IdxCursor {
       const int64_t U = G >= 1 ? detail::indexer_group_units(p.work, 0) : 0;
       const int64_t parts = p.partitions > 0 ? p.partitions : 1;
       g = 0;
-      u = static_cast<int32_t>(part * U / parts);
+      u = static_cast<int32_t>(detail::indexer_partition_start(part, U, parts));
       if (part + 1 >= parts) {
         ge = static_cast<int32_t>(G);
         ue = 0;
       } else {
         ge = 0;
-        ue = static_cast<int32_t>((part + 1) * U / parts);
+        ue = static_cast<int32_t>(detail::indexer_partition_start(part + 1, U, parts));
       }
     }
     if (g < 0) g = 0;

@@ -143,16 +143,24 @@ DSATTN_HD int64_t indexer_group_units(const IndexerWork& w, int64_t g) {
 // (group, unit) positions [pair p, pair p + 1) in row-major order. Pair P is (G, 0).
 DSATTN_HD int64_t indexer_meta_size(int partitions) { return kIndexerMetaHeader + 2 * (int64_t(partitions) + 1); }
 
-// Partition boundaries that fall into group g whose units are [pre, pre + u) of `total`:
-// partition p starts at unit floor(p * total / P).
+// The schedule's partition boundaries, in one place for the host schedule, the schedule kernel and
+// the kernels that split one request without a schedule (IdxCursor::init): of `total` units over
+// P partitions, partition p starts at unit floor(p * total / P) ...
+DSATTN_HD int64_t indexer_partition_start(int64_t p, int64_t total, int64_t P) { return p * total / P; }
+// ... so the first partition starting at or after unit x is ceil(x * P / total) (total > 0).
+DSATTN_HD int64_t indexer_first_partition_from(int64_t x, int64_t total, int64_t P) {
+  return (x * P + total - 1) / total;
+}
+
+// Partition boundaries that fall into group g whose units are [pre, pre + u) of `total`.
 DSATTN_HD void indexer_meta_fill_group(int32_t* meta, int partitions, int64_t total, int64_t g, int64_t pre,
                                        int64_t u) {
   if (u <= 0 || total <= 0) return;
   const int64_t P = partitions;
-  int64_t p = (pre * P + total - 1) / total;             // first p with floor(p*total/P) >= pre
-  const int64_t p_end = ((pre + u) * P + total - 1) / total;  // first p with target >= pre + u
+  int64_t p = indexer_first_partition_from(pre, total, P);
+  const int64_t p_end = indexer_first_partition_from(pre + u, total, P);
   for (; p < p_end && p < P; ++p) {
-    const int64_t target = p * total / P;
+    const int64_t target = indexer_partition_start(p, total, P);
     meta[kIndexerMetaHeader + 2 * p] = static_cast<int32_t>(g);
     meta[kIndexerMetaHeader + 2 * p + 1] = static_cast<int32_t>(target - pre);
   }

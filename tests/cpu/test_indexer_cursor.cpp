@@ -206,5 +206,30 @@ TEST(IndexerCursor, OneGroupWithoutMetadataEqualsTheSchedule) {
   EXPECT_GT(tiles, 10000);
 }
 
+// The partition formulas the host schedule, the schedule kernel and IdxCursor::init share:
+// indexer_first_partition_from(x) is the first partition whose start is at or after unit x, and
+// the starts are non-decreasing from 0 to `total`.
+TEST(IndexerCursor, PartitionStartsAndFirstPartitionFrom) {
+  std::mt19937_64 rng(11);
+  for (int it = 0; it < 400; ++it) {
+    const int64_t total = it < 200 ? 1 + int64_t(rng() % 5000) : 1 + int64_t(rng() % (int64_t(1) << 34));
+    const int64_t P = 1 + int64_t(rng() % 1100);
+    EXPECT_EQ(detail::indexer_partition_start(0, total, P), 0);
+    EXPECT_EQ(detail::indexer_partition_start(P, total, P), total);
+    for (int k = 0; k < 40; ++k) {
+      const int64_t p = int64_t(rng() % uint64_t(P));
+      EXPECT_LE(detail::indexer_partition_start(p, total, P), detail::indexer_partition_start(p + 1, total, P));
+      const int64_t x = int64_t(rng() % uint64_t(total + 1));
+      const int64_t f = detail::indexer_first_partition_from(x, total, P);
+      ASSERT_GE(f, 0);
+      ASSERT_LE(f, P);
+      EXPECT_GE(detail::indexer_partition_start(f, total, P), x) << total << " " << P << " " << x;
+      if (f > 0) {
+        EXPECT_LT(detail::indexer_partition_start(f - 1, total, P), x) << total << " " << P << " " << x;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsattn

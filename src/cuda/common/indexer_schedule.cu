@@ -75,12 +75,13 @@ __global__ void __launch_bounds__(kSchedThreads)
     s_end[threadIdx.x] = base + pre + u;
     __syncthreads();
     // Partitions whose first unit lies in [base, base + chunk): p from ceil(base * P / total).
-    const int64_t p_lo = (base * P + total - 1) / total;
-    const int64_t p_hi = min(int64_t(P), ((base + chunk) * P + total - 1) / total);
+    const int64_t p_lo = detail::indexer_first_partition_from(base, total, P);
+    const int64_t p_hi = min(int64_t(P), detail::indexer_first_partition_from(base + chunk, total, P));
     const int last = static_cast<int>(min(int64_t(blockDim.x), G - c0)) - 1;  // the chunk's last group
     for (int64_t p = p_lo + threadIdx.x; p < p_hi; p += blockDim.x) {
       // 64-bit division is a long software sequence; p * total fits 32 bits at usual sizes.
-      const int64_t target = narrow ? int64_t(uint32_t(p) * uint32_t(total) / uint32_t(P)) : p * total / P;
+      const int64_t target = narrow ? int64_t(uint32_t(p) * uint32_t(total) / uint32_t(P))
+                                    : detail::indexer_partition_start(p, total, P);
       int lo = 0, hi = last;  // first t with s_end[t] > target (s_end[last] = base + chunk > target)
       while (lo < hi) {
         const int mid = (lo + hi) >> 1;
