@@ -138,6 +138,20 @@ TEST(GpuIndexerPlan, H200Knobs) {
   r = plan(paged(32, 512, 64), kH200, kH200Optin);
   expect_shape(r, 12, 384, 0);
   unsetenv("DSATTN_INDEXER_WARP_STATES");
+  // DSATTN_INDEXER_TILE=warps:stages forces that shape where it fits, also past the 3-stage cap of
+  // cp.async FP8 keys on sm_90 and on large calls (4 x 32 with 5 stages: 5 * 17024 + 16384 + ...;
+  // 8 x 32 with 6: 6 * 34048 + 16384 + ... < 227 KiB); where it does not fit (next_n = 8: 131072
+  // bytes of Q beside 204288) the usual choice stands (4 x 32, 3 stages).
+  setenv("DSATTN_INDEXER_TILE", "4:5", 1);
+  r = plan(paged(32, 512, 64), kH200, kH200Optin);
+  expect_shape(r, 4, 128, 5);
+  EXPECT_EQ(r.p.q_f16, 1);
+  setenv("DSATTN_INDEXER_TILE", "8:6", 1);
+  r = plan(paged(1, 128, 64), kH200, kH200Optin);
+  expect_shape(r, 8, 256, 6);
+  r = plan(paged(32, 512, 64, 8), kH200, kH200Optin);
+  expect_shape(r, 4, 128, 3);
+  unsetenv("DSATTN_INDEXER_TILE");
 }
 
 TEST(GpuIndexerPlan, Budget99KiB) {

@@ -183,13 +183,13 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
                            epi_smem(q), q.q_f16 != 0).total;
   };
   // The fitting configuration of `warps` warps and `tile_states`-state tiles with the most stages
-  // (at most max_stages, at least min_stages), or none.
-  auto fit = [&](int warps, int tile_states, int min_stages, int q_f16) {
+  // in [min_stages, top] (top: max_stages unless given), or none.
+  auto fit = [&](int warps, int tile_states, int min_stages, int q_f16, int top = 0) {
     IndexerParams q = *p;
     q.warps = warps;
     q.tile_states = tile_states;
     q.q_f16 = q_f16;
-    for (int stages = max_stages; stages >= min_stages; --stages) {
+    for (int stages = top > 0 ? top : max_stages; stages >= min_stages; --stages) {
       q.stages = stages;
       const size_t need = need_of(q);
       smallest = std::min(smallest, need);
@@ -202,10 +202,11 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
     if (const char* env = std::getenv("DSATTN_INDEXER_TILE")) {
       int w = 0, st = 0;
       if (std::sscanf(env, "%d:%d", &w, &st) == 2 && (w == 2 || w == 4 || w == 8) && st >= 2 && st <= kMaxStages) {
-        IndexerParams q = *p;
-        q.warps = w; q.tile_states = w * 32; q.stages = st; q.q_f16 = q_f16;
-        const size_t need = need_of(q);
-        if (need <= static_cast<size_t>(budget)) { *best = IndexerConfig{w, q.tile_states, st, need}; return; }
+        const IndexerConfig c = fit(w, w * 32, st, q_f16, st);
+        if (c.warps) {
+          *best = c;
+          return;
+        }
       }
     }
     // The largest tile with >= 3 stages, else the first that fits with 2.

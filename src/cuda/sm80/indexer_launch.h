@@ -19,8 +19,9 @@ template <IndexerFormat F, int D, class Epi>
 struct IndexerKernelOps {
   using Kernel = void (*)(IndexerParams, Epi);
   // The kernel a launch with p runs (p.warps, p.tile_states and p.bulk as the config picker set
-  // them): the warp-local pipeline for an epilogue with kWarpLocal and keys by cp.async, with
-  // 64-state tiles per warp when p.tile_states says so; the CTA-wide one otherwise.
+  // them): the warp-local pipeline for an epilogue with kWarpLocal and keys by cp.async (the
+  // 384-thread kernel for 12 warps, 64 states per warp when p.tile_states says so); the CTA-wide
+  // one otherwise.
   static Kernel kernel(const IndexerParams& p);
   static cudaError_t launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem, cudaStream_t stream);
   // CTAs per SM of the kernel a launch with p runs, with p.warps * 32 threads and `smem` bytes.
