@@ -948,34 +948,39 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
   epi.finish(p);
 }
 
-// kBody: 0 the CTA-wide pipeline (indexer_body_cta); 1 or 2 the warp-local one (indexer_body_warp)
-// with 32 or 64 states per warp and tile, 3 the warp-local one with 32 states per warp in CTAs of
-// 12 warps (a kernel built for 384 threads, i.e. at most 168 registers a thread), for epilogues with
-// kWarpLocal and keys by cp.async (p.bulk == 0; IndexerKernelOps::kernel picks, from the shape
-// pick_indexer_config chose). Separate kernels rather than run-time branches: each holds one pipeline's code
-// (H200, portable kernel, 32 x 32K: 13 % of the warp samples waited on instruction fetch with both
-// pipelines in one kernel), and the halves' arrays and loop bounds are constants (with the halves
-// a run-time value the 32-state case ran 10 % slower: 32 x 32K 106.4-106.6 against 97.0-97.3 us).
-template <IndexerFormat F, int D, class Epi, int kBody>
+// The pipeline is chosen by two template parameters: kHalves 0 runs the CTA-wide pipeline
+// (indexer_body_cta); kHalves 1 or 2 the warp-local one (indexer_body_warp) with that many halves of
+// 32 states per warp and tile, for epilogues with kWarpLocal and keys by cp.async (p.bulk == 0).
+// kThreads is the CTA size the kernel is built for (__launch_bounds__): 256 (8 warps or fewer), or
+// 384 for CTAs of 12 warps x 32 states (kHalves 1; at most 168 registers a thread).
+// IndexerKernelOps::kernel picks, from the shape pick_indexer_config chose. Separate kernels
+// rather than run-time branches: each holds one pipeline's code (H200, portable kernel, 32 x 32K:
+// 13 % of the warp samples waited on instruction fetch with both pipelines in one kernel), and the
+// halves' arrays and loop bounds are constants (with the halves a run-time value the 32-state case
+// ran 10 % slower: 32 x 32K 106.4-106.6 against 97.0-97.3 us).
+template <IndexerFormat F, int D, class Epi, int kHalves>
 __device__ __forceinline__ void indexer_body(const IndexerParams& p, Epi& epi) {
+  static_assert(kHalves >= 0 && kHalves <= 2, "indexer_body: 0 (CTA-wide) or 1-2 halves of 32 states per warp");
   extern __shared__ __align__(16) uint8_t smem[];
   const IdxSmemLayout L = idx_smem_layout(F == IndexerFormat::kMxfp4, D, p.work.rows_per_group, p.heads_padded,
                                           p.tile_states, p.stages, Epi::smem_bytes(p), p.q_f16 != 0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   epi.begin(p, smem + L.epi);
-  if constexpr (kBody > 0) {
+  if constexpr (kHalves > 0) {
     static_assert(EpiWarpLocal<Epi>::value, "the warp-local pipeline needs an epilogue that only stores");
-    indexer_body_warp<F, D, Epi, kBody == 2 ? 2 : 1>(p, epi, smem, L, warp, lane);
+    indexer_body_warp<F, D, Epi, kHalves>(p, epi, smem, L, warp, lane);
   } else {
     indexer_body_cta<F, D, Epi>(p, epi, smem, L, warp, lane);
   }
 }
 
-template <IndexerFormat F, int D, class Epi, int kBody = 0>
-__global__ void __launch_bounds__(kBody == 3 ? 384 : 256, 1) indexer_kernel(IndexerParams p, Epi epi) {
+template <IndexerFormat F, int D, class Epi, int kHalves = 0, int kThreads = 256>
+__global__ void __launch_bounds__(kThreads, 1) indexer_kernel(IndexerParams p, Epi epi) {
+  static_assert(kThreads == 256 || (kThreads == 384 && kHalves == 1),
+                "indexer_kernel: 256 threads, or 384 for 12 warps x 32 states");
   // No pdl_trigger(): see pdl.cuh.
   pdl_wait();  // before any global-memory access
-  indexer_body<F, D, Epi, kBody>(p, epi);
+  indexer_body<F, D, Epi, kHalves>(p, epi);
 }
 
 // ---------------------------------------------------------------- logits epilogue

@@ -32,7 +32,7 @@ template <IndexerFormat F, int D, class Epi>
 typename IndexerKernelOps<F, D, Epi>::Kernel IndexerKernelOps<F, D, Epi>::kernel(const IndexerParams& p) {
   if constexpr (EpiWarpLocal<Epi>::value) {
     if (!p.bulk) {
-      if (p.warps > 8) return indexer_kernel<F, D, Epi, 3>;
+      if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
       return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
     }
   }
