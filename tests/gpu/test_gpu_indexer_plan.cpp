@@ -110,11 +110,15 @@ TEST(GpuIndexerPlan, H200HandDerived) {
   r = plan(paged(32, 512, 64), kH200, kH200Optin, /*warp_local=*/false);
   expect_shape(r, 8, 256, 0);
   // next_n = 8: Q is 8 * 64 * 128 * 2 = 131072 bytes; 12 x 32 with 3 stages (153216) does not fit,
-  // nor 8 x 64 with 2 (136192); 8 x 32 with 2 stages (68096) does, but with fewer than 3 stages;
-  // 4 x 32 fits with 3 (51072): the largest tile with >= 3 stages.
+  // nor 8 x 64 with 2 (136192); 8 x 32 fits with 2 stages (68096), which the warp-local pipeline
+  // takes (the largest tile with >= 2 stages); the CTA-wide one keeps the largest with >= 3: 4 x 32
+  // (51072).
   r = plan(paged(32, 512, 64, 8), kH200, kH200Optin);
-  expect_shape(r, 4, 128, 3);
+  expect_shape(r, 8, 256, 2);
+  EXPECT_EQ(r.p.q_f16, 1);
   EXPECT_LE(r.cfg.smem, size_t(kH200Optin));
+  r = plan(paged(32, 512, 64, 8), kH200, kH200Optin, /*warp_local=*/false);
+  expect_shape(r, 4, 128, 3);
 }
 
 TEST(GpuIndexerPlan, H200Knobs) {
@@ -141,7 +145,7 @@ TEST(GpuIndexerPlan, H200Knobs) {
   // DSATTN_INDEXER_TILE=warps:stages forces that shape where it fits, also past the 3-stage cap of
   // cp.async FP8 keys on sm_90 and on large calls (4 x 32 with 5 stages: 5 * 17024 + 16384 + ...;
   // 8 x 32 with 6: 6 * 34048 + 16384 + ... < 227 KiB); where it does not fit (next_n = 8: 131072
-  // bytes of Q beside 204288) the usual choice stands (4 x 32, 3 stages).
+  // bytes of Q beside 204288) the usual choice stands (8 x 32, 2 stages).
   setenv("DSATTN_INDEXER_TILE", "4:5", 1);
   r = plan(paged(32, 512, 64), kH200, kH200Optin);
   expect_shape(r, 4, 128, 5);
@@ -150,25 +154,38 @@ TEST(GpuIndexerPlan, H200Knobs) {
   r = plan(paged(1, 128, 64), kH200, kH200Optin);
   expect_shape(r, 8, 256, 6);
   r = plan(paged(32, 512, 64, 8), kH200, kH200Optin);
-  expect_shape(r, 4, 128, 3);
+  expect_shape(r, 8, 256, 2);
   unsetenv("DSATTN_INDEXER_TILE");
 }
 
 TEST(GpuIndexerPlan, Budget99KiB) {
   NoKnobs clean;
   // The H200 under sm_120's 99 KiB: on a large call 12 x 32 x 3 stages and 8 x 64 x 2 stages do not
-  // fit; 8 x 32 fits only with 2 stages (68096 + 16384 + ...), 4 x 32 with 3 (51072 + 16384 + ...).
+  // fit; 8 x 32 fits with 2 stages (68096 + 16384 + ...), which the warp-local pipeline takes over
+  // 4 x 32 with 3 (51072 + 16384 + ...); the CTA-wide pipeline keeps the >= 3-stage rule.
   Plan r = plan(paged(128, 512, 32), kH200, kSm120Budget);
-  expect_shape(r, 4, 128, 3);
+  expect_shape(r, 8, 256, 2);
   EXPECT_EQ(r.p.q_f16, 1);
   EXPECT_LE(r.cfg.smem, size_t(kSm120Budget));
+  r = plan(paged(128, 512, 32), kH200, kSm120Budget, /*warp_local=*/false);
+  expect_shape(r, 4, 128, 3);
+  // One request: the same shapes.
+  r = plan(paged(1, 1024, 64), kH200, kSm120Budget);
+  expect_shape(r, 8, 256, 2);
+  // next_n = 2: f16 Q is 32768 bytes, so 8 x 32 with 2 stages does not fit (68096 + 32768 + ...);
+  // 4 x 32 with 3 does.
+  r = plan(paged(32, 512, 64, 2), kH200, kSm120Budget);
+  expect_shape(r, 4, 128, 3);
+  EXPECT_EQ(r.p.q_f16, 1);
   // sm_120 itself: native FP8 MMA, so Q stays E4M3 (8192 bytes) and up to 6 stages: 8 x 32 fits
-  // with 2 (6 x 34048 > 99 KiB .. 3 x 34048 + 8192 + ... > 99 KiB), 4 x 32 with 5 stages (5 x
-  // 17024 = 85120 + 8192 + ...; 6 stages: 102144 + 8192 > 99 KiB).
+  // with 2 (3 x 34048 + 8192 + ... > 99 KiB), 4 x 32 would with 5 (5 x 17024 = 85120 + 8192 + ...).
+  // The warp-local pipeline takes 8 x 32 x 2, the CTA-wide one 4 x 32 x 5.
   r = plan(paged(128, 512, 32), kSm120, kSm120Budget);
-  expect_shape(r, 4, 128, 5);
+  expect_shape(r, 8, 256, 2);
   EXPECT_EQ(r.p.q_f16, 0);
   EXPECT_LE(r.cfg.smem, size_t(kSm120Budget));
+  r = plan(paged(128, 512, 32), kSm120, kSm120Budget, /*warp_local=*/false);
+  expect_shape(r, 4, 128, 5);
 }
 
 TEST(GpuIndexerPlan, Mxfp4LargeCall) {

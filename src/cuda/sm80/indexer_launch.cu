@@ -209,11 +209,18 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
         }
       }
     }
-    // The largest tile with >= 3 stages, else the first that fits with 2.
+    // The largest tile with >= 3 stages, else the first that fits with 2. The warp-local
+    // pipeline takes the largest tile that fits with 2: its warps each keep their own tile in
+    // flight, so 8 warps x 2 stages have the bytes in flight of 4 warps x 3 stages and twice the
+    // warps to overlap one's MMAs with another's loads and stores. H200, portable kernel under
+    // sm_120's 99 KiB (8 x 32 x 2 against 4 x 32 x 3, f16 Q, us): 32 x 32K 91.5-92.7 / 99.9-100.7,
+    // 128 x 8K 91.3-92.0 / 100.0-100.4, 128 x 32K 328.0-329.2 / 360.8-363.1, 1 x 8K 6.3-6.4 /
+    // 7.6-7.7, 1 x 64K 10.3-10.4 / 11.2.
+    const int min_best = warp_local && !bulk ? 2 : 3;
     for (int warps : {8, 4, 2}) {
       const IndexerConfig c = fit(warps, warps * 32, 2, q_f16);
       if (!c.warps) continue;
-      if (c.stages >= 3 && best->warps == 0) *best = c;
+      if (c.stages >= min_best && best->warps == 0) *best = c;
       if (fallback->warps == 0) *fallback = c;
     }
   };
