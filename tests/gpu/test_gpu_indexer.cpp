@@ -583,6 +583,8 @@ TEST(GpuIndexer, PortableTileShapes) {
     c = IdxCase{};
     c.B = 2; c.S = 32; c.max_ctx = 2500; c.smem_budget = 99 * 1024; c.seed = 1704;
     cases.push_back(c);
+    c.S = 64; c.smem_budget = 166912; c.seed = 1705;  // sm_80's budget: 12 warps with 2 stages
+    cases.push_back(c);
   }
   for (const Shape& sh : shapes) {
     if (sh.warps) setenv("DSATTN_INDEXER_WARPS", sh.warps, 1);

@@ -188,6 +188,26 @@ TEST(GpuIndexerPlan, Budget99KiB) {
   expect_shape(r, 4, 128, 5);
 }
 
+TEST(GpuIndexerPlan, Budget163KiB) {
+  NoKnobs clean;
+  // sm_80's opt-in budget (166912 bytes; f16 Q as on the H200): on a large call 12 x 32 x 3 stages
+  // (153216 + 16384 + ...) does not fit, 12 x 32 x 2 (102144 + 16384 + ...) does and is taken over
+  // 8 x 64 x 2 (136192 + ...).
+  constexpr int kSm80Budget = 166912;
+  Plan r = plan(paged(32, 512, 64), kH200, kSm80Budget);
+  expect_shape(r, 12, 384, 2);
+  EXPECT_EQ(r.p.q_f16, 1);
+  EXPECT_LE(r.cfg.smem, size_t(kSm80Budget));
+  // DSATTN_INDEXER_WARPS=8 keeps 8 warps: 8 x 64 x 2.
+  setenv("DSATTN_INDEXER_WARPS", "8", 1);
+  r = plan(paged(32, 512, 64), kH200, kSm80Budget);
+  expect_shape(r, 8, 512, 2);
+  unsetenv("DSATTN_INDEXER_WARPS");
+  // Small calls: 8 x 32 with 3 stages fits (102144 + 16384 + ...).
+  r = plan(paged(1, 1024, 64), kH200, kSm80Budget);
+  expect_shape(r, 8, 256, 3);
+}
+
 TEST(GpuIndexerPlan, Mxfp4LargeCall) {
   NoKnobs clean;
   // MXFP4 on the H200: 64-byte key rows, Q dequantized to E4M3 (no f16 Q), up to 6 stages (the

@@ -227,11 +227,14 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   // Large calls on the warp-local pipeline (logits epilogue, cp.async keys): where the block tables
   // hold at least kLargeTilesPerSm 512-state tiles per SM, 12 warps x 32 states (384-state tiles,
   // a kernel built for 384 threads: 3 warps per scheduler instead of 2 overlap one warp's copies,
-  // conversions and stores with another's MMAs) with >= 3 stages; where that does not fit, 8 warps
-  // x 64 states (two halves of 32 scored one after the other: half the per-tile bookkeeping per
-  // state, the same bytes in flight as 256-state tiles x 4 stages). H200, portable kernel, against
-  // 8 x 64: 32 x 32K 89.0-89.3 -> 86.5-86.7 us, 128 x 32K 317.5-319.7 -> 300.3-302.4, 256 x 8K
-  // 168.1-169.1 -> 161.6-161.7; 12 x 64 (2 stages) was slower (32 x 32K 100 us). Fewer, longer
+  // conversions and stores with another's MMAs) with the most stages that fit (>= 2). H200,
+  // portable kernel, against 8 x 64 (two halves of 32 per warp): 32 x 32K 89.0-89.3 -> 86.5-86.7
+  // us, 128 x 32K 317.5-319.7 -> 300.3-302.4, 256 x 8K 168.1-169.1 -> 161.6-161.7 (3 stages each);
+  // under sm_80's 163 KiB, where 12 x 32 fits with 2 stages and 8 x 64 with 2 (the previous rule
+  // wanted 3 for 12 x 32): 32 x 32K 90.0-90.2 -> 85.6-85.8, 128 x 8K 91.2-92.4 -> 86.0-86.1, 128 x
+  // 32K 317.8-322.1 -> 301.1-302.3. 8 x 64 (smem above 12 x 32's at the same stages, so only
+  // reached where a knob asks for 8 warps) stays for DSATTN_INDEXER_WARPS=8 and
+  // DSATTN_INDEXER_WARP_STATES=64. 12 x 64 (2 stages) was slower (32 x 32K 100 us). Fewer, longer
   // tiles leave SMs idle on small calls (1 x 8K: 6.3 us with 8 x 32, 7.1 with 12 x 32, 8.0 with
   // 8 x 64), which keep 8 warps x 32 states. Benchmark knobs, where the shape fits:
   // DSATTN_INDEXER_WARPS=12 forces 12 x 32 on any such call, =8 keeps 8 warps;
@@ -254,7 +257,7 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
     } else if (ws64) {
       best = fit(8, 8 * 64, 2, qf);
     } else if (large) {
-      if (!w8) best = fit(12, 12 * 32, 3, qf);
+      if (!w8) best = fit(12, 12 * 32, 2, qf);
       if (!best.warps && !ws32) best = fit(8, 8 * 64, 2, qf);
     }
   }
