@@ -261,7 +261,7 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 int fused_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N] [--seed N]\n"
-      "                                    [--len N] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
+      "                                    [--len N] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
@@ -269,6 +269,7 @@ int fused_usage(int rc = 2) {
       "    the context, so the best states crowd at its end (start); default random\n"
       "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
       "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n"
+      "  --smem BYTES: shared-memory budget of all three ops (101376 = sm_120; default: device max)\n"
       "  top-k plan flags: those of bench topk (--cluster-max N, --sampled-pipe 0|1, ...), for the\n"
       "    unfused top-k and the logits route\n");
   return rc;
@@ -282,6 +283,7 @@ int run_fused(const std::vector<std::string>& args) {
   uint64_t seed = 0;
   long len_arg = 0;   // --len
   float ramp = 0.0f;  // --order
+  int smem = 0;       // --smem
   bool flush = true;
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -304,6 +306,9 @@ int run_fused(const std::vector<std::string>& args) {
       if (len_arg < 0) return fused_usage();
     } else if (a == "--seed" && has_next) {
       seed = std::strtoull(args[++i].c_str(), nullptr, 10);
+    } else if (a == "--smem" && has_next) {
+      smem = std::atoi(args[++i].c_str());
+      if (smem < 0) return fused_usage();
     } else if (a == "--order" && has_next) {
       const std::string o = args[++i];
       if (o == "rising") {
@@ -345,6 +350,7 @@ int run_fused(const std::vector<std::string>& args) {
               "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
               "and the logits for the unfused path)\n",
               k, flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+  std::printf("shared-memory budget: %s\n", smem ? std::to_string(smem).c_str() : "device max");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s\n", "B x ctx x N x S x H x D", "logits us",
               "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same",
@@ -403,6 +409,7 @@ int run_fused(const std::vector<std::string>& args) {
     fp.indices = make_tensor(idx_f.p, DType::kI32, {R, k}, Device::kCuda);
 
     Exec lex, tex, fex;
+    lex.smem_budget_bytes = tex.smem_budget_bytes = fex.smem_budget_bytes = smem;
     size_t lws = 0, tws = 0, fws = 0;
     Status st = paged_mqa_logits_workspace(lp, lex, &lws);
     if (st.ok()) st = topk_workspace(tp, tex, &tws);
