@@ -206,6 +206,15 @@ TEST(GpuIndexerPlan, Budget163KiB) {
   // Small calls: 8 x 32 with 3 stages fits (102144 + 16384 + ...).
   r = plan(paged(1, 1024, 64), kH200, kSm80Budget);
   expect_shape(r, 8, 256, 3);
+  // next_n = 8: f16 Q (131072 bytes) leaves room for 2 warps x 32 x 3 only (4 x 32 x 2: 34048 +
+  // 131072 + ... > 163 KiB); E4M3 Q (65536) fits 8 x 32 x 2: fewer than 4 warps with f16 Q, so E4M3.
+  r = plan(paged(32, 128, 64, 8), kH200, kSm80Budget);
+  expect_shape(r, 8, 256, 2);
+  EXPECT_EQ(r.p.q_f16, 0);
+  // next_n = 2 under 99 KiB: f16 Q keeps 4 warps (4 x 32 x 3), so it stays f16.
+  r = plan(paged(32, 512, 64, 2), kH200, kSm120Budget);
+  expect_shape(r, 4, 128, 3);
+  EXPECT_EQ(r.p.q_f16, 1);
 }
 
 TEST(GpuIndexerPlan, Mxfp4LargeCall) {

@@ -266,6 +266,18 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   if (want_f16 && !large_shape) {
     search(1, &best, &fallback);
     if (best.warps) q_f16 = 1;
+    // f16 Q doubles Q's shared memory. Where that leaves fewer warps than an SM has sub-partitions
+    // (4) and E4M3 Q gets more, E4M3 Q (converted in the MMA loop) wins: H200, portable kernel,
+    // next_n = 8 under sm_80's 163 KiB, f16 2 x 32 x 3 against E4M3 8 x 32 x 2 (us): 1 x 8K
+    // 33.1 / 19.2-19.3, 32 x 8K 301.9-302.4 / 128.9-129.3. With 4 or more warps f16 Q stays:
+    // at the same shape it is faster (next_n = 8, device maximum, 8 x 32 x 2 f16 against 8 x 32 x 3
+    // E4M3: 32 x 8K 113.0-113.3 / 128.1-128.3), and 4 f16 warps against 8 E4M3 ones were mixed
+    // (99 KiB, next_n = 2: 32 x 32K 144.2-144.8 / 150.1-150.9, 1 x 32K 11.0 / 9.8).
+    if (q_f16 && best.warps < 4) {
+      IndexerConfig b8{}, f8{};
+      search(0, &b8, &f8);
+      if ((b8.warps ? b8.warps : f8.warps) > best.warps) q_f16 = 0;  // the search below takes it
+    }
   }
   if (!q_f16 && !large_shape) {
     best = IndexerConfig{};
