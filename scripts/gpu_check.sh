@@ -10,14 +10,20 @@
 #      and nanobind are installed (CXX=/usr/bin/g++: the image's /opt/gcc links libstdc++
 #      statically, and such an extension crashed inside torch),
 #   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present),
+#   6. with --native-fp8: the portable indexer's sm_89 / sm_120 code (native e4m3 MMA, E4M3 Q) on
+#      this Hopper GPU, from a build with -DDSATTN_SM90_NATIVE_FP8_MMA=ON (its sm_90 code takes that
+#      path; ptxas emulates the e4m3 MMA): GpuIndexer.* and the fused op's portable-kernel tests,
 # writing logs to ${OUT:-./gpu_out} and printing a summary table last.
 #
 # Usage: scripts/gpu_check.sh [--prebuilt DIR] [--quick] [--no-bench] [--no-sanitizer] [--no-python]
 #                             [--wheel FILE]... [--san-filter GTEST_FILTER] [--test-filter GTEST_FILTER]
+#                             [--native-fp8] [--native-prebuilt DIR]
 #   --prebuilt DIR   DIR holds dsattn_gpu_tests and dsattn (built elsewhere for sm_90a)
 #   --wheel FILE     a wheel to unpack for the Python tests (repeatable; the dsattn one built
 #                    elsewhere with DSATTN_CUDA=ON for this Python version)
 #   --quick          quick benchmark shapes
+#   --native-fp8     step 6, building that variant in build-gpu-native (target dsattn_gpu_tests)
+#   --native-prebuilt DIR  step 6 with DIR's dsattn_gpu_tests (a DSATTN_SM90_NATIVE_FP8_MMA=ON build)
 # Environment: OUT (log folder), STEP_TIMEOUT (seconds per step, default 1800), PYTHON (python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +36,8 @@ PYTESTS=1
 WHEELS=()
 SAN_FILTER="*Sanitizer*"
 TEST_FILTER="*"
+NATIVE=0
+NATIVE_BIN=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) PREBUILT="$2"; shift 2 ;;
@@ -40,6 +48,8 @@ while [ $# -gt 0 ]; do
     --wheel) WHEELS+=("$2"); shift 2 ;;
     --san-filter) SAN_FILTER="$2"; shift 2 ;;
     --test-filter) TEST_FILTER="$2"; shift 2 ;;
+    --native-fp8) NATIVE=1; shift ;;
+    --native-prebuilt) NATIVE=1; NATIVE_BIN="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -84,6 +94,24 @@ if [ $SAN -eq 1 ]; then
       "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
   else
     SUMMARY+=("| compute-sanitizer      | missing   |")
+  fi
+fi
+
+if [ $NATIVE -eq 1 ]; then
+  if [ -z "$NATIVE_BIN" ]; then
+    NATIVE_BIN=build-gpu-native
+    step native_build native_build.log bash -c "CXX=/usr/bin/g++ cmake -S . -B $NATIVE_BIN -DDSATTN_CUDA=ON \
+        -DDSATTN_CUDA_ARCHS=90a -DDSATTN_SM90_NATIVE_FP8_MMA=ON -DCMAKE_BUILD_TYPE=Release && \
+        cmake --build $NATIVE_BIN -j$(nproc) --target dsattn_gpu_tests" || NATIVE_BIN=""
+  fi
+  if [ -n "$NATIVE_BIN" ]; then
+    # Every GpuIndexer case runs on the portable kernel among others; the fused tests below are
+    # forced onto it (their streaming route is its CTA-wide pipeline, the logits route its
+    # warp-local one), including sm_120's 99 KiB budget.
+    step native_fp8_indexer native_fp8_indexer.log "$NATIVE_BIN/dsattn_gpu_tests" \
+      --gtest_filter='GpuIndexer.*:GpuIndexerPlan.*'
+    step native_fp8_fused native_fp8_fused.log env DSATTN_INDEXER_KERNEL=portable "$NATIVE_BIN/dsattn_gpu_tests" \
+      --gtest_filter='GpuFusedTopk.Fp8DecodeLengthsAroundK:GpuFusedTopk.Fp8NextNAndPageSizes:GpuFusedTopk.Fp8HeadsAndDims:GpuFusedTopk.Varlen:GpuFusedTopk.GraphReplay:GpuFusedTopk.SmemBudget99KiB:GpuFusedTopk.CallerSchedule:GpuFusedTopk.TensOfRows:GpuFusedTopk.PartialTieAtKthKey'
   fi
 fi
 

@@ -217,6 +217,25 @@ TEST(GpuIndexerPlan, Budget163KiB) {
   EXPECT_EQ(r.p.q_f16, 1);
 }
 
+TEST(GpuIndexerPlan, NativeFp8OnSm90) {
+  NoKnobs clean;
+  // A DSATTN_SM90_NATIVE_FP8_MMA build runs sm_120's native-FP8 code on sm_90 and says so with
+  // native_fp8 = 1: Q stays E4M3 (8192 bytes instead of 16384), the sm_90 stage cap (3) stays.
+  IndexerDeviceInfo dev = kH200;
+  dev.native_fp8 = 1;
+  Plan r = plan(paged(1, 1024, 64), dev, kH200Optin);
+  expect_shape(r, 8, 256, 3);
+  EXPECT_EQ(r.p.q_f16, 0);
+  r = plan(paged(128, 512, 32), dev, kSm120Budget);
+  expect_shape(r, 8, 256, 2);
+  EXPECT_EQ(r.p.q_f16, 0);
+  // native_fp8 = 0 on a compute capability that has it: f16 Q where it fits.
+  dev = kSm120;
+  dev.native_fp8 = 0;
+  r = plan(paged(1, 1024, 64), dev, kSm120Budget);
+  EXPECT_EQ(r.p.q_f16, 1);
+}
+
 TEST(GpuIndexerPlan, Mxfp4LargeCall) {
   NoKnobs clean;
   // MXFP4 on the H200: 64-byte key rows, Q dequantized to E4M3 (no f16 Q), up to 6 stages (the

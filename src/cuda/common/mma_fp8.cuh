@@ -15,7 +15,15 @@
 
 #include "cuda/common/indexer_dequant.cuh"
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+// DSATTN_SM90_NATIVE_FP8_MMA (CMake option of the same name, a test build): sm_90 code takes the
+// native path too. ptxas compiles e4m3 mma.sync for sm_90 into conversions and f16 MMAs of its
+// own, so an H100 / H200 then runs the code that sm_89 and sm_120 run (E4M3 Q and A fragments,
+// e4m3 MMA instructions), only slower; scripts/gpu_check.sh --native-fp8 tests it.
+#ifndef DSATTN_SM90_NATIVE_FP8_MMA
+#define DSATTN_SM90_NATIVE_FP8_MMA 0
+#endif
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200 || (DSATTN_SM90_NATIVE_FP8_MMA && __CUDA_ARCH__ == 900))
 #define DSATTN_MMA_NATIVE_FP8 1
 #else
 #define DSATTN_MMA_NATIVE_FP8 0

@@ -155,6 +155,9 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
   DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, dev));
   DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, dev));
   info.sms = sms;
+#if defined(DSATTN_SM90_NATIVE_FP8_MMA) && DSATTN_SM90_NATIVE_FP8_MMA
+  if (info.major == 9) info.native_fp8 = 1;  // mma_fp8.cuh: this build's sm_90 code takes the native path
+#endif
   return plan_indexer_config(op, p, info, budget, epi_smem, cfg, warp_local);
 }
 
@@ -163,7 +166,7 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   // Q as f16 in shared memory on archs whose FP8 mma.sync is emulated (sm_80, sm_90, sm_100):
   // converted once per group instead of once per MMA. DSATTN_INDEXER_QF16=0 turns it off.
   const int major = dev.major, minor = dev.minor, sms = dev.sms;
-  const bool native_fp8 = (major == 8 && minor == 9) || major >= 12;
+  const bool native_fp8 = dev.native_fp8 >= 0 ? dev.native_fp8 != 0 : (major == 8 && minor == 9) || major >= 12;
   const char* qenv = std::getenv("DSATTN_INDEXER_QF16");
   const bool want_f16 = !p->fp4 && !native_fp8 && !(qenv && qenv[0] == '0');
   // Key copies (H200 measurements, BENCHMARKS.md): bulk copies (sm_90+, FP8, 16-byte aligned cache)

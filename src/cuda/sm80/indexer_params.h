@@ -110,6 +110,9 @@ struct IndexerConfig {
 struct IndexerDeviceInfo {
   int major = 0, minor = 0;  // compute capability
   int sms = 0;               // the multiprocessors the call may use (0: unknown)
+  // The kernel's e4m3 mma.sync is native (E4M3 Q, no f16 copy): 1 / 0, or -1 to derive it from the
+  // compute capability (sm_89, sm_120+). A DSATTN_SM90_NATIVE_FP8_MMA build sets 1 on sm_90.
+  int native_fp8 = -1;
 };
 
 // pick_indexer_config (indexer_launch.h) for a device described by `dev`: the same choice, from the
