@@ -84,6 +84,14 @@ struct NoKnobs {
   }
 };
 
+// plan() with one benchmark knob set for that call only.
+Plan plan_with(const char* knob, const char* value, IndexerParams p, const IndexerDeviceInfo& dev, int budget) {
+  setenv(knob, value, 1);
+  Plan r = plan(p, dev, budget);
+  unsetenv(knob);
+  return r;
+}
+
 TEST(GpuIndexerPlan, H200HandDerived) {
   NoKnobs clean;
   // 32 x 32K at S 64: the block tables hold 1M states >= 8 tiles of 512 per SM (540672): a large
@@ -125,37 +133,21 @@ TEST(GpuIndexerPlan, H200Knobs) {
   NoKnobs clean;
   // DSATTN_INDEXER_WARPS=8 on a large call: 8 warps x 64 states (two halves), 3 stages of 512 *
   // 133 = 68096 bytes (the kernel before the 12-warp shape).
-  setenv("DSATTN_INDEXER_WARPS", "8", 1);
-  Plan r = plan(paged(32, 512, 64), kH200, kH200Optin);
-  expect_shape(r, 8, 512, 3);
-  unsetenv("DSATTN_INDEXER_WARPS");
+  expect_shape(plan_with("DSATTN_INDEXER_WARPS", "8", paged(32, 512, 64), kH200, kH200Optin), 8, 512, 3);
   // DSATTN_INDEXER_WARPS=12 on a small call: 12 x 32.
-  setenv("DSATTN_INDEXER_WARPS", "12", 1);
-  r = plan(paged(1, 128, 64), kH200, kH200Optin);
-  expect_shape(r, 12, 384, 0);
-  unsetenv("DSATTN_INDEXER_WARPS");
+  expect_shape(plan_with("DSATTN_INDEXER_WARPS", "12", paged(1, 128, 64), kH200, kH200Optin), 12, 384, 0);
   // DSATTN_INDEXER_WARP_STATES=64 on a small call: 8 x 64; =32 on a large call: still 12 x 32.
-  setenv("DSATTN_INDEXER_WARP_STATES", "64", 1);
-  r = plan(paged(1, 128, 64), kH200, kH200Optin);
-  expect_shape(r, 8, 512, 0);
-  setenv("DSATTN_INDEXER_WARP_STATES", "32", 1);
-  r = plan(paged(32, 512, 64), kH200, kH200Optin);
-  expect_shape(r, 12, 384, 0);
-  unsetenv("DSATTN_INDEXER_WARP_STATES");
+  expect_shape(plan_with("DSATTN_INDEXER_WARP_STATES", "64", paged(1, 128, 64), kH200, kH200Optin), 8, 512, 0);
+  expect_shape(plan_with("DSATTN_INDEXER_WARP_STATES", "32", paged(32, 512, 64), kH200, kH200Optin), 12, 384, 0);
   // DSATTN_INDEXER_TILE=warps:stages forces that shape where it fits, also past the 3-stage cap of
   // cp.async FP8 keys on sm_90 and on large calls (4 x 32 with 5 stages: 5 * 17024 + 16384 + ...;
   // 8 x 32 with 6: 6 * 34048 + 16384 + ... < 227 KiB); where it does not fit (next_n = 8: 131072
   // bytes of Q beside 204288) the usual choice stands (8 x 32, 2 stages).
-  setenv("DSATTN_INDEXER_TILE", "4:5", 1);
-  r = plan(paged(32, 512, 64), kH200, kH200Optin);
+  const Plan r = plan_with("DSATTN_INDEXER_TILE", "4:5", paged(32, 512, 64), kH200, kH200Optin);
   expect_shape(r, 4, 128, 5);
   EXPECT_EQ(r.p.q_f16, 1);
-  setenv("DSATTN_INDEXER_TILE", "8:6", 1);
-  r = plan(paged(1, 128, 64), kH200, kH200Optin);
-  expect_shape(r, 8, 256, 6);
-  r = plan(paged(32, 512, 64, 8), kH200, kH200Optin);
-  expect_shape(r, 8, 256, 2);
-  unsetenv("DSATTN_INDEXER_TILE");
+  expect_shape(plan_with("DSATTN_INDEXER_TILE", "8:6", paged(1, 128, 64), kH200, kH200Optin), 8, 256, 6);
+  expect_shape(plan_with("DSATTN_INDEXER_TILE", "8:6", paged(32, 512, 64, 8), kH200, kH200Optin), 8, 256, 2);
 }
 
 TEST(GpuIndexerPlan, Budget99KiB) {
@@ -199,10 +191,7 @@ TEST(GpuIndexerPlan, Budget163KiB) {
   EXPECT_EQ(r.p.q_f16, 1);
   EXPECT_LE(r.cfg.smem, size_t(kSm80Budget));
   // DSATTN_INDEXER_WARPS=8 keeps 8 warps: 8 x 64 x 2.
-  setenv("DSATTN_INDEXER_WARPS", "8", 1);
-  r = plan(paged(32, 512, 64), kH200, kSm80Budget);
-  expect_shape(r, 8, 512, 2);
-  unsetenv("DSATTN_INDEXER_WARPS");
+  expect_shape(plan_with("DSATTN_INDEXER_WARPS", "8", paged(32, 512, 64), kH200, kSm80Budget), 8, 512, 2);
   // Small calls: 8 x 32 with 3 stages fits (102144 + 16384 + ...).
   r = plan(paged(1, 1024, 64), kH200, kSm80Budget);
   expect_shape(r, 8, 256, 3);
