@@ -60,8 +60,9 @@ cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(const IndexerParams& p, size_
 // only by default; set p->keys_aligned16 and p->work first) and the largest tile with >= 3 stages
 // (>= 2 on the warp-local pipeline; else the first with 2; at most 3 for cp.async FP8 keys on
 // sm_90, else at most 6) that fits `budget` bytes (0 = device max). epi_smem(p) gives the
-// epilogue's scratch for a candidate (p.tile_states set). Benchmark knobs: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits,
-// DSATTN_INDEXER_QF16=0 keeps Q in E4M3, DSATTN_INDEXER_BULK=0 uses cp.async for the keys.
+// epilogue's scratch for a candidate (p.tile_states set). Benchmark knobs:
+// DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits, DSATTN_INDEXER_QF16=0 keeps Q in
+// E4M3, DSATTN_INDEXER_BULK=0 uses cp.async for the keys.
 // warp_local: the call's epilogue runs the warp-local pipeline where the keys come by cp.async
 // (the logits epilogue), which may then take CTAs of 12 warps (or 64 states per warp and tile) on
 // calls whose block tables fill `sms` SMs with enough such tiles. The choice itself is
