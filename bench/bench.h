@@ -11,6 +11,7 @@ namespace bench {
 int run_indexer(const std::vector<std::string>& args);  // dsattn bench indexer [...]
 int run_fused(const std::vector<std::string>& args);    // dsattn bench indexer --fused [...]
 int run_topk(const std::vector<std::string>& args);     // dsattn bench topk [...]
+int run_mma(const std::vector<std::string>& args);      // dsattn bench mma [...]
 
 }  // namespace bench
 }  // namespace dsattn

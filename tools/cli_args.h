@@ -195,13 +195,13 @@ inline ParseResult parse_demo_args(const std::vector<std::string>& args, DemoOpt
 }
 
 // ---------------------------------------------------------------- dsattn bench
-enum class BenchKind { kIndexer, kFused, kTopk };
+enum class BenchKind { kIndexer, kFused, kTopk, kMma };
 
-// `args` follow "bench": "indexer [--fused] ..." or "topk ...". `--fused` may appear anywhere after
+// `args` follow "bench": "indexer [--fused] ...", "topk ..." or "mma ...". `--fused` may appear anywhere after
 // "indexer" and is removed from the forwarded arguments. "--help" before the kind is kHelp.
 inline ParseResult parse_bench_args(const std::vector<std::string>& args, BenchKind* kind,
                                     std::vector<std::string>* rest, std::string* err) {
-  const std::string accepted = "indexer, indexer --fused, topk";
+  const std::string accepted = "indexer, indexer --fused, topk, mma";
   rest->clear();
   if (args.empty()) {
     *err = "dsattn bench: missing benchmark name (accepted: " + accepted + ")";
@@ -218,6 +218,11 @@ inline ParseResult parse_bench_args(const std::vector<std::string>& args, BenchK
   }
   if (args[0] == "topk") {
     *kind = BenchKind::kTopk;
+    rest->assign(args.begin() + 1, args.end());
+    return ParseResult::kRun;
+  }
+  if (args[0] == "mma") {
+    *kind = BenchKind::kMma;
     rest->assign(args.begin() + 1, args.end());
     return ParseResult::kRun;
   }

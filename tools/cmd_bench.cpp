@@ -15,6 +15,7 @@ namespace bench {
 int run_indexer(const std::vector<std::string>& args) __attribute__((weak));
 int run_fused(const std::vector<std::string>& args) __attribute__((weak));
 int run_topk(const std::vector<std::string>& args) __attribute__((weak));
+int run_mma(const std::vector<std::string>& args) __attribute__((weak));
 }  // namespace bench
 
 namespace cli {
@@ -24,6 +25,7 @@ const char kBenchUsage[] =
     "usage: dsattn bench indexer [options]          paged_mqa_logits (logits written to memory)\n"
     "       dsattn bench indexer --fused [options]  paged_mqa_topk (fused indexer + top-k)\n"
     "       dsattn bench topk [options]             topk over a logits matrix\n"
+    "       dsattn bench mma [options]              mma.sync and E4M3 conversion rates (the portable kernel's ceilings)\n"
     "\n"
     "Benchmarks need a CUDA build and a GPU. `dsattn bench <name> --help` lists each one's options.\n";
 }  // namespace
@@ -44,6 +46,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     case BenchKind::kIndexer: fn = bench::run_indexer, name = "indexer"; break;
     case BenchKind::kFused: fn = bench::run_fused, name = "indexer --fused"; break;
     case BenchKind::kTopk: fn = bench::run_topk, name = "topk"; break;
+    case BenchKind::kMma: fn = bench::run_mma, name = "mma"; break;
   }
   if (fn == nullptr) {
     std::fprintf(stderr, "dsattn bench %s: this build has no such benchmark yet (bench/*.cu does not define it)\n", name);

@@ -27,7 +27,7 @@ const char kUsage[] =
     "  demo       one decode step in a preset's real cache geometry, cross-checked (--help for flags)\n"
     "  geometry   per-layer cache geometry of a preset (--preset NAME)\n"
     "  presets    list the model presets\n"
-    "  bench      benchmarks (CUDA builds): bench indexer [--fused] [...], bench topk [...]\n"
+    "  bench      benchmarks (CUDA builds): bench indexer [--fused] [...], bench topk [...], bench mma [...]\n"
     "\n"
     "options:\n"
     "  --version  print the version and the build's backends\n"

@@ -91,9 +91,12 @@ TEST(CliArgs, Bench) {
   ASSERT_EQ(parse_bench_args(A({"topk", "--k", "512"}), &kind, &rest, &err), ParseResult::kRun);
   EXPECT_EQ(kind, BenchKind::kTopk);
   EXPECT_EQ(rest, A({"--k", "512"}));
+  ASSERT_EQ(parse_bench_args(A({"mma", "--warps", "12"}), &kind, &rest, &err), ParseResult::kRun);
+  EXPECT_EQ(kind, BenchKind::kMma);
+  EXPECT_EQ(rest, A({"--warps", "12"}));
   EXPECT_EQ(parse_bench_args(A({"--help"}), &kind, &rest, &err), ParseResult::kHelp);
   EXPECT_EQ(parse_bench_args(A({"mla"}), &kind, &rest, &err), ParseResult::kError);
-  EXPECT_EQ(err, "dsattn bench: unknown benchmark 'mla' (accepted: indexer, indexer --fused, topk)");
+  EXPECT_EQ(err, "dsattn bench: unknown benchmark 'mla' (accepted: indexer, indexer --fused, topk, mma)");
   EXPECT_EQ(parse_bench_args({}, &kind, &rest, &err), ParseResult::kError);
 }
 
