@@ -266,6 +266,7 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   }
   const bool large_shape = best.warps != 0;
   int q_f16 = large_shape ? qf : 0;
+  bool e4m3_searched = false;  // best / fallback already hold search(0)'s result
   if (want_f16 && !large_shape) {
     search(1, &best, &fallback);
     if (best.warps) q_f16 = 1;
@@ -279,10 +280,15 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
     if (q_f16 && best.warps < 4) {
       IndexerConfig b8{}, f8{};
       search(0, &b8, &f8);
-      if ((b8.warps ? b8.warps : f8.warps) > best.warps) q_f16 = 0;  // the search below takes it
+      if ((b8.warps ? b8.warps : f8.warps) > best.warps) {
+        q_f16 = 0;
+        best = b8;
+        fallback = f8;
+        e4m3_searched = true;
+      }
     }
   }
-  if (!q_f16 && !large_shape) {
+  if (!q_f16 && !large_shape && !e4m3_searched) {
     best = IndexerConfig{};
     fallback = IndexerConfig{};
     search(0, &best, &fallback);
