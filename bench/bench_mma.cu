@@ -80,8 +80,8 @@ __device__ __forceinline__ void bench_mma_step(float (&c)[4], uint32_t (&a)[4], 
 #endif
   } else {
 #if DSATTN_BENCH_HAS_E4M3
-    // c[0] carries a dependence through the converted value (one cvt per step, as the MMA rows
-    // have one MMA per step); the xor keeps the input changing.
+    // a[0] carries the dependence through the converted value (one cvt per step, as the MMA rows
+    // have one MMA per step), and the xor keeps the input changing.
     uint32_t r;
     asm volatile("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}\n"
                  : "=r"(r)

@@ -25,7 +25,7 @@ const char kBenchUsage[] =
     "usage: dsattn bench indexer [options]          paged_mqa_logits (logits written to memory)\n"
     "       dsattn bench indexer --fused [options]  paged_mqa_topk (fused indexer + top-k)\n"
     "       dsattn bench topk [options]             topk over a logits matrix\n"
-    "       dsattn bench mma [options]              mma.sync and E4M3 conversion rates (the portable kernel's ceilings)\n"
+    "       dsattn bench mma [options]              mma.sync and E4M3-conversion ceilings (portable kernel)\n"
     "\n"
     "Benchmarks need a CUDA build and a GPU. `dsattn bench <name> --help` lists each one's options.\n";
 }  // namespace
