@@ -21,28 +21,12 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_util.cuh"
 
 namespace dsattn {
 namespace bench {
 
 namespace {
-
-// (bench_util.cuh defines kernels, so it belongs to one translation unit; the little needed here is
-// local.)
-#define DSATTN_MMA_CHECK(expr)                                                                      \
-  do {                                                                                             \
-    cudaError_t _e = (expr);                                                                       \
-    if (_e != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "dsattn bench mma: %s failed: %s\n", #expr, cudaGetErrorString(_e));     \
-      std::exit(2);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
 
 enum MmaKind { kF16, kBf16, kE4m3, kCvt };
 
@@ -127,18 +111,18 @@ struct MmaResult {
 template <MmaKind K, int CH>
 MmaResult bench_mma_run(int blocks, int warps, int iters, float* sink, long long* cycles) {
   bench_mma_kernel<K, CH><<<blocks, 32 * warps>>>(iters / 10 + 1, sink, cycles);  // warm-up
-  DSATTN_MMA_CHECK(cudaGetLastError());
+  DSATTN_BENCH_CHECK(cudaGetLastError());
   cudaEvent_t e0, e1;
-  DSATTN_MMA_CHECK(cudaEventCreate(&e0));
-  DSATTN_MMA_CHECK(cudaEventCreate(&e1));
-  DSATTN_MMA_CHECK(cudaEventRecord(e0));
+  DSATTN_BENCH_CHECK(cudaEventCreate(&e0));
+  DSATTN_BENCH_CHECK(cudaEventCreate(&e1));
+  DSATTN_BENCH_CHECK(cudaEventRecord(e0));
   bench_mma_kernel<K, CH><<<blocks, 32 * warps>>>(iters, sink, cycles);
-  DSATTN_MMA_CHECK(cudaEventRecord(e1));
-  DSATTN_MMA_CHECK(cudaEventSynchronize(e1));
+  DSATTN_BENCH_CHECK(cudaEventRecord(e1));
+  DSATTN_BENCH_CHECK(cudaEventSynchronize(e1));
   float ms = 0.f;
-  DSATTN_MMA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  DSATTN_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
   std::vector<long long> h(static_cast<size_t>(blocks));
-  DSATTN_MMA_CHECK(cudaMemcpy(h.data(), cycles, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  DSATTN_BENCH_CHECK(cudaMemcpy(h.data(), cycles, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   double sum = 0;
   for (long long v : h) sum += double(v);
   cudaEventDestroy(e0);
@@ -157,26 +141,8 @@ int mma_usage(int rc = 2) {
   return rc;
 }
 
-using Row = std::vector<std::string>;
-
-void print_rows(const std::vector<Row>& rows) {
-  std::vector<size_t> w(rows[0].size(), 0);
-  for (const Row& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  for (size_t k = 0; k < rows.size(); ++k) {
-    std::printf("|");
-    for (size_t i = 0; i < w.size(); ++i) std::printf(" %*s |", int(w[i]), rows[k][i].c_str());
-    std::printf("\n");
-    if (k == 0) {
-      std::printf("|");
-      for (size_t i = 0; i < w.size(); ++i) std::printf("%s|", std::string(w[i] + 2, '-').c_str());
-      std::printf("\n");
-    }
-  }
-}
-
 template <MmaKind K>
-void bench_mma_row(std::vector<Row>& t, const char* name, double flops_per_instr, int sms, int warps, int chains,
+void bench_mma_row(Table& t, const char* name, double flops_per_instr, int sms, int warps, int chains,
                    int iters, float* sink, long long* cycles) {
   const int lat_iters = iters * 4;
   const MmaResult lat = K == kCvt ? MmaResult{} : bench_mma_run<K, 1>(1, 1, lat_iters, sink, cycles);
@@ -193,9 +159,9 @@ void bench_mma_row(std::vector<Row>& t, const char* name, double flops_per_instr
   // The conversion row has no latency column: its one-chain loop (cvt, then lop3 into the next
   // input) read ~0 cycles per step on an H200, which is not a latency.
   const double s = tp.ms * 1e-3;
-  t.push_back({name, K == kCvt ? std::string("-") : fmt("%.1f", lat.cycles / lat_iters), fmt("%.2f", per_smsp),
-               fmt("%.2f", ghz), flops_per_instr > 0 ? fmt("%.0f", instrs * flops_per_instr / s / 1e12) : "-",
-               flops_per_instr > 0 ? "-" : fmt("%.0f", instrs * 32.0 * 2.0 / s / 1e9)});
+  t.add({name, K == kCvt ? std::string("-") : fmt("%.1f", lat.cycles / lat_iters), fmt("%.2f", per_smsp),
+         fmt("%.2f", ghz), flops_per_instr > 0 ? fmt("%.0f", instrs * flops_per_instr / s / 1e12) : "-",
+         flops_per_instr > 0 ? "-" : fmt("%.0f", instrs * 32.0 * 2.0 / s / 1e9)});
 }
 
 }  // namespace
@@ -234,17 +200,16 @@ int run_mma(const std::vector<std::string>& args) {
     return 1;
   }
   cudaDeviceProp prop{};
-  DSATTN_MMA_CHECK(cudaGetDevice(&dev));
-  DSATTN_MMA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  DSATTN_BENCH_CHECK(cudaGetDevice(&dev));
+  DSATTN_BENCH_CHECK(cudaGetDeviceProperties(&prop, dev));
   const int cc = prop.major * 10 + prop.minor;
   const int sms = prop.multiProcessorCount;
   std::printf("GPU: %s (sm_%d, %d SMs); %d warps x %d chains per SM, %d iterations\n", prop.name, cc, sms, warps,
               chains, iters);
-  float* sink = nullptr;
-  long long* cycles = nullptr;
-  DSATTN_MMA_CHECK(cudaMalloc(&sink, 64));
-  DSATTN_MMA_CHECK(cudaMalloc(&cycles, sizeof(long long) * size_t(sms)));
-  std::vector<Row> t{{"instruction", "latency (clk)", "clk / instr / SMSP", "SM GHz", "TFLOPS", "G values/s"}};
+  DeviceBuffer sink_buf(64), cycles_buf(sizeof(long long) * size_t(sms));
+  float* sink = sink_buf.as<float>();
+  long long* cycles = cycles_buf.as<long long>();
+  Table t({"instruction", "latency (clk)", "clk / instr / SMSP", "SM GHz", "TFLOPS", "G values/s"});
   bench_mma_row<kF16>(t, "mma m16n8k16 f16", 4096, sms, warps, chains, iters, sink, cycles);
   bench_mma_row<kBf16>(t, "mma m16n8k16 bf16", 4096, sms, warps, chains, iters, sink, cycles);
   if (cc >= 89) {
@@ -252,9 +217,7 @@ int run_mma(const std::vector<std::string>& args) {
     bench_mma_row<kE4m3>(t, name, 8192, sms, warps, chains, iters, sink, cycles);
     bench_mma_row<kCvt>(t, "cvt e4m3x2 -> f16x2 (+ lop3)", 0, sms, warps, chains, iters, sink, cycles);
   }
-  print_rows(t);
-  cudaFree(sink);
-  cudaFree(cycles);
+  t.print();
   std::printf(
       "latency: one warp, one dependent chain; throughput: %d CTAs; G values/s: E4M3 values converted (2 per\n"
       "lane and instruction); the conversion row's loop also holds one LOP3 per conversion%s\n",

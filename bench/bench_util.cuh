@@ -1,5 +1,6 @@
 // Reusable benchmark harness (CUDA): measured copy bandwidth, CUDA-graph timing, random device
-// data, argument lists, table printing. Header-only; used by bench_indexer.cu and the top-k bench.
+// data, argument lists, table printing. Header-only (its kernels are static, so any number of
+// bench/*.cu files may include it); used by bench_indexer.cu, the top-k bench and bench_mma.cu.
 //
 // Method: each timed op is captured into a CUDA graph as `sets` back-to-back launches that read
 // disjoint input sets (sized so that all sets together exceed 3x the L2), so every launch reads
@@ -55,7 +56,7 @@ __device__ __forceinline__ uint32_t bench_hash(uint64_t x) {
   return static_cast<uint32_t>(x);
 }
 // Random bytes; with `no_e4m3_nan`, the E4M3 NaN codes (S.1111.111) are avoided.
-__global__ void bench_fill_bytes(uint8_t* p, size_t n, uint64_t seed, int no_e4m3_nan) {
+static __global__ void bench_fill_bytes(uint8_t* p, size_t n, uint64_t seed, int no_e4m3_nan) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint8_t b = static_cast<uint8_t>(bench_hash(seed * 0x9E3779B97F4A7C15ull + i));
     if (no_e4m3_nan && (b & 0x7F) == 0x7F) b ^= 1;
@@ -63,7 +64,7 @@ __global__ void bench_fill_bytes(uint8_t* p, size_t n, uint64_t seed, int no_e4m
   }
 }
 // Uniform floats in [lo, hi).
-__global__ void bench_fill_f32(float* p, size_t n, uint64_t seed, float lo, float hi) {
+static __global__ void bench_fill_f32(float* p, size_t n, uint64_t seed, float lo, float hi) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     p[i] = lo + (hi - lo) * (bench_hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) * (1.0f / 16777216.0f);
   }
@@ -125,7 +126,7 @@ inline double time_graph_us(cudaStream_t stream, int sets, const std::function<v
 }
 
 // Plain copy kernel (16-byte loads and stores, grid-stride): the bandwidth a streaming kernel gets.
-__global__ void bench_copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+static __global__ void bench_copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     dst[i] = src[i];
   }
