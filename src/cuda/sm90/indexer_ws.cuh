@@ -115,10 +115,52 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
 //       instead of one per load).
 constexpr int kWsEvictFirst = 1, kWsLateFetch = 2, kWsFastCursor = 4, kWsFirstBatchOneGroup = 8;
 constexpr int kWsBatchedGroupLoad = 16;
+//   kWsTouchGroup (for epilogues with kTouch): when the producer has issued the first tile of a
+//       group other than its previous tile's, it pulls the group's Q, weight and length sectors
+//       into the SM's L1 with cp.async.ca copies into a scratch of the epilogue (16 bytes per
+//       lane, never read), so that the consumer's wg_load_group, ~2.3 us later, hits L1. Why
+//       (H200, %globaltimer per warpgroup, 32 x 32K and 128 x 8K): at a group change the next
+//       tile's keys were usually there already (median wait 0.2 us), and the warpgroup then idled
+//       1.7-1.9 us (median) in wg_load_group, whose loads queue behind the SM's key copies; the
+//       CTAs whose partition straddles two requests ended ~2.5 us after the others. Three rounds,
+//       us, off -> on: 128 x 8K 45.7-46.4 -> 44.8-45.5, 64 x 16K 46.0-46.2 -> 45.0-45.7, 32 x 32K
+//       45.6-46.3 -> 45.6-45.9; shapes without group changes unchanged. prefetch.global.L1 at the
+//       same point (or earlier, when the walk enters the group) measured no gain. Taken where a
+//       group's Q is at most 8 KiB (see ws_produce).
+constexpr int kWsTouchGroup = 64;
+
+// kWsTouchGroup: group g's Q (16-byte aligned rows; D = 128: 4 sectors of 32 bytes per head row),
+// weight and length sectors into L1. dummy: this lane's 16-byte scratch.
+__device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g, uint32_t dummy, int lane) {
+  const int rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
+  const int H = p.heads;
+  if (p.q_aligned16) {
+    for (int idx = lane; idx < rows * H * 4; idx += 32) {
+      const int row = idx >> 2, sec = idx & 3;
+      const int j = row / H, h = row % H;
+      const uint8_t* a = p.q + int64_t(g) * p.q_sg + j * p.q_sr + h * p.q_sh + sec * 32;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dummy), "l"(a));
+    }
+  }
+  const int wstep = p.w_sh == 1 ? 8 : 1;  // floats per 32-byte sector
+  const int wper = (H + wstep - 1) / wstep;
+  for (int idx = lane; idx <= rows * wper; idx += 32) {
+    const void* a;
+    if (idx == rows * wper) {  // the group's first length word (paged: [B] or [B, N]; varlen: row g)
+      if (p.work.mode != detail::IndexerMode::kPaged) break;
+      a = p.work.lens + int64_t(g) * p.work.lens_s0;
+    } else {
+      const int j = idx / wper, h = (idx % wper) * wstep;
+      a = p.w + int64_t(g) * p.w_sg + j * p.w_sr + h * p.w_sh;
+    }
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dummy), "l"(a));
+  }
+  cp_async_commit();
+}
 
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
 // w, w + 3, ..., then the end marker.
-template <int kStage>
+template <int kStage, bool kTouch>
 __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerParams& p, const WgmmaShape& s,
                                            int stages, uint8_t* smem, const WsSmemLayout& L, IdxCursor& lc, int w,
                                            int lane) {
@@ -130,6 +172,11 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   const uint32_t full0 = smem_u32(smem + L.full), empty0 = smem_u32(smem + L.empty);
   int32_t pf_g = -1;
   const bool fast = (s.producer & kWsFastCursor) != 0, late = (s.producer & kWsLateFetch) != 0;
+  // Only where a group's Q is one 64-column block (8 KiB at most; 256-state stages): with twice
+  // that (next_n = 2 at H = 64) the touches measured ~1 % slower (32 x 32K 65.7-65.9 -> 66.4-66.6 us).
+  const bool touch = kTouch && (s.producer & kWsTouchGroup) != 0 && s.q_rows * s.hp <= 64;
+  const uint32_t dummy = smem_u32(smem + L.epi + w * L.epi_bytes);  // the epilogue's kTouch scratch
+  int32_t last_tg = -1;
   const bool evict_first = (s.producer & kWsEvictFirst) != 0;
   const uint64_t pol = evict_first ? l2_policy_evict_first() : 0;
   // A batch: up to `per` blocks; this lane's block (if any) and its box's block-table entry.
@@ -240,11 +287,14 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         info[st] = WsInfo{tg, tt0, tc, m};
         mbar_arrive(full);  // after every lane's expect_tx (the ballot above ordered them)
       }
+      if (touch && last_tg >= 0 && tg != last_tg) ws_touch_group(p, tg, dummy + 16 * lane, lane);
+      last_tg = tg;
       advance();
       if (late && k == 0) fetch(nxt);  // the batch's first copy is on its way before this walk
     }
     cur = nxt;
   }
+  if (touch) cp_async_wait<0>();  // the touches' copies are complete before the CTA can exit
   mbar_wait(empty0 + 8 * st, ph ^ 1u);
   if (lane == 0) {
     info[st] = WsInfo{-1, 0, 0, 0u};
@@ -272,9 +322,10 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
 // dealt round robin to the three rings.
 struct WsLogits {
   static constexpr int kHpMin = 16;  // kernels for every padded head count (16, 32, 64)
-  static constexpr bool kStaged = false;  // no scratch: 256-state stages (ws_stage)
+  static constexpr bool kStaged = false;  // no staged scores: 256-state stages (ws_stage)
   static constexpr bool kNw64Only = false;
-  __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return 0; }
+  static constexpr bool kTouch = true;  // its scratch: 16 bytes per producer lane (kWsTouchGroup)
+  __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return 512; }
   __device__ static int partition(const IndexerParams& p, int) { return blockIdx.x / (p.split > 1 ? p.split : 1); }
   __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) {
     const int split = p.split > 1 ? p.split : 1;
@@ -364,6 +415,7 @@ struct WsTopkT {
   static constexpr int kHpMin = kPure ? 32 : kDense ? 64 : 16;
   static constexpr bool kStaged = !kPure;
   static constexpr bool kNw64Only = kPure;  // pure only where a warpgroup's Q is one 64-column block
+  static constexpr bool kTouch = false;
   fused_topk::CollectorBuffers buf;
   fused_topk::CollectorShared* sh = nullptr;
   float* scores = nullptr;
@@ -568,7 +620,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int w = warp - kWsProducerWarp;
     IdxCursor lc;
     Epi::cursor(p, w, &lc);
-    ws_produce<kStage>(maps, p, s, stages, smem, L, lc, w, lane);
+    ws_produce<kStage, Epi::kTouch>(maps, p, s, stages, smem, L, lc, w, lane);
   } else {
     const int w = warp >> 2;
     epi.begin(p, smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);

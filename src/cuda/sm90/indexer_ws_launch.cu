@@ -15,7 +15,8 @@ namespace {
 int ws_producer_flags() {
   const char* env = std::getenv("DSATTN_WS_PRODUCER");
   return env ? std::atoi(env)
-             : (kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad);
+             : (kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad |
+                kWsTouchGroup);
 }
 // Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
 // DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.

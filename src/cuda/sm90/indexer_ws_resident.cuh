@@ -992,6 +992,7 @@ struct WsResidentT {
   static constexpr int kHpMin = 32;        // kernels for 32 and 64 padded heads
   static constexpr bool kStaged = true;    // 192-state stages at NW = 64: room for the scores
   static constexpr bool kNw64Only = false;
+  static constexpr bool kTouch = false;
   resident::Buffers buf;
   int grid = 0;  // CTAs (kMulti: partition starts kept, grid + 1)
   uint32_t* keys = nullptr;
