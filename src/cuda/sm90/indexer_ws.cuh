@@ -128,9 +128,10 @@ constexpr int kWsBatchedGroupLoad = 16;
 //       same point (or earlier, when the walk enters the group) measured no gain. Taken where a
 //       group's Q is at most 8 KiB (see ws_produce).
 constexpr int kWsTouchGroup = 64;
+constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer lane, never read
 
 // kWsTouchGroup: group g's Q (16-byte aligned rows; D = 128: 4 sectors of 32 bytes per head row),
-// weight and length sectors into L1. dummy: this lane's 16-byte scratch.
+// weight and length sectors into L1. dummy: this lane's 16-byte scratch (kWsTouchScratch).
 __device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g, uint32_t dummy, int lane) {
   const int rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
   const int H = p.heads;
@@ -138,22 +139,18 @@ __device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g
     for (int idx = lane; idx < rows * H * 4; idx += 32) {
       const int row = idx >> 2, sec = idx & 3;
       const int j = row / H, h = row % H;
-      const uint8_t* a = p.q + int64_t(g) * p.q_sg + j * p.q_sr + h * p.q_sh + sec * 32;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dummy), "l"(a));
+      cp_async16_ca(dummy, p.q + int64_t(g) * p.q_sg + j * p.q_sr + h * p.q_sh + sec * 32);
     }
   }
   const int wstep = p.w_sh == 1 ? 8 : 1;  // floats per 32-byte sector
   const int wper = (H + wstep - 1) / wstep;
-  for (int idx = lane; idx <= rows * wper; idx += 32) {
-    const void* a;
-    if (idx == rows * wper) {  // the group's first length word (paged: [B] or [B, N]; varlen: row g)
-      if (p.work.mode != detail::IndexerMode::kPaged) break;
-      a = p.work.lens + int64_t(g) * p.work.lens_s0;
-    } else {
-      const int j = idx / wper, h = (idx % wper) * wstep;
-      a = p.w + int64_t(g) * p.w_sg + j * p.w_sr + h * p.w_sh;
-    }
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dummy), "l"(a));
+  for (int idx = lane; idx < rows * wper; idx += 32) {
+    const int j = idx / wper, h = (idx % wper) * wstep;
+    cp_async4(dummy, p.w + int64_t(g) * p.w_sg + j * p.w_sr + h * p.w_sh);
+  }
+  // The group's first length word (paged: [B] or [B, N]; varlen: row g).
+  if (lane == 31 && p.work.mode == detail::IndexerMode::kPaged) {
+    cp_async4(dummy, p.work.lens + int64_t(g) * p.work.lens_s0);
   }
   cp_async_commit();
 }
@@ -324,8 +321,8 @@ struct WsLogits {
   static constexpr int kHpMin = 16;  // kernels for every padded head count (16, 32, 64)
   static constexpr bool kStaged = false;  // no staged scores: 256-state stages (ws_stage)
   static constexpr bool kNw64Only = false;
-  static constexpr bool kTouch = true;  // its scratch: 16 bytes per producer lane (kWsTouchGroup)
-  __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return 512; }
+  static constexpr bool kTouch = true;  // its scratch: kWsTouchScratch
+  __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return kWsTouchScratch; }
   __device__ static int partition(const IndexerParams& p, int) { return blockIdx.x / (p.split > 1 ? p.split : 1); }
   __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) {
     const int split = p.split > 1 ? p.split : 1;
