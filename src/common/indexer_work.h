@@ -152,17 +152,35 @@ DSATTN_HD int64_t indexer_first_partition_from(int64_t x, int64_t total, int64_t
   return (x * P + total - 1) / total;
 }
 
-// Partition boundaries that fall into group g whose units are [pre, pre + u) of `total`.
+// The schedule's group-change cost: `cost` virtual units placed before every non-empty group after
+// the first, so that a partition whose range enters another group gets that many fewer units of
+// states (the schedule balances virtual units). Why: the warp-specialized Hopper kernel's CTAs
+// whose partition straddles two requests (a Q / weight / window load at the change, among other
+// costs) ended last at ~1M states over many requests; balanced this way those calls gained 2-5 %
+// of copy bandwidth on an H200 (BENCHMARKS.md, 2026-12-02). With cost 0
+// (paged_mqa_topk's own schedules, whose piece bound relies on it: fused_topk_launch.cu's
+// piece_states_bound) this is the plain split; the logits ops' schedules use indexer_group_cost().
+DSATTN_HD int64_t indexer_group_lead(int64_t g, int64_t u, int64_t cost) { return u > 0 && g > 0 ? cost : 0; }
+
+// The cost the logits ops' schedules use (schedule_metadata, paged_mqa_logits's own schedule):
+// kIndexerGroupCost, or DSATTN_INDEXER_GROUP_COST=<units> (0..64, benchmarks). Host only; both
+// defined in src/api/schedule_metadata.cpp, with the measurements behind the default.
+int indexer_group_cost();
+
+// Partition boundaries that fall into group g, whose virtual units are [pre, pre + lead + u) of
+// `total` virtual units (lead = indexer_group_lead(g, u, cost)): a boundary in the lead starts the
+// partition at the group's first unit.
 DSATTN_HD void indexer_meta_fill_group(int32_t* meta, int partitions, int64_t total, int64_t g, int64_t pre,
-                                       int64_t u) {
+                                       int64_t u, int64_t cost = 0) {
   if (u <= 0 || total <= 0) return;
   const int64_t P = partitions;
+  const int64_t lead = indexer_group_lead(g, u, cost);
   int64_t p = indexer_first_partition_from(pre, total, P);
-  const int64_t p_end = indexer_first_partition_from(pre + u, total, P);
+  const int64_t p_end = indexer_first_partition_from(pre + lead + u, total, P);
   for (; p < p_end && p < P; ++p) {
-    const int64_t target = indexer_partition_start(p, total, P);
+    const int64_t off = indexer_partition_start(p, total, P) - pre - lead;
     meta[kIndexerMetaHeader + 2 * p] = static_cast<int32_t>(g);
-    meta[kIndexerMetaHeader + 2 * p + 1] = static_cast<int32_t>(target - pre);
+    meta[kIndexerMetaHeader + 2 * p + 1] = static_cast<int32_t>(off > 0 ? off : 0);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/indexer_work.h"
@@ -21,7 +22,16 @@ constexpr int kUnit = 64;  // states per schedule unit (detail::kIndexerUnit)
 
 using testutil::host_schedule;
 
+// DSATTN_INDEXER_GROUP_COST for one scope (the schedule reads it per call). paged_mqa_topk's own
+// schedules use cost 0 (launch_indexer_schedule's default), so the bounds its plans rely on are
+// checked at 0 whatever the logits ops' default is.
+struct GroupCost {
+  explicit GroupCost(int units) { setenv("DSATTN_INDEXER_GROUP_COST", std::to_string(units).c_str(), 1); }
+  ~GroupCost() { unsetenv("DSATTN_INDEXER_GROUP_COST"); }
+};
+
 TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {
+  const GroupCost cost0(0);
   std::mt19937_64 rng(11);
   struct SC {
     int B, N, parts, maxlen;
@@ -56,6 +66,69 @@ TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {
     }
     EXPECT_EQ(at(0), 0);
     EXPECT_EQ(covered, total);
+  }
+}
+
+// The group cost (detail::indexer_group_lead): `cost` virtual units lead every non-empty request
+// after the first, and partitions split the virtual units evenly. So the partitions still cover
+// every unit once, in order; each partition's units plus `cost` for every request it enters after
+// its first stay within ceil(virtual total / P). Empty requests (length 0) get no lead.
+TEST(ScheduleBounds, GroupCostBalancesVirtualUnits) {
+  std::mt19937_64 rng(23);
+  struct SC {
+    int B, N, parts, maxlen;
+    bool some_empty;
+  };
+  for (int cost : {0, 1, 4, 9, 64}) {
+    const GroupCost env(cost);
+    for (const SC& sc : {SC{32, 1, 132, 32768, false}, SC{128, 1, 132, 8192, false}, SC{7, 2, 396, 5000, true},
+                         SC{1, 1, 132, 65536, false}, SC{300, 1, 132, 900, true}, SC{64, 3, 264, 16384, true},
+                         SC{3, 1, 1500, 200000, false}, SC{5, 1, 16, 0, true}}) {
+      std::vector<int32_t> lens(size_t(sc.B) * sc.N);
+      for (auto& l : lens) l = sc.maxlen == 0 ? 0 : int32_t(rng() % (sc.maxlen + 1));
+      if (!sc.some_empty) {
+        for (auto& l : lens) l = std::max<int32_t>(l, 1);
+      } else if (sc.maxlen > 0) {
+        for (int b = 0; b < sc.B; b += 3) std::fill_n(lens.begin() + int64_t(b) * sc.N, sc.N, 0);
+      }
+      const std::vector<int32_t> meta = host_schedule(lens, sc.B, sc.N, sc.parts);
+      if (::testing::Test::HasFailure()) return;
+      std::vector<int64_t> units(size_t(sc.B)), prefix(size_t(sc.B) + 1, 0);
+      int64_t virt = 0;
+      for (int b = 0; b < sc.B; ++b) {
+        int64_t hi = 0;
+        for (int j = 0; j < sc.N; ++j) hi = std::max<int64_t>(hi, lens[size_t(b) * sc.N + j]);
+        units[size_t(b)] = (hi + kUnit - 1) / kUnit;
+        prefix[size_t(b) + 1] = prefix[size_t(b)] + units[size_t(b)];
+        virt += units[size_t(b)] + (b > 0 && units[size_t(b)] > 0 ? cost : 0);
+      }
+      const int64_t total = prefix[size_t(sc.B)];
+      const int64_t share_v = (virt + sc.parts - 1) / sc.parts;
+      auto at = [&](int p) {
+        const int32_t g = meta[4 + 2 * size_t(p)], u = meta[5 + 2 * size_t(p)];
+        EXPECT_GE(g, 0);
+        EXPECT_LE(g, sc.B);
+        if (g < sc.B) {
+          EXPECT_GE(u, 0);
+          EXPECT_LT(u, std::max<int64_t>(units[size_t(g)], 1)) << "a start inside its request";
+        }
+        return g >= sc.B ? total : prefix[size_t(g)] + u;
+      };
+      EXPECT_EQ(at(0), 0);
+      EXPECT_EQ(meta[4 + 2 * size_t(sc.parts)], sc.B);
+      int64_t covered = 0;
+      for (int p = 0; p < sc.parts; ++p) {
+        const int64_t a = at(p), b = at(p + 1);
+        ASSERT_LE(a, b) << "cost " << cost << " partition " << p;
+        covered += b - a;
+        // Requests entered after the partition's first: non-empty ones whose first unit lies in (a, b).
+        int entered = 0;
+        for (int g = 1; g < sc.B; ++g) entered += units[size_t(g)] > 0 && prefix[size_t(g)] > a && prefix[size_t(g)] < b;
+        EXPECT_LE(b - a + int64_t(cost) * entered, share_v)
+            << "cost " << cost << " B " << sc.B << " partition " << p << " units " << b - a << " enters " << entered;
+      }
+      EXPECT_EQ(covered, total) << "cost " << cost << " B " << sc.B;
+    }
   }
 }
 
@@ -121,6 +194,7 @@ TEST(ScheduleBounds, LenCapKeepsPiecesWithinTheBlockTable) {
 // partition starts); requests without units are held by none; and c + g is distinct over all
 // (holder, request) pairs (the suffix sums' index).
 TEST(ScheduleBounds, ResidentRequestsHeldByRunsOfCtas) {
+  const GroupCost cost0(0);
   std::mt19937_64 rng(23);
   struct SC {
     int B, C, maxlen, zero_every;

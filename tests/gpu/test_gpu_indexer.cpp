@@ -914,13 +914,22 @@ std::vector<int32_t> host_schedule(const std::vector<int32_t>& lens, int N, int 
   return meta;
 }
 
+// With each group cost (DSATTN_INDEXER_GROUP_COST, read by both per call): unset (the default),
+// 0 and two others.
 TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
   struct SC { int B, N, parts; int maxlen; bool zero; };
+  for (const char* cost : {static_cast<const char*>(nullptr), "0", "5", "37"})
   for (const SC& sc : {SC{7, 1, 132, 5000, false}, SC{300, 2, 132, 900, false}, SC{5, 3, 16, 0, true},
                        SC{1, 1, 132, 1 << 20, false}, SC{2000, 1, 264, 70000, false},
                        SC{3, 1, 1500, 200000, false}}) {  // more partitions than threads
+    if (cost != nullptr) {
+      setenv("DSATTN_INDEXER_GROUP_COST", cost, 1);
+    } else {
+      unsetenv("DSATTN_INDEXER_GROUP_COST");
+    }
+    SCOPED_TRACE(cost != nullptr ? cost : "default");
     std::vector<int32_t> lens(size_t(sc.B) * sc.N);
     for (auto& l : lens) l = sc.zero ? 0 : int32_t(rng() % (sc.maxlen + 1));
     if (sc.B == 1) lens[0] = sc.maxlen;
@@ -946,6 +955,7 @@ TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
     }
     EXPECT_EQ(hmeta[4 + 2 * sc.parts], sc.B);
   }
+  unsetenv("DSATTN_INDEXER_GROUP_COST");
 }
 
 // Metadata + logits captured once in a CUDA graph, replayed with new lengths and block tables.

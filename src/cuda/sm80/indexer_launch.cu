@@ -396,8 +396,9 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
       p.meta = nullptr;
     } else {
       int32_t* meta = static_cast<int32_t*>(ex.workspace);
-      DSATTN_RETURN_IF_ERROR(cuda_status(launch_indexer_schedule(p.work, plan.partitions, meta, stream), op,
-                                         "indexer_schedule_kernel launch"));
+      DSATTN_RETURN_IF_ERROR(cuda_status(
+          launch_indexer_schedule(p.work, plan.partitions, meta, stream, nullptr, 0, detail::indexer_group_cost()), op,
+          "indexer_schedule_kernel launch"));
       p.meta = meta;
     }
   } else {
@@ -410,7 +411,8 @@ Status schedule_metadata(const ScheduleMetadataParams& a, const detail::PagedInd
   // The block table is not known here; the kernel checks row_request itself.
   const detail::IndexerWork w = detail::paged_indexer_work(pb, a.context_lens, a.row_request, INT64_MAX);
   const int partitions = static_cast<int>((a.metadata.numel() - detail::kIndexerMetaHeader) / 2 - 1);
-  return cuda_status(launch_indexer_schedule(w, partitions, a.metadata.ptr<int32_t>(), static_cast<cudaStream_t>(ex.stream)),
+  return cuda_status(launch_indexer_schedule(w, partitions, a.metadata.ptr<int32_t>(), static_cast<cudaStream_t>(ex.stream),
+                                             nullptr, 0, detail::indexer_group_cost()),
                      "schedule_metadata", "indexer_schedule_kernel launch");
 }
 
