@@ -30,12 +30,14 @@ int topk_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
-      "                         [--cluster-max N] [--sampled-min N] [--sampled-rows N]\n"
+      "                         [--cluster-max N] [--cluster-v4-max N] [--sampled-min N] [--sampled-rows N]\n"
       "                         [--sampled-select window|radix] [--sampled-pipe 0|1]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
       "                         --cluster-max N: cluster kernel (sm_90+) for rows of 8K..64K when the\n"
       "                         call needs at most N CTAs (one per 8192 positions), 0: never;\n"
+      "                         --cluster-v4-max N: rows up to N wide take it at 4 keys per thread\n"
+      "                         (a CTA per 4096 positions, still <= 8 per cluster), 0: never;\n"
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
       "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
       "                         for rows of width N .. 256K when there are at least that many rows\n"
@@ -63,6 +65,8 @@ int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
     t.min_chunk = std::atoi(v.c_str());
   } else if (a == "--cluster-max") {
     t.cluster_max_ctas = std::atoi(v.c_str());
+  } else if (a == "--cluster-v4-max") {
+    t.cluster_v4_max_width = std::atoi(v.c_str());
   } else if (a == "--sampled-min") {
     t.sampled_min_width = std::atoi(v.c_str());
   } else if (a == "--sampled-pipe") {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "common/indexer_test_util.h"
@@ -584,28 +585,44 @@ TEST(GpuTopk, SmallRowKernelAndSharedMemoryDirect) {
 }
 
 // Few rows of 8K..64K positions take the cluster kernel (sm_90+: one thread-block cluster of up to
-// 8 CTAs per row, histograms summed through distributed shared memory). Against the CPU reference:
+// 8 CTAs per row, 8 or 4 keys per thread, histograms summed through distributed shared memory).
+// Against the CPU reference:
 // lengths around k and around the CTAs' 8192-position spans, ties at the threshold (coarse values,
 // so the third digit runs and ties straddle CTAs), NaN / infinity / constant rows, sorted output,
 // values, bf16, slot ids through row_request, rows not 16-byte aligned (scalar loads), k = 1 and
 // k = 4096, repeated launches bitwise identical.
-TEST(GpuTopk, ClusterKernelRows) {
+class GpuTopkCluster : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuTopkCluster, KernelRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   cuda::TopkDeviceLimits lim;
   ASSERT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
   if (!lim.cluster) GTEST_SKIP() << "no thread-block cluster launch on this device";
+  TopkTuningScope scope;
+  cuda::topk_tuning().cluster_v4_max_width = GetParam();  // 0: 8 keys per thread on every row
+  const bool v4 = GetParam() > 0;
+  const auto ctas = [&](int64_t width) {  // the plan's rule (<= 8 CTAs; these calls stay within 96)
+    const int64_t V = width <= GetParam() && width <= 8 * 4096 ? 4 : 8;
+    return static_cast<int>((width + V * 1024 - 1) / (V * 1024));
+  };
   Rng rng(41);
   {  // lengths around k and the spans; ties; values; repeats
     Case c;
     c.rows = 8;
-    c.width = 65536;
+    c.width = v4 ? 32768 : 65536;
     c.k = 2048;
     c.bounds = true;
     c.values = true;
     c.repeats = 3;
-    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 8);
-    run_case(c, coarse(rng, c.rows * c.width, 50), {0, 2047, 2049, 8191, 8193, 16385, 30000, 65536}, 4100);
-    run_case(c, coarse(rng, c.rows * c.width, 50), {1, 2048, 8192, 16384, 40000, 65535, 65536, 9000}, 4110);
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, ctas(c.width));
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).small_v, v4 ? 4 : 8);
+    if (v4) {  // spans of 4096
+      run_case(c, coarse(rng, c.rows * c.width, 50), {0, 2047, 2049, 4095, 4097, 12289, 30000, 32768}, 4100);
+      run_case(c, coarse(rng, c.rows * c.width, 50), {1, 2048, 4096, 8192, 20000, 32767, 32768, 9000}, 4110);
+    } else {
+      run_case(c, coarse(rng, c.rows * c.width, 50), {0, 2047, 2049, 8191, 8193, 16385, 30000, 65536}, 4100);
+      run_case(c, coarse(rng, c.rows * c.width, 50), {1, 2048, 8192, 16384, 40000, 65535, 65536, 9000}, 4110);
+    }
   }
   {  // sorted, bf16, k = 4096 and k = 1
     for (int k : {4096, 1}) {
@@ -616,21 +633,21 @@ TEST(GpuTopk, ClusterKernelRows) {
       c.sorted = true;
       c.values = true;
       c.bf16 = k == 4096;
-      ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 3);
+      ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, ctas(c.width));
       run_case(c, coarse(rng, c.rows * c.width, 200), {}, 4101 + k);
     }
   }
   {  // NaN / infinity / constant rows, slot ids through row_request, unaligned rows (ld = W + 3)
     Case c;
     c.rows = 5;
-    c.width = 40000;
+    c.width = v4 ? 30000 : 40000;  // 8 CTAs at 4 keys per thread, 5 at 8
     c.k = 512;
     c.values = true;
     c.slots = true;
     c.row_request = true;
     c.ld_pad = 3;
     c.sorted = false;
-    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 5);
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, ctas(c.width));
     std::vector<float> v = normals(rng, c.rows * c.width);
     for (int64_t i = 0; i < c.width; ++i) {
       v[i] = kNaN;                                                      // all NaN: the first k
@@ -644,6 +661,10 @@ TEST(GpuTopk, ClusterKernelRows) {
     run_case(c, v, {}, 4103);
   }
 }
+
+// 8 keys per thread on every row (cluster_v4_max_width 0), and the default rule (4 up to 32768).
+INSTANTIATE_TEST_SUITE_P(KeysPerThread, GpuTopkCluster, ::testing::Values(0, 32768),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v4max" + std::to_string(i.param); });
 
 // The sampled-threshold kernel (topk_sampled.cuh) forced onto every split shape: lengths around k and
 // around its candidate capacity (8192 at k <= 2048: rows up to it skip the sample), unaligned rows,

@@ -112,8 +112,9 @@ TEST(GpuTopkPlan, DefaultFilterPolicy) {
 }
 
 TEST(GpuTopkPlan, ClusterPolicy) {
-  // With cluster launch: rows of 8193..65536 positions, one CTA per 8192 of them, at most 96 CTAs
-  // per call (default); not without cluster launch, not past 96 CTAs, not for wider rows.
+  // With cluster launch: rows of 8193..65536 positions, one CTA per 8192 of them (per 4096 up to
+  // 32768 positions where the call stays within the CTA budget), at most 96 CTAs per call
+  // (default); not without cluster launch, not past 96 CTAs, not for wider rows.
   TopkPlan p;
   ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p).ok());
   EXPECT_EQ(p.cluster, 8);
@@ -130,6 +131,18 @@ TEST(GpuTopkPlan, ClusterPolicy) {
   EXPECT_EQ(p.cluster, 0);
   ASSERT_TRUE(plan_topk(1, 65537, 2048, kH200Cluster, &p).ok());
   EXPECT_EQ(p.cluster, 0);
+  ASSERT_TRUE(plan_topk(1, 16384, 2048, kH200Cluster, &p).ok());  // 4 keys per thread
+  EXPECT_EQ(p.cluster, 4);
+  EXPECT_EQ(p.small_v, 4);
+  ASSERT_TRUE(plan_topk(12, 32768, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(p.small_v, 4);
+  ASSERT_TRUE(plan_topk(13, 32768, 2048, kH200Cluster, &p).ok());  // 104 CTAs at 4: 8 keys
+  EXPECT_EQ(p.cluster, 4);
+  EXPECT_EQ(p.small_v, 8);
+  ASSERT_TRUE(plan_topk(1, 32769, 2048, kH200Cluster, &p).ok());
+  EXPECT_EQ(p.cluster, 5);
+  EXPECT_EQ(p.small_v, 8);
   ASSERT_TRUE(plan_topk(1, 8192, 2048, kH200Cluster, &p).ok());
   EXPECT_EQ(p.cluster, 0);
   EXPECT_EQ(p.small_v, 8);
@@ -291,9 +304,9 @@ TEST(GpuTopkPlan, InvariantsOverShapes) {
             EXPECT_FALSE(p.direct);
             EXPECT_GT(width, 8192);
             EXPECT_LE(p.cluster, 8);
-            EXPECT_GE(int64_t(p.cluster) * 8192, width);
-            EXPECT_LT(int64_t(p.cluster - 1) * 8192, width);
-            EXPECT_EQ(p.small_v, 8);
+            EXPECT_TRUE(p.small_v == 8 || (p.small_v == 4 && width <= 32768)) << p.small_v;
+            EXPECT_GE(int64_t(p.cluster) * p.small_v * 1024, width);
+            EXPECT_LT(int64_t(p.cluster - 1) * p.small_v * 1024, width);
             EXPECT_LE(p.smem_final, smem_max);
             EXPECT_EQ(p.workspace_bytes, 0u);
             continue;

@@ -32,6 +32,7 @@ namespace topk_detail {
 
 constexpr int kClusterMaxCtas = 8;  // portable cluster size
 constexpr int kClusterV = 8;        // keys per thread
+constexpr int kClusterV4 = 4;       // ... for rows of at most TopkTuning::cluster_v4_max_width
 constexpr int kClusterSelWords = 2 * kMaxK;            // CTA 0's (sel_key, sel_pos), sorted output
 constexpr int kClusterSmemWords = kClusterSelWords + 4;  // + this CTA's (greater, equal) totals
 static_assert(kBins1 + kBins1 / 64 + 2 * (kBins2 + kBins2 / 64) <= kClusterSelWords, "histograms below tot");

@@ -152,13 +152,18 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
     return Status::Ok();
   }
   const int64_t small_max = std::min<int64_t>(tune.small_max_width, int64_t(kSmallMaxV) * kTopkThreads);
-  const int64_t cluster_span = int64_t(kClusterV) * kTopkThreads;
-  if (lim.cluster && rows > 0 && rows <= 65535 && W > small_max && W > cluster_span &&
+  // 4 keys per thread (twice the CTAs) where that still fits a cluster and the call's CTA budget.
+  const int64_t span4 = int64_t(kClusterV4) * kTopkThreads;
+  const bool v4 = W <= tune.cluster_v4_max_width && W <= kClusterMaxCtas * span4 &&
+                  rows * ceil_div(W, span4) <= tune.cluster_max_ctas;
+  const int cluster_v = v4 ? kClusterV4 : kClusterV;
+  const int64_t cluster_span = int64_t(cluster_v) * kTopkThreads;
+  if (lim.cluster && rows > 0 && rows <= 65535 && W > small_max && W > int64_t(kClusterV) * kTopkThreads &&
       W <= kClusterMaxCtas * cluster_span && rows * ceil_div(W, cluster_span) <= tune.cluster_max_ctas &&
       lim.smem_max >= static_cast<int>(kClusterSmemWords * 4)) {
     plan->direct = false;
     plan->cluster = static_cast<int>(ceil_div(W, cluster_span));
-    plan->small_v = kClusterV;
+    plan->small_v = cluster_v;
     plan->chunks = plan->cluster;
     plan->chunk_len = static_cast<int>(cluster_span);
     plan->smem_final = kClusterSmemWords * 4;
@@ -279,8 +284,9 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
                        op, "topk_sampled_kernel");
   }
   if (plan.cluster > 0) {
-    return launch_cluster(topk_cluster_kernel<T, kClusterV>, plan.cluster, rows, plan.smem_final, st, true, op,
-                          "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, sorted, out);
+    auto kern = plan.small_v == kClusterV4 ? topk_cluster_kernel<T, kClusterV4> : topk_cluster_kernel<T, kClusterV>;
+    return launch_cluster(kern, plan.cluster, rows, plan.smem_final, st, true, op, "topk_cluster_kernel", logits, ld,
+                          rb, plan.k, plan.k_pad, sorted, out);
   }
   if (plan.direct && plan.small_v > 0) {
     auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;

@@ -84,6 +84,14 @@ struct TopkTuning {
   // (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs), but at 128 CTAs in clusters of 4 and 8 the split
   // plans win: 32 x 32K 29.6 / 24.7, 16 x 64K 33.2 / 25.8.
   int cluster_max_ctas = 96;
+  // Rows at most this wide take the cluster kernel at 4 keys per thread (a CTA per 4096 positions,
+  // still at most kClusterMaxCtas, and within cluster_max_ctas) instead of 8; 0: always 8. H200,
+  // k = 2048, L2 flushed, 8 -> 4 keys per thread, two rounds, us: 1 x 12000 11.2 -> 10.4, 1 x 16K
+  // 11.3 -> 10.4, 8 x 16K 13.3 -> 12.4-12.5, 24 x 16K 13.9 -> 13.0-13.1, 3 x 20000 14.0 -> 13.4-13.5,
+  // 1 x 24K 11.8-11.9 -> 11.5, 1 x 32K 11.8 -> 11.7, 12 x 32K 14.5 -> 14.3-14.4; the fused op's
+  // logits route 1 x 16K 24.5 -> 22.1-22.5, 4 x 16K 29.2-31.3 -> 26.7-26.8. Wider rows lost with
+  // 16-CTA clusters (a non-portable size): 1 x 64K 13.1 -> 14.4-14.6, 4 x 64K 15.9 -> 17.6.
+  int cluster_v4_max_width = 32768;
   // Rows the split plan would break into chunks (wider than one CTA's shared memory, or split to
   // fill the SMs), of sampled_min_width .. 256K positions and at least 8 round_up(k, 4), take the
   // sampled-threshold kernel (topk_sampled.cuh) when there are at least sampled_min_rows of them
