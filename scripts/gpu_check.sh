@@ -84,7 +84,7 @@ fi
 step gpu_tests gpu_tests.log "$BIN/dsattn_gpu_tests" --gtest_filter="$TEST_FILTER"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$OUT/gpu_tests.log" | head -20
 step gpu_tests_no_pdl gpu_tests_no_pdl.log env DSATTN_PDL=0 "$BIN/dsattn_gpu_tests" \
-  --gtest_filter='*GraphReplay*:GpuTopk.ClusterKernelRows:GpuFusedTopk.Fp8DecodeLengthsAroundK:GpuFusedTopk.ResidentGraphNewLengths*'
+  --gtest_filter='*GraphReplay*:*GpuTopkCluster.KernelRows*:GpuFusedTopk.Fp8DecodeLengthsAroundK:GpuFusedTopk.ResidentGraphNewLengths*'
 
 if [ $SAN -eq 1 ]; then
   if command -v compute-sanitizer >/dev/null; then
