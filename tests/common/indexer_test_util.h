@@ -13,10 +13,12 @@
 //    PagedCase::args() giving the op inputs and PagedCase::ref(r, t) the reference logit.
 //  * check_logits_row / check_topk_row: gtest-free checkers for outputs of any backend.
 //  * view(): TensorViews over std::vectors.
+//  * EnvScope: an environment variable (the ops' tuning knobs, read per call) set for a scope.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -31,6 +33,34 @@
 
 namespace dsattn {
 namespace testutil {
+
+// Sets an environment variable (an op's tuning knob) for a scope, or unsets it when value is
+// nullptr; its previous value (or its absence) is restored however the scope ends.
+struct EnvScope {
+  const char* name;
+  bool had = false;
+  std::string old;
+  EnvScope(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) {
+      had = true;
+      old = v;
+    }
+    if (value != nullptr) {
+      setenv(n, value, 1);
+    } else {
+      unsetenv(n);
+    }
+  }
+  ~EnvScope() {
+    if (had) {
+      setenv(name, old.c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+};
 
 // ---------------------------------------------------------------- RNG
 class Rng {

@@ -25,9 +25,8 @@ using testutil::host_schedule;
 // DSATTN_INDEXER_GROUP_COST for one scope (the schedule reads it per call). paged_mqa_topk's own
 // schedules use cost 0 (launch_indexer_schedule's default), so the bounds its plans rely on are
 // checked at 0 whatever the logits ops' default is.
-struct GroupCost {
-  explicit GroupCost(int units) { setenv("DSATTN_INDEXER_GROUP_COST", std::to_string(units).c_str(), 1); }
-  ~GroupCost() { unsetenv("DSATTN_INDEXER_GROUP_COST"); }
+struct GroupCost : testutil::EnvScope {
+  explicit GroupCost(int units) : EnvScope("DSATTN_INDEXER_GROUP_COST", std::to_string(units).c_str()) {}
 };
 
 TEST(ScheduleBounds, NoPartitionLongerThanItsShare) {

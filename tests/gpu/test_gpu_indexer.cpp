@@ -15,6 +15,7 @@
 
 #include "dsattn/codecs.h"
 #include "dsattn/formats.h"
+#include "common/indexer_test_util.h"
 #include "dsattn/ops.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/topk_test_util.h"
@@ -924,11 +925,7 @@ TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
   for (const SC& sc : {SC{7, 1, 132, 5000, false}, SC{300, 2, 132, 900, false}, SC{5, 3, 16, 0, true},
                        SC{1, 1, 132, 1 << 20, false}, SC{2000, 1, 264, 70000, false},
                        SC{3, 1, 1500, 200000, false}}) {  // more partitions than threads
-    if (cost != nullptr) {
-      setenv("DSATTN_INDEXER_GROUP_COST", cost, 1);
-    } else {
-      unsetenv("DSATTN_INDEXER_GROUP_COST");
-    }
+    const testutil::EnvScope env("DSATTN_INDEXER_GROUP_COST", cost);  // nullptr: unset (the default)
     SCOPED_TRACE(cost != nullptr ? cost : "default");
     std::vector<int32_t> lens(size_t(sc.B) * sc.N);
     for (auto& l : lens) l = sc.zero ? 0 : int32_t(rng() % (sc.maxlen + 1));
@@ -955,7 +952,6 @@ TEST(GpuIndexer, ScheduleDeviceMatchesHost) {
     }
     EXPECT_EQ(hmeta[4 + 2 * sc.parts], sc.B);
   }
-  unsetenv("DSATTN_INDEXER_GROUP_COST");
 }
 
 // Metadata + logits captured once in a CUDA graph, replayed with new lengths and block tables.

@@ -29,6 +29,7 @@ namespace dsattn {
 namespace {
 
 using testing_gpu::DeviceBuffer;
+using testutil::EnvScope;
 using testutil::PagedCase;
 using testutil::PagedCaseSpec;
 
@@ -86,28 +87,6 @@ void upload_case(PagedCase& pc, GpuInputs* g) {
   g->args.context_lens = g->lens.view;
   g->args.row_request = g->rr.view;
 }
-
-// Sets an environment variable (the op's plan knobs) for a scope; its previous value (or its
-// absence) is restored however the scope ends.
-struct EnvScope {
-  const char* name;
-  bool had = false;
-  std::string old;
-  EnvScope(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) {
-      had = true;
-      old = v;
-    }
-    setenv(n, value, 1);
-  }
-  ~EnvScope() {
-    if (had) {
-      setenv(name, old.c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-};
 
 struct TopkOut {
   std::vector<int32_t> idx, slots;
