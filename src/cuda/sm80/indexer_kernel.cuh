@@ -677,9 +677,38 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
       // before the MMAs of the current one (two register sets, qa / qb), so the shared-memory
       // latency hides behind 4 KS MMAs. Q rows of a group are contiguous (row j * Hp + h), so the
       // step after (j, Hp - 8) is (j + 1, 0).
+      const IdxQ16Lane qb16 = idx_q16_lane<D>(q_s, g8, tig);
+      // 64 and 32 heads (the DeepSeek indexers' 64; 32 and 24 padded to 32): the same n-tile
+      // order (so the same logits) with the head loop unrolled, so the next n-tile's Q loads are
+      // scheduled among the current one's MMAs rather than at a loop boundary. H200, portable
+      // kernel at its own shared-memory budget: 32 x 32K 82.6-83.1 -> 81.1-81.4 us, 128 x 32K
+      // 299.8-303.0 -> 295.4-296.9, next_n = 2 123.0-123.6 -> 118.8-119.0, H = 32 64.9 -> 63.6-64.0;
+      // batch 1 unchanged; 2-3 % slower under sm_120's 99 KiB budget forced on the H200 (sm_120
+      // itself runs the native E4M3 path below, without these lines). BENCHMARKS.md, 2026-12-02.
+      const auto unrolled = [&](auto nt_c) {
+        constexpr int NT = decltype(nt_c)::value;  // n-tiles of 8 heads per row
+        for (int j = 0; j < rows; ++j) {
+          float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+          uint4 q[2][KS];
+          idx_load_q16<D>(qb16, j * 8 * NT, q[0]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            if (nt + 1 < NT) idx_load_q16<D>(qb16, j * 8 * NT + (nt + 1) * 8, q[(nt + 1) & 1]);
+            idx_ntile_f16<KS>(kf, q[nt & 1], ws + j * 8 * NT + nt * 8 + 2 * tig, part);
+          }
+          reduce_store(part, j);
+        }
+      };
+      if (Hp == 64) {
+        unrolled(std::integral_constant<int, 8>{});
+        return;
+      }
+      if (Hp == 32) {
+        unrolled(std::integral_constant<int, 4>{});
+        return;
+      }
       const int qrows = rows * Hp;
       uint4 qa[KS], qb[KS];
-      const IdxQ16Lane qb16 = idx_q16_lane<D>(q_s, g8, tig);
       idx_load_q16<D>(qb16, 0, qa);
       for (int j = 0; j < rows; ++j) {
         float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
