@@ -28,7 +28,8 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--shape ROWSxWIDTH ...]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L]\n"
+      "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--cluster-v4-max N] [--sampled-min N] [--sampled-rows N]\n"
       "                         [--sampled-select window|radix] [--sampled-pipe 0|1]\n"
@@ -47,6 +48,7 @@ int topk_usage(int rc = 2) {
       "                         up to one row per SM)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n"
+      "  --runs L: neighbouring values alike (runs of L share a component, correlation 0.64; default 1: independent)\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
   return rc;
 }
@@ -101,6 +103,7 @@ int run_topk(const std::vector<std::string>& args) {
   int k = 2048, iters = 50;
   long sms = 0;
   bool sorted = false, bf16 = false, flush = true;
+  long long runs = 1;
   std::vector<TopkShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -123,6 +126,9 @@ int run_topk(const std::vector<std::string>& args) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--bf16") {
       bf16 = true;
+    } else if (a == "--runs" && has_next) {
+      runs = std::atoll(args[++i].c_str());
+      if (runs < 1) return topk_usage();
     } else if (a == "--shape" && has_next) {
       long long r = 0, w = 0;
       if (std::sscanf(args[++i].c_str(), "%lldx%lld", &r, &w) != 2 || r < 1 || w < 1) return topk_usage();
@@ -144,6 +150,7 @@ int run_topk(const std::vector<std::string>& args) {
               ctx.copy_gbps);
   std::printf("topk k=%d %s%s, %s, median of %d; GB/s and %% copy from the graph time\n", k, bf16 ? "bf16" : "f32",
               sorted ? " sorted" : "", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+  if (runs > 1) std::printf("values: runs of %lld neighbours share a component (correlation 0.64)\n", runs);
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%10s %9s %12s %10s %10s %8s %9s %12s  %s\n", "rows", "width", "logits MB", "eager us", "graph us",
               "GB/s", "% copy", "workspace MB", "plan");
@@ -155,7 +162,7 @@ int run_topk(const std::vector<std::string>& args) {
       std::fprintf(stderr, "out of memory for %lldx%lld\n", static_cast<long long>(s.rows), static_cast<long long>(s.width));
       return 1;
     }
-    fill_random(logits.p, n, bf16);
+    fill_random(logits.p, n, bf16, 1234, runs);
     TopkParams p;
     p.logits = make_tensor(logits.p, bf16 ? DType::kBF16 : DType::kF32, {s.rows, s.width}, Device::kCuda);
     p.indices = make_tensor(idx.p, DType::kI32, {s.rows, k}, Device::kCuda);

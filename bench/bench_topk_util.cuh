@@ -30,18 +30,25 @@ struct DevMem {
   bool ok() const { return bytes == 0 || p != nullptr; }
 };
 
-// Approximately normal values (sum of 4 uniforms, centered), deterministic per index.
-__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed) {
+// Approximately normal value (sum of 4 uniforms, centered, variance ~1), deterministic per index.
+__device__ inline float bench_normal(uint64_t i, uint64_t seed) {
+  uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
+  float acc = 0.0f;
+  for (int j = 0; j < 4; ++j) {
+    z ^= z >> 31;
+    z *= 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 29;
+    acc += static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+  }
+  return (acc - 2.0f) * 1.7f;
+}
+
+// Approximately normal values. run > 1: neighbours alike, as scores of nearby states can be: each
+// run of `run` consecutive values shares a component (0.8 shared + 0.6 own, correlation 0.64).
+__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed, int64_t run) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
-    float acc = 0.0f;
-    for (int j = 0; j < 4; ++j) {
-      z ^= z >> 31;
-      z *= 0xBF58476D1CE4E5B9ull;
-      z ^= z >> 29;
-      acc += static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-    }
-    const float v = (acc - 2.0f) * 1.7f;
+    float v = bench_normal(i, seed);
+    if (run > 1) v = 0.8f * bench_normal(i / static_cast<uint64_t>(run), seed ^ 0x5bd1e995ull) + 0.6f * v;
     if (bf16) {
       static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(v);
     } else {
@@ -50,9 +57,9 @@ __global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed)
   }
 }
 
-inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234) {
+inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234, int64_t run = 1) {
   if (n == 0) return;
-  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed);
+  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed, run);
 }
 
 __global__ void bench_empty_kernel() {}
