@@ -9,13 +9,13 @@
 // an SM, so one streams while the other selects.
 //
 // One row (len > k):
-//   1. threshold: S states are sampled (S = 4096 f32 / 8192 bf16: 512 evenly spaced 32-byte
-//      sectors). One or two radix digits over the sample find the 12-bit (when that bin is narrow
+//   1. threshold: S states are sampled (S = 4096 f32 / 8192 bf16: 256 evenly spaced 64-byte
+//      chunks). One or two radix digits over the sample find the 12-bit (when that bin is narrow
 //      enough) or 22-bit key prefix P of the sample's r-th largest key, r = 1.25 mu + 4 sqrt(mu)
 //      + 4, where mu = S k / len is the sample count expected above the row's k-th key.
 //      Candidates are the keys with a prefix >= P: about 1.25 k + 4 sqrt(k len / S) plus P's bin;
 //      fewer than k only when the sample is 4 standard deviations off (more often when the scores
-//      of neighbouring states within a sector are alike). Rows of len <= mcap skip the sample:
+//      of neighbouring states within a chunk are alike). Rows of len <= mcap skip the sample:
 //      every state is a candidate.
 //   2. stream: tiles of 1024 threads x E consecutive states (32 bytes) each; a block scan per
 //      tile (one barrier) appends the tile's candidates in position order; the next tile's loads
@@ -89,12 +89,17 @@ __device__ __forceinline__ SampledRow<T> sampled_row(const T* logits, int64_t ld
 }
 
 // The sample: kTopkThreads 16-byte vectors (4096 f32 / 8192 bf16 states) in kSampleChunkVecs-vector
-// chunks (one 32-byte sector each), evenly spaced over the row. H200, 256 x 64K f32, k = 2048
+// chunks (64 bytes, two sectors each), evenly spaced over the row. H200, 256 x 64K f32, k = 2048
 // (phase timers, same run): 2048 single states 128 bytes apart took 23 us of the kernel's 58,
 // longer than streaming the row (18 us): each state costs a DRAM access of its own. 512 sectors:
-// 8.5 us, kernel 48.6; 128-byte chunks 5.4 / 46.8, but chunks that long see fewer independent
-// places of a row whose nearby scores are alike.
-constexpr int kSampleChunkVecs = 2;
+// 8.5 us, kernel 48.6; 128-byte chunks 5.4 / 46.8. Whole-kernel figures (H200, f32, k = 2048,
+// `bench topk`, 2026-12-02): 256 chunks of 64 bytes against 512 of 32, 1024 x 64K 131.1 against
+// 135.1 us, 256 x 128K 60.7 / 62.6, bf16 1024 x 64K 114.6 / 118.6, and no slower on rows whose
+// neighbours are alike (`--runs 16 / 32 / 64`, k = 512 .. 4096). 128 chunks of 128 bytes gained
+// another 1-2 % on independent values but fell back to the exact stream on rows with runs of 32
+// or 64 alike (1024 x 64K 129 -> 187-211 us, 256 x 128K 60 -> 236-241): 32-state chunks are too
+// few independent places for the rank's margin.
+constexpr int kSampleChunkVecs = 4;
 
 // The vector of the sample that this thread loads (len > mcap >= 8192: at least 1024 vectors,
 // so every chunk lies in [0, span / V)).
@@ -106,7 +111,7 @@ __device__ __forceinline__ int sample_vec(const SampledRow<T>& g) {
   const int nvec = g.span / V;
   const int64_t gv0 = static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.abase) / 16);  // abase's vector number
   int v = static_cast<int>(static_cast<int64_t>(tid / kSampleChunkVecs) * nvec / kChunks);
-  v = static_cast<int>(((gv0 + v) & ~static_cast<int64_t>(kSampleChunkVecs - 1)) - gv0);  // sector-aligned
+  v = static_cast<int>(((gv0 + v) & ~static_cast<int64_t>(kSampleChunkVecs - 1)) - gv0);  // chunk-aligned
   return (v < 0 ? v + kSampleChunkVecs : v) + tid % kSampleChunkVecs;
 }
 
