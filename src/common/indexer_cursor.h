@@ -122,10 +122,12 @@ struct IdxCursor {
       }
       if (u >= uend) { ++g; u = 0; uend = -1; continue; }
       const int32_t u1 = u + tile_units < uend ? u + tile_units : uend;
-      const int64_t t0 = glo + int64_t(u) * detail::kIndexerUnit;
-      int64_t t1 = glo + int64_t(u1) * detail::kIndexerUnit;
-      if (t1 > ghi) t1 = ghi;
-      if (t1 > limit) t1 = limit;
+      // Unsigned 32-bit: 0 <= glo, 0 <= u <= u1 <= uend <= ceil((ghi - glo) / unit), so both ends
+      // are below ghi + unit <= 2^31 + unit; ghi and limit are non-negative int32.
+      const uint32_t t0 = static_cast<uint32_t>(glo) + static_cast<uint32_t>(u) * detail::kIndexerUnit;
+      uint32_t t1 = static_cast<uint32_t>(glo) + static_cast<uint32_t>(u1) * detail::kIndexerUnit;
+      if (t1 > static_cast<uint32_t>(ghi)) t1 = static_cast<uint32_t>(ghi);
+      if (t1 > static_cast<uint32_t>(limit)) t1 = static_cast<uint32_t>(limit);
       u = u1;
       if (t1 <= t0) continue;  // clipped away by the state limit
       t->g = g; t->t0 = static_cast<int32_t>(t0); t->count = static_cast<int>(t1 - t0);
