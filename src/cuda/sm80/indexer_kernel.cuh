@@ -356,27 +356,31 @@ __device__ __forceinline__ void idx_issue_w(const IndexerParams& p, const IdxTil
     cp_async4(smem_u32(stage + L.scale_off) + ts * 4, p.sbase + int64_t(page) * p.scale_page_stride + int64_t(off) * 4);
   }
   const uint32_t keys_s = smem_u32(stage + L.keys_off);
-  if (p.keys_aligned16) {
-    // Each lane's key row address (0: not read), then every chunk's from its state's lane: all
-    // shuffles first, then the copies without branches (a chunk of a state that is not read is
-    // zero-filled; its score is masked by `valid`).
+  if (p.keys_off32) {
+    // Each lane's key row as a 32-bit offset from kbase in 16-byte units (kNoRow: not read), then
+    // every chunk's from its state's lane: all shuffles first, then the copies without branches (a
+    // chunk of a state that is not read is zero-filled; its score is masked by `valid`). 32-bit
+    // offsets: one shuffle and one wide multiply-add a chunk where 64-bit addresses took two
+    // shuffles, a 64-bit test, select and add (caches of 64 GiB or more take the 4-byte path).
     constexpr int CH = Tr::kChunks;  // 32 * CH chunks of 16 bytes for the warp's 32 states
-    const uint64_t row =
-        page >= 0 ? reinterpret_cast<uint64_t>(p.kbase + int64_t(page) * p.page_stride + int64_t(off) * RB) : 0;
+    constexpr uint32_t kNoRow = 0xffffffffu;
+    const uint32_t row = page >= 0 ? static_cast<uint32_t>(page) * static_cast<uint32_t>(p.page_stride >> 4) +
+                                         static_cast<uint32_t>(off) * (RB / 16)
+                                   : kNoRow;
     // Chunk lane + 32 i is chunk pc = lane % CH of state lane / CH + (32 / CH) i: a step of 32
     // chunks is 512 bytes in shared memory and keeps key_chunk's swizzle phase (it depends on row
     // bits below 32 / CH), so one destination address serves all i.
     static_assert((32 / CH) * RB == 512, "32 chunks of 16 bytes are 512 bytes");
-    uint64_t src[CH];
+    uint32_t src[CH];
 #pragma unroll
     for (int i = 0; i < CH; ++i) src[i] = __shfl_sync(0xffffffffu, row, lane / CH + (32 / CH) * i);
     const int st0 = base + lane / CH, pc = lane % CH;
     const uint32_t dst0 = keys_s + st0 * RB + Tr::key_chunk(st0, pc) * 16;
+    const uint8_t* kpc = p.kbase + pc * 16;
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-      const bool rd = src[i] != 0;
-      cp_async16_zfill(dst0 + 512 * i, rd ? reinterpret_cast<const uint8_t*>(src[i]) + pc * 16 : p.kbase,
-                       rd ? 16 : 0);
+      const bool rd = src[i] != kNoRow;
+      cp_async16_zfill(dst0 + 512 * i, kpc + static_cast<uint64_t>(rd ? src[i] : 0u) * 16u, rd ? 16 : 0);
     }
   } else {
     constexpr int W = RB / 4;  // 4-byte words per state

@@ -355,6 +355,7 @@ Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, cons
                            c.pages.data, static_cast<long long>(c.page_stride_bytes));
   }
   p->keys_aligned16 = (aligned(c.pages.data, 16) && c.page_stride_bytes % 16 == 0) ? 1 : 0;
+  p->keys_off32 = (p->keys_aligned16 && pb.num_pages * c.page_stride_bytes / 16 < int64_t(UINT32_MAX)) ? 1 : 0;
   p->block_table = a.block_table.ptr<const int32_t>();
   p->bt_s0 = a.block_table.strides[0];
   p->bt_s1 = a.block_table.strides[1];
@@ -469,6 +470,7 @@ Status fill_prefill_params(const char* op, const MqaLogitsParams& a, const detai
   p->states_per_page = 1 << 30;
   p->num_pages = pb.keys > 0 ? 1 : 0;
   p->keys_aligned16 = aligned(a.k.data, 16) ? 1 : 0;
+  p->keys_off32 = (p->keys_aligned16 && pb.keys * int64_t(rb) / 16 < int64_t(UINT32_MAX)) ? 1 : 0;
   p->block_table = nullptr;
   p->max_pages = 1;
   p->state_limit = pb.keys;

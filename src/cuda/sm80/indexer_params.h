@@ -44,6 +44,8 @@ struct IndexerParams {
   int states_per_page = 0;  // S (prefill: 1 << 30, a single page)
   int64_t num_pages = 0;
   int keys_aligned16 = 0;   // kbase and page_stride 16-byte aligned
+  int keys_off32 = 0;       // keys_aligned16, and every key row lies below kbase + 16 (2^32 - 1) bytes:
+                            // the warp-local copies pass rows as 32-bit 16-byte-unit offsets
   const int32_t* block_table = nullptr;  // [batch, max_pages]; null: page index = page id
   int64_t bt_s0 = 0, bt_s1 = 0, max_pages = 0;
   int64_t state_limit = 0;  // states >= limit are never processed (logits width, pages * S)
