@@ -44,5 +44,20 @@ struct FastDivU31 {
   }
 };
 
+// a / b (b != 0) where the operands are usually small: on the device, one 32-bit division (an
+// inline sequence) when both are in [0, 2^32), else the 64-bit one, which the compiler emits as a
+// called subroutine at the end of the kernel's code. A kernel that reached that call on its way
+// to its first loads fetched the subroutine's instructions cold: on an H200 the portable
+// indexer's start (FastDivU31's constructor, per warp) spent ~7 % of the kernel's warp samples on
+// it at 1 x 64K (ncu, BENCHMARKS.md 2026-12-03). Same result as `/` for every a, b.
+DSATTN_FASTDIV_FN int64_t div_small(int64_t a, int64_t b) {
+#if defined(__CUDA_ARCH__)
+  if (((static_cast<uint64_t>(a) | static_cast<uint64_t>(b)) >> 32) == 0) {
+    return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+  }
+#endif
+  return a / b;
+}
+
 }  // namespace detail
 }  // namespace dsattn

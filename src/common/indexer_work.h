@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "api/problems.h"
+#include "common/fast_div.h"
 #include "dsattn/codecs.h"  // DSATTN_HD
 #include "dsattn/tensor.h"
 
@@ -146,10 +147,10 @@ DSATTN_HD int64_t indexer_meta_size(int partitions) { return kIndexerMetaHeader 
 // The schedule's partition boundaries, in one place for the host schedule, the schedule kernel and
 // the kernels that split one request without a schedule (IdxCursor::init): of `total` units over
 // P partitions, partition p starts at unit floor(p * total / P) ...
-DSATTN_HD int64_t indexer_partition_start(int64_t p, int64_t total, int64_t P) { return p * total / P; }
+DSATTN_HD int64_t indexer_partition_start(int64_t p, int64_t total, int64_t P) { return div_small(p * total, P); }
 // ... so the first partition starting at or after unit x is ceil(x * P / total) (total > 0).
 DSATTN_HD int64_t indexer_first_partition_from(int64_t x, int64_t total, int64_t P) {
-  return (x * P + total - 1) / total;
+  return div_small(x * P + total - 1, total);
 }
 
 // The schedule's group-change cost: `cost` virtual units placed before every non-empty group after

@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kSchedThreads)
     }
     return;
   }
-  const bool narrow = total <= int64_t(0xffffffffu) / P;  // block-uniform
+  const bool narrow = total <= int64_t(0xffffffffu) && total * P <= int64_t(0xffffffffu);  // block-uniform; no 64-bit division
   int64_t base = 0;
   for (int64_t c0 = 0; c0 < G; c0 += blockDim.x) {
     const int64_t g = c0 + threadIdx.x;

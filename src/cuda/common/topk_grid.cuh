@@ -39,7 +39,7 @@ struct TopkRowBounds {
 
   __device__ __forceinline__ void get(int64_t r, int* start, int* len) const {
     if (paged) {
-      const int64_t g = r / work.rows_per_group;
+      const int64_t g = detail::div_small(r, work.rows_per_group);
       int64_t L = detail::indexer_row_window(work, g, static_cast<int>(r - g * work.rows_per_group)).hi;
       if (width > 0 && L > width) L = width;  // states beyond the rows' width are not scored
       *start = 0;

@@ -84,15 +84,15 @@ struct MetaSlots {
 
   // Row r's window length (no slot lookup).
   __device__ __forceinline__ int length(int64_t r) const {
-    const int64_t g = r / work.rows_per_group;
-    const detail::RowWindow rw = detail::indexer_row_window(work, g, static_cast<int>(r % work.rows_per_group));
+    const int64_t g = detail::div_small(r, work.rows_per_group);
+    const detail::RowWindow rw = detail::indexer_row_window(work, g, static_cast<int>(r - g * work.rows_per_group));
     return rw.hi > rw.lo ? rw.hi - rw.lo : 0;
   }
 
   // Block-wide (see partitions_of).
   __device__ __forceinline__ void get(int64_t r, int64_t* s0, int64_t* s1, int* j, int* len) const {
-    const int64_t g = r / work.rows_per_group;
-    *j = static_cast<int>(r % work.rows_per_group);
+    const int64_t g = detail::div_small(r, work.rows_per_group);
+    *j = static_cast<int>(r - g * work.rows_per_group);
     *len = length(r);
     const int64_t units = detail::indexer_group_units(work, g);
     if (units <= 0 || *len == 0) {  // block-uniform

@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   // so level 2's exactness test counts every key that could reach its threshold).
   uint32_t* hist2_row = kPartial && b.hist2 != nullptr && hb != 0xffffffffu ? b.hist2 + r * kBins2 : nullptr;
   if (kPartial) {  // share c of C = gridDim.y
-    const int64_t ns = s1 - s0, per = (ns + gridDim.y - 1) / gridDim.y;
+    const int64_t ns = s1 - s0, per = detail::div_small(ns + gridDim.y - 1, gridDim.y);
     const int64_t a = s0 + per * blockIdx.y;
     s0 = a < s1 ? a : s1;
     s1 = a + per < s1 ? a + per : s1;

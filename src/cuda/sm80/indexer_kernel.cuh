@@ -865,7 +865,8 @@ struct EpiWarpLocal<E, std::void_t<decltype(E::kWarpLocal)>> : std::integral_con
 template <IndexerFormat F, int D, class Epi, int kH>
 __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& epi, uint8_t* smem,
                                                   const IdxSmemLayout& L, int warp, int lane) {
-  const detail::FastDivU31 spp(static_cast<uint32_t>(p.states_per_page));
+  detail::FastDivU31 spp = p.spp_div;  // set_states_per_page
+  if (spp.d != static_cast<uint32_t>(p.states_per_page)) spp = detail::FastDivU31(static_cast<uint32_t>(p.states_per_page));
   IdxCursor lc, cc;
   const int S = p.stages;
   IdxRingPos wr, rd;  // the stage the next copies go to; the stage of the tile scored next

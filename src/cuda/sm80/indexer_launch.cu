@@ -348,7 +348,7 @@ Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, cons
   p->page_stride = c.page_stride_bytes;
   p->sbase = p->kbase + int64_t(pb.states_per_page) * rb;
   p->scale_page_stride = c.page_stride_bytes;
-  p->states_per_page = pb.states_per_page;
+  set_states_per_page(p, pb.states_per_page);
   p->num_pages = pb.num_pages;
   if (!aligned(c.pages.data, 4) || c.page_stride_bytes % 4 != 0) {
     return detail::invalid(op, "cache pages expected 4-byte aligned base and page stride, got base %p, stride %lld",
@@ -467,7 +467,7 @@ Status fill_prefill_params(const char* op, const MqaLogitsParams& a, const detai
   p->sbase = static_cast<const uint8_t*>(a.k_scales.data);
   p->page_stride = 0;
   p->scale_page_stride = 0;
-  p->states_per_page = 1 << 30;
+  set_states_per_page(p, 1 << 30);
   p->num_pages = pb.keys > 0 ? 1 : 0;
   p->keys_aligned16 = aligned(a.k.data, 16) ? 1 : 0;
   p->keys_off32 = (p->keys_aligned16 && pb.keys * int64_t(rb) / 16 < int64_t(UINT32_MAX)) ? 1 : 0;

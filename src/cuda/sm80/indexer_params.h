@@ -42,6 +42,11 @@ struct IndexerParams {
   const uint8_t* sbase = nullptr;
   int64_t page_stride = 0, scale_page_stride = 0;
   int states_per_page = 0;  // S (prefill: 1 << 30, a single page)
+  // Division by S for the warp-local copies (idx_prefetch_w), set with states_per_page by
+  // set_states_per_page: its constructor's 64-bit division, run per warp at the kernel's start, was
+  // a called subroutine fetched cold on the way to the first copies. A kernel given a divisor for
+  // another S builds its own (the same division, only slower).
+  detail::FastDivU31 spp_div;
   int64_t num_pages = 0;
   int keys_aligned16 = 0;   // kbase and page_stride 16-byte aligned
   int keys_off32 = 0;       // keys_aligned16, and every key row lies below kbase + 16 (2^32 - 1) bytes:
@@ -70,6 +75,12 @@ struct IndexerParams {
   int out_bf16 = 0;
   int clean = 0;
 };
+
+// Sets states_per_page and its divisor together.
+inline void set_states_per_page(IndexerParams* p, int s) {
+  p->states_per_page = s;
+  p->spp_div = detail::FastDivU31(static_cast<uint32_t>(s));
+}
 
 DSATTN_IDX_HD constexpr size_t idx_align16(size_t x) { return (x + 15) & ~size_t(15); }
 
