@@ -108,11 +108,19 @@ TEST(GpuIndexerPlan, H200HandDerived) {
   expect_shape(r, 12, 384, 3);
   r = plan(paged(128, 128, 64), kH200, kH200Optin);
   expect_shape(r, 12, 384, 3);
-  // 32 x 8K (262144 states) and one 64K request: small calls keep 8 warps x 32 states, 3 stages.
-  for (const IndexerParams& q : {paged(32, 128, 64), paged(1, 1024, 64)}) {
+  // 32 x 8K (262144 states, 7.8 tiles of 256 per SM) and one 32K request (0.97 tiles per SM):
+  // small calls keep 8 warps x 32 states, 3 stages; one request of 64K or 128K states (more than
+  // one and at most 4 tiles per SM) takes 2 stages.
+  for (const IndexerParams& q : {paged(32, 128, 64), paged(1, 512, 64), paged(1, 128, 64)}) {
     r = plan(q, kH200, kH200Optin);
     expect_shape(r, 8, 256, 3);
   }
+  for (const IndexerParams& q : {paged(1, 1024, 64), paged(1, 2048, 64), paged(1, 4096, 32), paged(4, 512, 64)}) {
+    r = plan(q, kH200, kH200Optin);
+    expect_shape(r, 8, 256, 2);
+  }
+  // DSATTN_INDEXER_TILE=8:3 keeps 3 stages there.
+  expect_shape(plan_with("DSATTN_INDEXER_TILE", "8:3", paged(1, 1024, 64), kH200, kH200Optin), 8, 256, 3);
   // The CTA-wide pipeline's epilogues (the fused op's streaming route: warp_local false) never take
   // the large-call shapes.
   r = plan(paged(32, 512, 64), kH200, kH200Optin, /*warp_local=*/false);
@@ -192,9 +200,11 @@ TEST(GpuIndexerPlan, Budget163KiB) {
   EXPECT_LE(r.cfg.smem, size_t(kSm80Budget));
   // DSATTN_INDEXER_WARPS=8 keeps 8 warps: 8 x 64 x 2.
   expect_shape(plan_with("DSATTN_INDEXER_WARPS", "8", paged(32, 512, 64), kH200, kSm80Budget), 8, 512, 2);
-  // Small calls: 8 x 32 with 3 stages fits (102144 + 16384 + ...).
-  r = plan(paged(1, 1024, 64), kH200, kSm80Budget);
+  // Small calls: 8 x 32 with 3 stages fits (102144 + 16384 + ...); one 64K request takes 2.
+  r = plan(paged(32, 128, 64), kH200, kSm80Budget);
   expect_shape(r, 8, 256, 3);
+  r = plan(paged(1, 1024, 64), kH200, kSm80Budget);
+  expect_shape(r, 8, 256, 2);
   // next_n = 8: f16 Q (131072 bytes) leaves room for 2 warps x 32 x 3 only (4 x 32 x 2: 34048 +
   // 131072 + ... > 163 KiB); E4M3 Q (65536) fits 8 x 32 x 2: fewer than 4 warps with f16 Q, so E4M3.
   r = plan(paged(32, 128, 64, 8), kH200, kSm80Budget);
@@ -212,7 +222,7 @@ TEST(GpuIndexerPlan, NativeFp8OnSm90) {
   // native_fp8 = 1: Q stays E4M3 (8192 bytes instead of 16384), the sm_90 stage cap (3) stays.
   IndexerDeviceInfo dev = kH200;
   dev.native_fp8 = 1;
-  Plan r = plan(paged(1, 1024, 64), dev, kH200Optin);
+  Plan r = plan(paged(32, 128, 64), dev, kH200Optin);
   expect_shape(r, 8, 256, 3);
   EXPECT_EQ(r.p.q_f16, 0);
   r = plan(paged(128, 512, 32), dev, kSm120Budget);

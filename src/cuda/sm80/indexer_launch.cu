@@ -200,6 +200,19 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
     }
     return IndexerConfig{};
   };
+  // Small calls on sm_90's FP8 cp.async pipeline (warp-local, more than one and at most
+  // kFewTilesPerSm 256-state tiles per SM in the block tables: one request of 64K or 128K states,
+  // 2 x 32K, 4 x 32K) take 2 stages rather than the cap of 3. H200, portable kernel, one call,
+  // 2 / 3 stages, us: 1 x 64K 9.5-9.6 / 9.8, 1 x 128K 14.8-15.0 / 15.3-15.4, 2 x 32K 9.4 / 9.8,
+  // 4 x 32K 14.8-14.9 / 15.3, 1 x 64K H 32 8.2 / 8.5-8.6, next_n 2 level or better; but 1 x 32K
+  // (one tile per SM) 6.9-7.0 / 6.7-6.8, so calls of one tile per SM or less keep 3 (BENCHMARKS.md,
+  // 2026-12-03). Other archs keep the most stages that fit: not measured there.
+  constexpr int64_t kFewTilesPerSm = 4;
+  const int64_t call_states = p->work.mode == detail::IndexerMode::kPaged
+                                  ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
+                                  : INT64_MAX;
+  const bool few_tiles = warp_local && max_stages == 3 && sms > 0 && call_states > int64_t(256) * sms &&
+                         call_states <= kFewTilesPerSm * 256 * sms;
   auto search = [&](int q_f16, IndexerConfig* best, IndexerConfig* fallback) {
     // Tuning knob for benchmarks: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits.
     if (const char* env = std::getenv("DSATTN_INDEXER_TILE")) {
@@ -221,7 +234,7 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
     // 7.6-7.7, 1 x 64K 10.3-10.4 / 11.2.
     const int min_best = warp_local && !bulk ? 2 : 3;
     for (int warps : {8, 4, 2}) {
-      const IndexerConfig c = fit(warps, warps * 32, 2, q_f16);
+      const IndexerConfig c = fit(warps, warps * 32, 2, q_f16, few_tiles ? 2 : 0);
       if (!c.warps) continue;
       if (c.stages >= min_best && best->warps == 0) *best = c;
       if (fallback->warps == 0) *fallback = c;
