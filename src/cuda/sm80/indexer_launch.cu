@@ -207,12 +207,14 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   // 4 x 32K 14.8-14.9 / 15.3, 1 x 64K H 32 8.2 / 8.5-8.6, next_n 2 level or better; but 1 x 32K
   // (one tile per SM) 6.9-7.0 / 6.7-6.8, so calls of one tile per SM or less keep 3 (BENCHMARKS.md,
   // 2026-12-03). Other archs keep the most stages that fit: not measured there.
+  // The states the block tables hold (0 for prefill, which neither this rule nor the large-call
+  // rule below takes).
+  const int64_t cap_states = p->work.mode == detail::IndexerMode::kPaged
+                                 ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
+                                 : 0;
   constexpr int64_t kFewTilesPerSm = 4;
-  const int64_t call_states = p->work.mode == detail::IndexerMode::kPaged
-                                  ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
-                                  : INT64_MAX;
-  const bool few_tiles = warp_local && max_stages == 3 && sms > 0 && call_states > int64_t(256) * sms &&
-                         call_states <= kFewTilesPerSm * 256 * sms;
+  const bool few_tiles = warp_local && max_stages == 3 && sms > 0 && cap_states > int64_t(256) * sms &&
+                         cap_states <= kFewTilesPerSm * 256 * sms;
   auto search = [&](int q_f16, IndexerConfig* best, IndexerConfig* fallback) {
     // Tuning knob for benchmarks: DSATTN_INDEXER_TILE="warps:stages" forces a shape when it fits.
     if (const char* env = std::getenv("DSATTN_INDEXER_TILE")) {
@@ -260,9 +262,6 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   const bool ws32 = wsenv && std::strcmp(wsenv, "32") == 0, ws64 = wsenv && std::strcmp(wsenv, "64") == 0;
   const char* wenv = std::getenv("DSATTN_INDEXER_WARPS");
   const bool w8 = wenv && std::strcmp(wenv, "8") == 0, w12 = wenv && std::strcmp(wenv, "12") == 0;
-  const int64_t cap_states = p->work.mode == detail::IndexerMode::kPaged
-                                 ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
-                                 : 0;
   const bool shaped = warp_local && !bulk && std::getenv("DSATTN_INDEXER_TILE") == nullptr;
   const bool large = sms > 0 && cap_states >= kLargeTilesPerSm * 512 * sms;
   const int qf = want_f16 ? 1 : 0;
