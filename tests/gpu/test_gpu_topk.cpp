@@ -660,6 +660,38 @@ TEST_P(GpuTopkCluster, KernelRows) {
     c.sorted = true;
     run_case(c, v, {}, 4103);
   }
+  // The first digit's bin (key bits 31..20: [1, 1.125) here) holding 4096, 4097, 1048 (the bin
+  // needed whole) and 2500 keys (8 values: ties straddling CTAs, the third digit); 1000 keys above
+  // it, the rest below. On 8 CTAs (the push pick), and on 4 or 2 (the pull).
+  for (const int64_t width : {v4 ? int64_t(32768) : int64_t(65536), int64_t(16384)}) {
+    Case c;
+    c.rows = 4;
+    c.width = width;
+    c.k = 2048;
+    c.values = true;
+    c.repeats = 2;
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, ctas(c.width));
+    const int in_bin[4] = {4096, 4097, 1048, 2500};
+    std::vector<float> v(static_cast<size_t>(c.rows * c.width));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      std::vector<int64_t> pos(static_cast<size_t>(c.width));
+      for (int64_t i = 0; i < c.width; ++i) pos[i] = i;
+      for (int64_t i = c.width - 1; i > 0; --i) std::swap(pos[i], pos[rng.randint(0, i)]);
+      for (int64_t j = 0; j < c.width; ++j) {
+        float x;
+        if (j < 1000) {
+          x = 2.0f + static_cast<float>(rng.uniform());  // above the bin
+        } else if (j < 1000 + in_bin[r]) {  // in the bin: 512 levels, or 8 where ties straddle CTAs
+          const int levels = r == 3 ? 8 : 512;
+          x = 1.0f + 0.125f * static_cast<float>(rng.randint(0, levels - 1)) / levels;
+        } else {
+          x = 0.5f * static_cast<float>(rng.uniform()) - 1.0f;  // below it
+        }
+        v[static_cast<size_t>(r * c.width + pos[j])] = x;
+      }
+    }
+    run_case(c, v, {}, 4104);
+  }
 }
 
 // 8 keys per thread on every row (cluster_v4_max_width 0), and the default rule (4 up to 32768).
