@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -675,8 +676,8 @@ TEST_P(GpuTopkCluster, KernelRows) {
     std::vector<float> v(static_cast<size_t>(c.rows * c.width));
     for (int64_t r = 0; r < c.rows; ++r) {
       std::vector<int64_t> pos(static_cast<size_t>(c.width));
-      for (int64_t i = 0; i < c.width; ++i) pos[i] = i;
-      for (int64_t i = c.width - 1; i > 0; --i) std::swap(pos[i], pos[rng.randint(0, i)]);
+      std::iota(pos.begin(), pos.end(), int64_t(0));
+      rng.shuffle(pos);
       for (int64_t j = 0; j < c.width; ++j) {
         float x;
         if (j < 1000) {
