@@ -660,6 +660,10 @@ TEST_P(GpuTopkCluster, KernelRows) {
     run_case(c, v, {}, 4102);
     c.sorted = true;
     run_case(c, v, {}, 4103);
+    // Short rows (len <= k: CTA 0 writes 0..len-1 and the -1 padding) with values and slot ids.
+    c.sorted = false;
+    c.bounds = true;
+    run_case(c, v, {0, 100, 512, 513, 40000}, 4105);
   }
   // The first digit's bin (key bits 31..20: [1, 1.125) here) holding 4096, 4097, 1048 (the bin
   // needed whole) and 2500 keys (8 values: ties straddling CTAs, the third digit); 1000 keys above

@@ -298,11 +298,19 @@ __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const
 #endif
 
 // grid (C, R), cluster (C, 1, 1): CTA c of cluster r works on row r. Rows of len <= k take CTA 0
-// alone (finish_short_row); the others return at once (no cluster barrier is reached then).
-template <typename T, int V>
+// alone (finish_short_row; write_short_row for unsorted output); the others return at once (no
+// cluster barrier is reached then).
+// kSorted (sorted output) and kPush (C > 4, see below) are template parameters so that each
+// kernel holds only the code it runs: each phase of this kernel runs once per launch and is
+// fetched cold, and with both variants inline every digit and the write began with a jump over
+// the other variant's code (H200, f32, 8 keys per thread, unsorted, push: 8,344 -> 3,064 SASS
+// instructions with the rolled digits below and write_short_row; paged_mqa_topk 1 x 64K 26.7-27.0
+// -> 25.5-25.6 us, BENCHMARKS.md 2026-12-03).
+template <typename T, int V, bool kSorted, bool kPush>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_cluster_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
-                        int64_t ld, TopkRowBounds rb, int k, int k_pad, bool sorted, TopkOutputs out) {
+                        int64_t ld, TopkRowBounds rb, int k, int k_pad, TopkOutputs out) {
+  constexpr bool sorted = kSorted;
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
 #if DSATTN_TOPK_CLUSTER_DEVICE
@@ -323,17 +331,23 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t* sel_key = topk_dyn_smem;
   int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
   if (len <= k) {  // uniform over the cluster
-    if (c == 0) finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+    if (c == 0) {
+      if constexpr (kSorted) {
+        finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+      } else {
+        write_short_row(src, len, k, r, out);
+      }
+    }
     return;
   }
   // Clusters of more than 4 CTAs push their chunk totals (cluster_digit_push); smaller ones pull
   // them (cluster_digit), each where it measured faster (H200, topk, k = 2048, pull -> push: 1 x
   // 64K (C = 8) 13.5-13.6 -> 13.4, 8 x 64K 16.8 -> 16.4, 5 x 40000 (C = 5) 16.1 -> 15.3 us; but
   // 1 x 16K (C = 2) 11.5 -> 12.0-12.35, 1 x 32K (C = 4) 12.0-12.1 -> 12.5-12.6; BENCHMARKS.md).
-  const bool push = C > 4;  // uniform over the cluster
-  if (push) cluster_arrive();  // waited on before the first push to another CTA
+  // kPush == (C > 4): the launch picks the kernel by the cluster size.
+  if constexpr (kPush) cluster_arrive();  // waited on before the first push to another CTA
   const auto digit = [&](int d, const uint32_t* hist, uint32_t* csum, int nbins, int k_rem) {
-    if (push) {
+    if constexpr (kPush) {
       cluster_digit_push(C, c, d, hist, nbins, k_rem, &pick, ps);
     } else {
       cluster_digit(C, hist, csum, nbins, k_rem, &pick);
@@ -349,26 +363,30 @@ __global__ void __launch_bounds__(kTopkThreads)
   __syncthreads();  // histograms zeroed
   hist_add_v<V>(h.hist1, bin, act);
   digit(0, h.hist1, h.csum1, kBins1, k);
-  const uint32_t b1 = pick.bin;
+  uint32_t prefix = pick.bin;  // the key's bits above the next digit
   int k_rem = k - pick.above;
-  run_digit<10, 10>(key, base, len, b1, act, bin);
-  hist_add_v<V>(h.hist2, bin, act);
-  digit(1, h.hist2, h.csum2, kBins2, k_rem);
-  const uint32_t p2 = (b1 << 10) | pick.bin;  // key >> 10
-  k_rem -= pick.above;
-  // As in topk_small_kernel: the whole 22-bit bin needed skips the third digit (uniform).
-  const bool whole_bin = p2 > 0u && pick.count == k_rem;
   uint32_t T_key;
   int need;
-  if (whole_bin) {
-    T_key = (p2 << 10) - 1u;
-    need = 0;
-  } else {
-    run_digit<0, 10>(key, base, len, p2, act, bin);
-    hist_add_v<V>(h.hist3, bin, act);
-    digit(2, h.hist3, h.csum3, kBins2, k_rem);
-    T_key = (p2 << 10) | pick.bin;
-    need = k_rem - pick.above;
+  // The second and third digits in one rolled copy of their code, as in topk_small_kernel; the
+  // whole 22-bit bin needed ends it after the second (uniform over the cluster).
+#pragma unroll 1
+  for (int d = 1;; ++d) {
+    uint32_t* hist = d == 1 ? h.hist2 : h.hist3;
+    run_digit10(key, base, len, prefix, d == 1 ? 10 : 0, act, bin);
+    hist_add_v<V>(hist, bin, act);
+    digit(d, hist, d == 1 ? h.csum2 : h.csum3, kBins2, k_rem);
+    prefix = (prefix << 10) | pick.bin;
+    k_rem -= pick.above;
+    if (d == 2) {
+      T_key = prefix;
+      need = k_rem;
+      break;
+    }
+    if (prefix > 0u && pick.count == k_rem) {
+      T_key = (prefix << 10) - 1u;
+      need = 0;
+      break;
+    }
   }
   // Counts per CTA stay below 2^15 (V x 1024 <= 8192 keys), so both prefixes share one scan.
   const int counts = run_counts(key, base, len, T_key);
@@ -381,18 +399,18 @@ __global__ void __launch_bounds__(kTopkThreads)
   cluster_sync();  // every CTA's totals
   g_before += cluster_prefix_word(tot, 0, c);  // the winners of the CTAs before this one (index order)
   e_before += cluster_prefix_word(tot, 1, c);
-  if (!sorted) {
+  if constexpr (!kSorted) {
     cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
     run_write(key, base, len, T_key, need, g_before, e_before, src, r, out);  // index order
     cluster_wait();  // no CTA leaves while another may still read its shared memory
-    return;
+  } else {
+    run_stage(key, base, len, T_key, need, g_before, e_before, cluster.map_shared_rank(sel_key, 0),
+              cluster.map_shared_rank(sel_pos, 0));  // into CTA 0
+    cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
+    if (c == 0) finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
   }
-  run_stage(key, base, len, T_key, need, g_before, e_before, cluster.map_shared_rank(sel_key, 0),
-            cluster.map_shared_rank(sel_pos, 0));  // into CTA 0
-  cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
-  if (c == 0) finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
 #else
-  (void)logits; (void)ld; (void)rb; (void)k; (void)k_pad; (void)sorted; (void)out;
+  (void)logits; (void)ld; (void)rb; (void)k; (void)k_pad; (void)out;
   __trap();  // never launched: the plan takes this kernel only on devices with cluster launch
 #endif
 }

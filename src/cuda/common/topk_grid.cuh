@@ -3,8 +3,11 @@
 // and final kernels below).
 //
 // Flow for one row (length len, k < len):
-//   direct (row fits in shared memory):      topk_final_kernel<T, false>  (one CTA per row)
-//   cluster (sm_90+, few rows of 8K..64K):   topk_cluster_kernel<T, 8>  (topk_cluster.cuh)
+//   direct (row fits in shared memory):      topk_final_kernel<T, false>  (one CTA per row), or
+//                                            topk_small_kernel<T, V, sorted> (rows of <= 8K, keys
+//                                            in registers)
+//   cluster (sm_90+, few rows of 8K..64K):   topk_cluster_kernel<T, V, sorted, push>
+//                                            (topk_cluster.cuh)
 //   split  (long rows, or few rows):         topk_chunk_kernel<T>  -> [topk_merge_kernel]* ->
 //                                            topk_final_kernel<T, true>
 // Each chunk / merge CTA keeps the exact top-k of its range in position order (kc = round_up(k, 4)
@@ -128,6 +131,18 @@ __device__ __forceinline__ void finish_short_row(const T* src, int len, int k, i
   }
   __syncthreads();
   finish_row(sel_key, sel_pos, len, k, k_pad, sorted, src, r, out);
+}
+
+// The same output as finish_short_row for unsorted output (0..len-1, then -1 padding), written
+// straight from the row: no shared memory, no barrier, and a kernel's short-row code stays small
+// (the small and cluster kernels jump over it to their rows' code).
+template <typename T>
+__device__ __forceinline__ void write_short_row(const T* src, int len, int k, int64_t r, const TopkOutputs& out) {
+#pragma unroll 1
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) {
+    const int32_t idx = j < len ? j : -1;
+    out.write(r, j, idx, [&] { return to_float(src[idx]); });
+  }
 }
 
 extern __shared__ __align__(16) uint32_t topk_dyn_smem[];
@@ -280,6 +295,19 @@ __device__ __forceinline__ void run_digit(const uint32_t (&key)[V], int base, in
   }
 }
 
+// run_digit for the 10-bit digits at a run-time shift (10 or 0): act = the key is in the row and
+// its bits from shift + 10 up equal `prefix`; bin = bits [shift, shift + 10). The second and
+// third digits of the small and cluster kernels share one rolled copy of their code.
+template <int V>
+__device__ __forceinline__ void run_digit10(const uint32_t (&key)[V], int base, int len, uint32_t prefix, int shift,
+                                            bool (&act)[V], uint32_t (&bin)[V]) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    act[v] = base + v < len && (key[v] >> (shift + 10)) == prefix;
+    bin[v] = (key[v] >> shift) & (kBins2 - 1u);
+  }
+}
+
 // The run's keys > T (low 16 bits) and == T (high 16 bits), packed for one shared scan.
 template <int V>
 __device__ __forceinline__ int run_counts(const uint32_t (&key)[V], int base, int len, uint32_t T) {
@@ -331,10 +359,13 @@ __device__ __forceinline__ void run_stage(const uint32_t (&key)[V], int base, in
   }
 }
 
-template <typename T, int V>
+// kSorted: sorted output, a template parameter so that the unsorted kernel holds no sort and its
+// write follows the block scan in the code (see topk_cluster_kernel).
+template <typename T, int V, bool kSorted>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_small_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
-                      int64_t ld, TopkRowBounds rb, int k, int k_pad, bool sorted, TopkOutputs out) {
+                      int64_t ld, TopkRowBounds rb, int k, int k_pad, TopkOutputs out) {
+  constexpr bool sorted = kSorted;
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
   __shared__ TopkShared sh;
@@ -350,7 +381,11 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t* sel_key = topk_dyn_smem;
   int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
   if (len <= k) {
-    finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+    if constexpr (kSorted) {
+      finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+    } else {
+      write_short_row(src, len, k, r, out);
+    }
     return;
   }
   for (int i = threadIdx.x; i < kBins1 + 2 * kBins2; i += kTopkThreads) hist1[i] = 0;
@@ -364,40 +399,44 @@ __global__ void __launch_bounds__(kTopkThreads)
   hist_add_v<V>(hist1, bin, act);
   __syncthreads();
   find_bin(hist1, kBins1, k, sh);  // ends synced
-  const uint32_t b1 = sh.bin;
+  uint32_t prefix = sh.bin;  // the key's bits above the next digit
   int k_rem = k - sh.above;
-  run_digit<10, 10>(key, base, len, b1, act, bin);
-  hist_add_v<V>(hist2, bin, act);
-  __syncthreads();
-  find_bin(hist2, kBins2, k_rem, sh);
-  const uint32_t p2 = (b1 << 10) | sh.bin;  // key >> 10
-  k_rem -= sh.above;
-  // As in find_threshold_rest: the whole 22-bit bin needed (usually one key) skips the third digit.
-  const bool whole_bin = p2 > 0u && static_cast<int>(hist2[sh.bin]) == k_rem;
   uint32_t T_key;
   int need;
-  if (whole_bin) {  // block-uniform
-    T_key = (p2 << 10) - 1u;
-    need = 0;
-  } else {
-    run_digit<0, 10>(key, base, len, p2, act, bin);
-    hist_add_v<V>(hist3, bin, act);
+  // The second and third digits, one rolled copy of the code (each phase is fetched cold; a
+  // third digit runs the second's code again). As in find_threshold_rest, the whole 22-bit bin
+  // needed (usually one key) ends it after the second (block-uniform).
+#pragma unroll 1
+  for (int d = 1;; ++d) {
+    uint32_t* hist = d == 1 ? hist2 : hist3;
+    run_digit10(key, base, len, prefix, d == 1 ? 10 : 0, act, bin);
+    hist_add_v<V>(hist, bin, act);
     __syncthreads();
-    find_bin(hist3, kBins2, k_rem, sh);
-    T_key = (p2 << 10) | sh.bin;
-    need = k_rem - sh.above;
+    find_bin(hist, kBins2, k_rem, sh);
+    prefix = (prefix << 10) | sh.bin;
+    k_rem -= sh.above;
+    if (d == 2) {
+      T_key = prefix;
+      need = k_rem;
+      break;
+    }
+    if (prefix > 0u && static_cast<int>(hist[sh.bin]) == k_rem) {
+      T_key = (prefix << 10) - 1u;
+      need = 0;
+      break;
+    }
   }
   // Counts stay below 2^15 (len <= kSmallMaxV x 1024), so both prefixes share one scan. Its barrier
   // also ends every read of the histograms (whole_bin above) before sel_key / sel_pos overwrite them.
   const int packed = block_exclusive_scan<false>(run_counts(key, base, len, T_key), sh);
   const int g_before = packed & 0xffff, e_before = packed >> 16;
-  if (!sorted) {  // the k winners (index order) straight to the outputs; no staging pass
+  if constexpr (!kSorted) {  // the k winners (index order) straight to the outputs; no staging pass
     run_write(key, base, len, T_key, need, g_before, e_before, src, r, out);
-    return;
+  } else {
+    run_stage(key, base, len, T_key, need, g_before, e_before, sel_key, sel_pos);
+    __syncthreads();
+    finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
   }
-  run_stage(key, base, len, T_key, need, g_before, e_before, sel_key, sel_pos);
-  __syncthreads();
-  finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
 }
 
 // grid (R). Final selection + optional sort + outputs. kFromCands: select from candidates

@@ -260,6 +260,18 @@ Status run_topk_filter(const TopkPlan& plan, int64_t rows, const T* logits, int6
                      op, "topk_filter_final_kernel");
 }
 
+// The small and cluster kernels for a call's sorted flag (and the cluster's push: more than 4 CTAs):
+// template parameters, so that each kernel holds only the code it runs (topk_cluster_kernel).
+template <typename T, int V>
+auto small_kernel(bool sorted) {
+  return sorted ? topk_small_kernel<T, V, true> : topk_small_kernel<T, V, false>;
+}
+template <typename T, int V>
+auto cluster_kernel(bool sorted, bool push) {
+  return sorted ? (push ? topk_cluster_kernel<T, V, true, true> : topk_cluster_kernel<T, V, true, false>)
+                : (push ? topk_cluster_kernel<T, V, false, true> : topk_cluster_kernel<T, V, false, false>);
+}
+
 // Every launch of a planned top-k over rows [rows, W] of `logits` (row stride ld) with the given
 // row bounds and outputs; workspace and stream from ex. `op` names the calling op in errors.
 template <typename T>
@@ -284,15 +296,17 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
                        op, "topk_sampled_kernel");
   }
   if (plan.cluster > 0) {
-    auto kern = plan.small_v == kClusterV4 ? topk_cluster_kernel<T, kClusterV4> : topk_cluster_kernel<T, kClusterV>;
+    const bool push = plan.cluster > 4;  // see topk_cluster_kernel
+    auto kern = plan.small_v == kClusterV4 ? cluster_kernel<T, kClusterV4>(sorted, push)
+                                           : cluster_kernel<T, kClusterV>(sorted, push);
     return launch_cluster(kern, plan.cluster, rows, plan.smem_final, st, true, op, "topk_cluster_kernel", logits, ld,
-                          rb, plan.k, plan.k_pad, sorted, out);
+                          rb, plan.k, plan.k_pad, out);
   }
   if (plan.direct && plan.small_v > 0) {
-    auto kern = plan.small_v == 4 ? topk_small_kernel<T, 4> : topk_small_kernel<T, 8>;
+    auto kern = plan.small_v == 4 ? small_kernel<T, 4>(sorted) : small_kernel<T, 8>(sorted);
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
     return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
-                                  logits, ld, rb, plan.k, plan.k_pad, sorted, out),
+                                  logits, ld, rb, plan.k, plan.k_pad, out),
                        op, "topk_small_kernel");
   }
   if (plan.direct) {

@@ -24,7 +24,7 @@ struct TopkPlan {
   int cap = 0;             // most keys one CTA holds in shared memory
   int m_cap = 0;           // mlist capacity (topk_kernel.cuh); 0 when shared memory is too tight
   bool direct = true;      // one CTA per row straight from the logits
-  int small_v = 0;         // direct rows of <= small_v * 1024 positions: topk_small_kernel<T, small_v>
+  int small_v = 0;         // direct rows of <= small_v * 1024 positions: topk_small_kernel<T, small_v, sorted>
   int cluster = 0;         // > 0: topk_cluster_kernel, a cluster of `cluster` CTAs per row, keys in
                            // registers (small_v per thread); chunks / chunk_len describe the CTAs
   int chunks = 1;          // C: chunks per row (split mode)
