@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "bench.h"
 #include "bench_sms.cuh"
 #include "bench_topk_util.cuh"
+#include "bench_util.cuh"
 #include "cuda/common/topk_plan.h"
 #include "dsattn/ops.h"
 
@@ -271,7 +273,7 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 
 int fused_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--sms N] [--seed N]\n"
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--b2b] [--sms N] [--seed N]\n"
       "                                    [--len N] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
@@ -281,6 +283,9 @@ int fused_usage(int rc = 2) {
       "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
       "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n"
       "  --smem BYTES: shared-memory budget of all three ops (101376 = sm_120; default: device max)\n"
+      "  --b2b: two more columns, paged_mqa_logits alone and the fused op timed back to back the way\n"
+      "    bench indexer times paged_mqa_logits: calls on distinct caches (together >= 3x L2, at most\n"
+      "    32) captured in one CUDA graph, graph time / calls, no flush (the launch floor is not in them)\n"
       "  top-k plan flags: those of bench topk (--cluster-max N, --sampled-pipe 0|1, ...), for the\n"
       "    unfused top-k and the logits route\n");
   return rc;
@@ -296,6 +301,7 @@ int run_fused(const std::vector<std::string>& args) {
   float ramp = 0.0f;  // --order
   int smem = 0;       // --smem
   bool flush = true;
+  bool b2b = false;  // --b2b
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -310,6 +316,8 @@ int run_fused(const std::vector<std::string>& args) {
       iters = std::max(1, std::atoi(args[++i].c_str()));
     } else if (a == "--no-flush") {
       flush = false;
+    } else if (a == "--b2b") {
+      b2b = true;
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--len" && has_next) {
@@ -363,9 +371,9 @@ int run_fused(const std::vector<std::string>& args) {
               k, flush ? "L2 flushed before each call" : "L2 not flushed", iters);
   std::printf("shared-memory budget: %s\n", smem ? std::to_string(smem).c_str() : "device max");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
-  std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s\n", "B x ctx x N x S x H x D", "logits us",
+  std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s%s\n", "B x ctx x N x S x H x D", "logits us",
               "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same",
-              "fused route");
+              "fused route", b2b ? "  (b2b: logits us, fused us, calls)" : "");
   for (const FusedShape& sh : shapes) {
     const int rb = sh.D;
     const int64_t stride = int64_t(sh.S) * (rb + 4);
@@ -466,6 +474,55 @@ int run_fused(const std::vector<std::string>& args) {
     for (int64_t r = 0; r < R; ++r) {
       same += std::equal(hu.begin() + r * k, hu.begin() + (r + 1) * k, hf.begin() + r * k) ? 1 : 0;
     }
+    // --b2b (after the comparison: these calls overwrite the fused indices): the same ops over `sets`
+    // caches (the first is the one above) back to back in one graph.
+    double logits_b2b = 0.0, fused_b2b = 0.0;
+    int sets = 0;
+    if (b2b) {
+      const size_t cache_bytes = size_t(num_pages * stride);
+      sets = std::min(sets_for(cache_bytes, 32), 32);
+      std::vector<std::unique_ptr<DevMem>> extra;
+      for (int s2 = 1; s2 < sets; ++s2) {
+        extra.push_back(std::make_unique<DevMem>(cache_bytes));
+        if (!extra.back()->ok()) {
+          std::fprintf(stderr, "out of device memory (--b2b)\n");
+          return 1;
+        }
+        uint8_t* pages = static_cast<uint8_t*>(extra.back()->p);
+        bench_fill_cache_kernel<<<2048, 256>>>(pages, num_pages, stride, sh.S, rb, seed + 1000 + s2);
+        if (ramp != 0.0f) {
+          bench_order_scales_kernel<<<1024, 256>>>(pages, static_cast<const int32_t*>(bt.p), sh.B, ppr, stride, sh.S,
+                                                   rb, sh.ctx, ramp);
+        }
+      }
+      cudaDeviceSynchronize();
+      const auto pages_of = [&](int s2) {
+        return make_tensor(s2 == 0 ? cache.p : extra[static_cast<size_t>(s2 - 1)]->p, DType::kU8, {num_pages, stride},
+                           Device::kCuda);
+      };
+      cudaStream_t bs = nullptr;
+      cudaStreamCreateWithFlags(&bs, cudaStreamNonBlocking);
+      lex.stream = bs;
+      fex.stream = bs;
+      PagedMqaLogitsParams lp2 = lp;
+      PagedMqaTopkParams fp2 = fp;
+      keep(paged_mqa_logits(lp, lex));  // warm-up (module load, attributes) outside the capture
+      keep(paged_mqa_topk(fp, fex));
+      cudaStreamSynchronize(bs);
+      logits_b2b = time_graph_us(bs, sets, [&](int s2) {
+        lp2.cache.pages = pages_of(s2);
+        keep(paged_mqa_logits(lp2, lex));
+      });
+      fused_b2b = time_graph_us(bs, sets, [&](int s2) {
+        fp2.cache.pages = pages_of(s2);
+        keep(paged_mqa_topk(fp2, fex));
+      });
+      cudaStreamDestroy(bs);
+      if (!st.ok()) {
+        std::fprintf(stderr, "%s\n", st.to_string().c_str());
+        return 1;
+      }
+    }
     const double out_b = double(R) * k * 4;
     const double unfused_mb = (double(R) * sh.ctx * 4 + lws + tws + out_b) / 1e6;
     const double fused_mb = (fws + out_b) / 1e6;
@@ -481,9 +538,11 @@ int run_fused(const std::vector<std::string>& args) {
     const char* route = "?";
     fex.stream = nullptr;  // the timed streams are gone
     if (!paged_mqa_topk_route(fp, fex, &route).ok()) route = "?";
-    std::printf("%-24s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.1f %10.1f %8.0f %8s  %s\n", name, logits_us, unfused_us,
-                fused_us, unfused_us / fused_us, fused_us / logits_us, unfused_mb, fused_mb,
-                cache_b / (fused_us * 1e3), same_s, route);
+    char b2b_s[64] = "";
+    if (b2b) std::snprintf(b2b_s, sizeof(b2b_s), "  b2b %.1f %.1f %d", logits_b2b, fused_b2b, sets);
+    std::printf("%-24s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.1f %10.1f %8.0f %8s  %s%s\n", name, logits_us,
+                unfused_us, fused_us, unfused_us / fused_us, fused_us / logits_us, unfused_mb, fused_mb,
+                cache_b / (fused_us * 1e3), same_s, route, b2b_s);
   }
   return 0;
 }
