@@ -310,7 +310,6 @@ template <typename T, int V, bool kSorted, bool kPush>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_cluster_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, TopkOutputs out) {
-  constexpr bool sorted = kSorted;
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
 #if DSATTN_TOPK_CLUSTER_DEVICE
@@ -333,7 +332,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   if (len <= k) {  // uniform over the cluster
     if (c == 0) {
       if constexpr (kSorted) {
-        finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+        finish_short_row(src, len, k, k_pad, kSorted, sel_key, sel_pos, r, out);
       } else {
         write_short_row(src, len, k, r, out);
       }
@@ -407,7 +406,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     run_stage(key, base, len, T_key, need, g_before, e_before, cluster.map_shared_rank(sel_key, 0),
               cluster.map_shared_rank(sel_pos, 0));  // into CTA 0
     cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
-    if (c == 0) finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
+    if (c == 0) finish_row(sel_key, sel_pos, k, k, k_pad, kSorted, src, r, out);
   }
 #else
   (void)logits; (void)ld; (void)rb; (void)k; (void)k_pad; (void)out;

@@ -365,7 +365,6 @@ template <typename T, int V, bool kSorted>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_small_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                       int64_t ld, TopkRowBounds rb, int k, int k_pad, TopkOutputs out) {
-  constexpr bool sorted = kSorted;
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
   __shared__ TopkShared sh;
@@ -382,7 +381,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
   if (len <= k) {
     if constexpr (kSorted) {
-      finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
+      finish_short_row(src, len, k, k_pad, kSorted, sel_key, sel_pos, r, out);
     } else {
       write_short_row(src, len, k, r, out);
     }
@@ -435,7 +434,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   } else {
     run_stage(key, base, len, T_key, need, g_before, e_before, sel_key, sel_pos);
     __syncthreads();
-    finish_row(sel_key, sel_pos, k, k, k_pad, sorted, src, r, out);
+    finish_row(sel_key, sel_pos, k, k, k_pad, kSorted, src, r, out);
   }
 }
 
