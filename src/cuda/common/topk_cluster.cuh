@@ -376,16 +376,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     digit(d, hist, d == 1 ? h.csum2 : h.csum3, kBins2, k_rem);
     prefix = (prefix << 10) | pick.bin;
     k_rem -= pick.above;
-    if (d == 2) {
-      T_key = prefix;
-      need = k_rem;
-      break;
-    }
-    if (prefix > 0u && pick.count == k_rem) {
-      T_key = (prefix << 10) - 1u;
-      need = 0;
-      break;
-    }
+    if (digits_done(d, prefix, k_rem, pick.count, &T_key, &need)) break;
   }
   // Counts per CTA stay below 2^15 (V x 1024 <= 8192 keys), so both prefixes share one scan.
   const int counts = run_counts(key, base, len, T_key);

@@ -308,6 +308,25 @@ __device__ __forceinline__ void run_digit10(const uint32_t (&key)[V], int base, 
   }
 }
 
+// After digit d (1: bits 19..10, 2: bits 9..0) of the small and cluster kernels' rolled loop chose
+// its bin: prefix = the key's bits down to that digit, k_rem = the winners still to place in the
+// bin, count = the keys in it. True when the threshold is known: after the third digit (T = the
+// key, need = k_rem), or when the 22-bit bin is needed whole, as in find_threshold_rest (T = its
+// lower bound - 1, need = 0; prefix > 0: not among the absent / NaN keys).
+__device__ __forceinline__ bool digits_done(int d, uint32_t prefix, int k_rem, int count, uint32_t* T_key, int* need) {
+  if (d == 2) {
+    *T_key = prefix;
+    *need = k_rem;
+    return true;
+  }
+  if (prefix > 0u && count == k_rem) {
+    *T_key = (prefix << 10) - 1u;
+    *need = 0;
+    return true;
+  }
+  return false;
+}
+
 // The run's keys > T (low 16 bits) and == T (high 16 bits), packed for one shared scan.
 template <int V>
 __device__ __forceinline__ int run_counts(const uint32_t (&key)[V], int base, int len, uint32_t T) {
@@ -403,8 +422,8 @@ __global__ void __launch_bounds__(kTopkThreads)
   uint32_t T_key;
   int need;
   // The second and third digits, one rolled copy of the code (each phase is fetched cold; a
-  // third digit runs the second's code again). As in find_threshold_rest, the whole 22-bit bin
-  // needed (usually one key) ends it after the second (block-uniform).
+  // third digit runs the second's code again). The whole 22-bit bin needed (usually one key) ends
+  // it after the second (digits_done; block-uniform).
 #pragma unroll 1
   for (int d = 1;; ++d) {
     uint32_t* hist = d == 1 ? hist2 : hist3;
@@ -414,16 +433,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     find_bin(hist, kBins2, k_rem, sh);
     prefix = (prefix << 10) | sh.bin;
     k_rem -= sh.above;
-    if (d == 2) {
-      T_key = prefix;
-      need = k_rem;
-      break;
-    }
-    if (prefix > 0u && static_cast<int>(hist[sh.bin]) == k_rem) {
-      T_key = (prefix << 10) - 1u;
-      need = 0;
-      break;
-    }
+    if (digits_done(d, prefix, k_rem, static_cast<int>(hist[sh.bin]), &T_key, &need)) break;
   }
   // Counts stay below 2^15 (len <= kSmallMaxV x 1024), so both prefixes share one scan. Its barrier
   // also ends every read of the histograms (whole_bin above) before sel_key / sel_pos overwrite them.
