@@ -199,15 +199,18 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(132, 65536, 2048, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_TRUE(p.s_pipe);
+  EXPECT_EQ(p.s_l2_ahead, 2);  // L2 prefetch two tiles ahead with one CTA per SM
   ASSERT_TRUE(plan_topk(133, 65536, 2048, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_FALSE(p.s_pipe);
+  EXPECT_EQ(p.s_l2_ahead, 1);  // one tile with two
   ASSERT_TRUE(plan_topk(188, 65536, 2048, kSm120, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_TRUE(p.s_pipe);
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p, /*rows_in_l2=*/true).ok());  // the fused logits route
   EXPECT_TRUE(p.sampled);
   EXPECT_FALSE(p.s_pipe);
+  EXPECT_EQ(p.s_l2_ahead, 0);  // rows just written: no prefetch
   testing_gpu::TopkTuningScope scope;
   cuda::topk_tuning().sampled_pipe = 0;
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p).ok());
@@ -216,6 +219,10 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p, /*rows_in_l2=*/true).ok());
   EXPECT_TRUE(p.s_pipe);
   cuda::topk_tuning().sampled_pipe = -1;
+  cuda::topk_tuning().sampled_l2_ahead = 3;  // forcing wins over rows_in_l2
+  ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p, /*rows_in_l2=*/true).ok());
+  EXPECT_EQ(p.s_l2_ahead, 3);
+  cuda::topk_tuning().sampled_l2_ahead = -1;
   cuda::topk_tuning().sampled_min_width = 0;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);

@@ -198,6 +198,8 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
       // Rows in L2 stream faster without loads a tile ahead (H200, topk --no-flush, k = 2048: 64 x
       // 64K 20.2 against 21.6 us, 16 x 64K 19.9 / 21.3).
       plan->s_pipe = tune.sampled_pipe >= 0 ? tune.sampled_pipe != 0 : !rows_in_l2 && rows <= lim.num_sms;
+      plan->s_l2_ahead =
+          tune.sampled_l2_ahead >= 0 ? tune.sampled_l2_ahead : (rows_in_l2 ? 0 : (plan->s_pipe ? 2 : 1));
       plan->smem_final = smem;
       plan->workspace_bytes = 0;
       return Status::Ok();
@@ -292,7 +294,7 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
         cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared), op,
         "cudaFuncSetAttribute(topk carveout)"));
     return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
-                                  logits, ld, rb, plan.k, plan.k_pad, plan.s_mcap, sorted, out),
+                                  logits, ld, rb, plan.k, plan.k_pad, plan.s_mcap, plan.s_l2_ahead, sorted, out),
                        op, "topk_sampled_kernel");
   }
   if (plan.cluster > 0) {

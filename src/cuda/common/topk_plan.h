@@ -54,6 +54,7 @@ struct TopkPlan {
   int s_mcap = 0;         // candidates a row's CTA holds
   bool s_window = true;   // window_threshold selects f32 rows (else, and bf16, the top-12-bit digits)
   bool s_pipe = false;    // the stream issues the next tile's loads before this tile's scan
+  int s_l2_ahead = 0;     // the stream's L2 prefetch distance in tiles (0: none)
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
@@ -121,6 +122,15 @@ struct TopkTuning {
   // 25.2 / 24.0 / 25.2. Rows in L2 (--no-flush): 64 x 64K 21.0 / 21.6 / 20.2, 32 x 32K 16.0 /
   // 16.1 / 15.5. 16 and 48 bytes per thread, and 64 bytes pipelined (spills), were slower.
   int sampled_pipe = -1;
+  // The sampled kernel's L2 prefetch distance, in stream tiles (32 KB; topk_sampled.cuh's
+  // sampled_prefetch): -1 the default, 1 tile for two CTAs per SM, 2 for one (s_pipe), none for
+  // rows in L2; N >= 0 forces (bench topk --sampled-l2 N). H200, k = 2048, f32, L2 flushed, us,
+  // none / 1 / 2 / 3 / 4 tiles (two calls, alike within 0.5 %): 1024 x 64K 130.7 / 119.2 / 124.4 /
+  // 132.6 / 140.4, 1024 x 128K 203.8 / 187.7 / 194.0 / 221.4 / 253.4, 256 x 128K 60.4 / 59.0 /
+  // 65.3 / 73.3 / 78.4; one CTA per SM (s_pipe): 128 x 64K 26.3 / 26.7 / 25.5 / 26.8 / 28.3, 64 x
+  // 64K 23.6 / 23.9 / 23.4 / 23.5 / 23.9, 16 x 64K 22.3 / 22.6 / 22.0 / 22.0 / 22.1. bf16 1024 x
+  // 64K: 113.4 none, 109.9 at 2 tiles.
+  int sampled_l2_ahead = -1;
 };
 TopkTuning& topk_tuning();
 

@@ -19,7 +19,16 @@
 //      every state is a candidate.
 //   2. stream: tiles of 1024 threads x E consecutive states (32 bytes) each; a block scan per
 //      tile (one barrier) appends the tile's candidates in position order; the next tile's loads
-//      are issued before it when the SM runs only this CTA.
+//      are issued before it when the SM runs only this CTA. Rows read from DRAM (not just written
+//      by the fused op) are also prefetched into L2 one tile ahead (two with one CTA per SM;
+//      sampled_prefetch), the first tiles while the sample is read: phase timers (H200, 1024 x
+//      64K f32, k = 2048, averages per CTA) put the threshold at 5.0 us, the stream at 18.9 and
+//      the selection at 6.2 without it, and the stream at 15.3 with it (the kernel 130 -> 120 us).
+//      Tried and dropped (TopkTuning::sampled_l2_ahead has the figures): prefetching further
+//      ahead (slower from 2 tiles on with two CTAs per SM), and a CTA prefetching, once its row
+//      is streamed, the sample and first tile of the row that a CTA starting soon would take
+//      (1024 x 64K 119.7 -> 121.5 us), or running persistent CTAs that prefetch their own next
+//      row (121.3; their loop cost registers).
 //   3. select: f32 rows: radix digits over key - (the threshold), whose first level spreads the
 //      candidates over 4096 bins (window_threshold); bf16 rows: the block radix select of
 //      topk_kernel.cuh over the n candidates (k <= n <= mcap). Then the ordered write and
@@ -172,6 +181,18 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   return lo >= 0x00800000u ? lo : 0u;
 }
 
+// The stream's L2 prefetch: the row's aligned-space elements [p0, min(p0 + n, span)) are asked
+// into L2 ahead of their loads by one bulk prefetch (thread 0), so that DRAM requests stay in
+// flight through each tile's scan and barrier and while the CTA samples, without registers.
+// sm_90 and newer (the TMA engine); none before (not measured there). Block-wide call.
+template <typename T>
+__device__ __forceinline__ void sampled_prefetch(const SampledRow<T>& g, int p0, int n) {
+  if (threadIdx.x == 0 && p0 < g.span) {
+    const uint32_t bytes = (static_cast<uint32_t>(min(g.span - p0, n)) * static_cast<uint32_t>(sizeof(T))) & ~15u;
+    if (bytes != 0u) prefetch_l2_bulk(g.abase + p0, bytes);
+  }
+}
+
 // Streams the row once and appends, in position order, the states whose value is >= thr (every
 // in-range state when `all`) to cand_pos, with their values' float bits (not yet keys) in
 // cand_key. Returns their number, or -1 when there are more than mcap. Block-wide; ends synced.
@@ -183,7 +204,7 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
 // their maximum computed here made the kernel spill and cost 12 % at 1024 x 64K (H200).
 template <typename T, int E, bool kPipe>
 __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
-                                              int* cand_pos, SampledShared& ss) {
+                                              int* cand_pos, SampledShared& ss, int l2_ahead) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
   constexpr int kVecs = E / V;                         // vectors per thread and tile
   static_assert(E % V == 0 && E <= 32, "sampled_stream: E is a multiple of the vector, at most 32");
@@ -213,6 +234,7 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
   if (kPipe && span > 0) load(0, raw);
   for (int t0 = 0; t0 < span; t0 += kTile, parity ^= 1) {
     const int a0 = t0 + tid * E;
+    if (l2_ahead > 0) sampled_prefetch(g, t0 + l2_ahead * kTile, kTile);
     if (!kPipe) load(t0, raw);
     const T* e = reinterpret_cast<const T*>(raw);
     unsigned f = 0u;
@@ -380,13 +402,15 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
 
 // grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kWindow:
 // window_threshold selects (else the top-12-bit radix digits of select_topk_by); kPipe: the
-// stream's loads run a tile ahead. kPipe calls (at most one row per SM) run one CTA per SM
+// stream's loads run a tile ahead. l2_ahead: the stream's L2 prefetch distance in tiles
+// (sampled_prefetch; 0: none). kPipe calls (at most one row per SM) run one CTA per SM
 // anyway, so they drop the two-CTA register bound: the extra registers measured 2-3 % faster
 // (H200, k = 2048: 16 x 64K 23.3 -> 22.7 us, 128 x 128K 40.5 -> 39.3, 32 x 32K 18.0 -> 17.7).
 template <typename T, bool kWindow, bool kPipe>
 __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
-                        int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, bool sorted, TopkOutputs out) {
+                        int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, int l2_ahead, bool sorted,
+                        TopkOutputs out) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
   __shared__ TopkShared sh;
@@ -404,13 +428,15 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
     finish_short_row(src, len, k, k_pad, sorted, sel_key, sel_pos, r, out);
     return;
   }
+  constexpr int E = kSampledStreamBytes / static_cast<int>(sizeof(T));
+  // The first l2_ahead tiles go out now, while the sample decides the threshold.
+  if (l2_ahead > 0) sampled_prefetch(g, 0, l2_ahead * E * kTopkThreads);
   const bool all = len <= mcap;
   uint32_t lo = 0u;
   if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
   if (all || lo != 0u) {
-    constexpr int E = kSampledStreamBytes / static_cast<int>(sizeof(T));
-    n = sampled_stream<T, E, kPipe>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss);
+    n = sampled_stream<T, E, kPipe>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss, l2_ahead);
   }
   if (n >= k) {
     const auto pos_of = [&](int i) { return cand_pos[i]; };
