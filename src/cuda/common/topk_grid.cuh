@@ -436,7 +436,8 @@ __global__ void __launch_bounds__(kTopkThreads)
     if (digits_done(d, prefix, k_rem, static_cast<int>(hist[sh.bin]), &T_key, &need)) break;
   }
   // Counts stay below 2^15 (len <= kSmallMaxV x 1024), so both prefixes share one scan. Its barrier
-  // also ends every read of the histograms (whole_bin above) before sel_key / sel_pos overwrite them.
+  // also ends every read of the histograms (hist[sh.bin] in the loop above) before sel_key / sel_pos
+  // overwrite them.
   const int packed = block_exclusive_scan<false>(run_counts(key, base, len, T_key), sh);
   const int g_before = packed & 0xffff, e_before = packed >> 16;
   if constexpr (!kSorted) {  // the k winners (index order) straight to the outputs; no staging pass
