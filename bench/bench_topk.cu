@@ -35,6 +35,7 @@ int topk_usage(int rc = 2) {
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--cluster-v4-max N] [--sampled-min N] [--sampled-rows N]\n"
       "                         [--sampled-select window|radix] [--sampled-pipe 0|1] [--sampled-l2 N]\n"
+      "                         [--sampled-fixed 0|1]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
       "                         up to width N (<= 8192), 0: never;\n"
       "                         --cluster-max N: cluster kernel (sm_90+) for rows of 8K..64K when the\n"
@@ -48,7 +49,8 @@ int topk_usage(int rc = 2) {
       "                         --sampled-min 0: never; --sampled-select: its selection over the\n"
       "                         candidates; --sampled-pipe: its stream's loads a tile ahead, default\n"
       "                         up to one row per SM; --sampled-l2 N: its L2 prefetch, N tiles ahead,\n"
-      "                         0: none)\n"
+      "                         0: none; --sampled-fixed 0: its candidate capacity as a run-time value\n"
+      "                         even where it is the 8192 constant, default 1)\n"
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --runs L: neighbouring values alike (runs of L share a component, correlation 0.64; default 1: independent)\n"
@@ -80,6 +82,8 @@ int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
       return -1;
     }
     t.sampled_pipe = std::atoi(v.c_str());
+  } else if (a == "--sampled-fixed") {
+    t.sampled_fixed_mcap = std::atoi(v.c_str()) != 0;
   } else if (a == "--sampled-l2") {
     t.sampled_l2_ahead = std::atoi(v.c_str());
   } else if (a == "--sampled-rows") {

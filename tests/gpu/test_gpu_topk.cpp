@@ -824,8 +824,14 @@ TEST(GpuTopk, SampledKernelVariants) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   SampledEverywhere on;
   Rng rng(57);
-  for (bool window : {true, false}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    // 0, 1: the window and the radix selection; 2, 3: the run-time candidate capacity (what
+    // k > 2048 takes; TopkTuning::sampled_fixed_mcap) with each stream.
+    const bool window = variant != 1;
+    const int seed = variant < 2 ? 0 : 10 * variant;
     cuda::topk_tuning().sampled_window = window;
+    cuda::topk_tuning().sampled_fixed_mcap = variant < 2;
+    cuda::topk_tuning().sampled_pipe = variant == 2 ? 0 : -1;
     for (bool bf16 : {false, true}) {
       Case c;
       c.rows = 12;
@@ -848,9 +854,9 @@ TEST(GpuTopk, SampledKernelVariants) {
         row[6 * c.width + i] = std::round(row[6 * c.width + i] * 4.0f) / 4.0f + 10.0f;   // 0.25 grid
       }
       run_case(c, v, {65573, 65536, 40000, 30000, 16385, 9000, 8193, 2049, 65000, 50000, 0, 12345},
-               5600 + 2 * window + bf16);
+               5600 + seed + 2 * window + bf16);
       c.sorted = true;
-      run_case(c, v, {}, 5700 + 2 * window + bf16);
+      run_case(c, v, {}, 5700 + seed + 2 * window + bf16);
     }
   }
 }

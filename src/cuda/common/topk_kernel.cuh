@@ -186,7 +186,9 @@ __device__ __forceinline__ int block_exclusive_scan(int v, TopkShared& sh) {
 // below nbins - t per; warp w's 32 x per bins are one contiguous block. Two barriers: the warp
 // totals are published, then every warp finds from them whether its block holds the bin, and only
 // that warp scans its lanes (four barriers when the block scan ran over all 1024 threads; H200,
-// topk 1 x 8K k = 2048: see BENCHMARKS.md).
+// topk 1 x 8K k = 2048: see BENCHMARKS.md). kPredScan: the warp scans of warp_inclusive_scan_pred
+// (the sampled kernel, issue-bound; the other kernels keep the code they were measured with).
+template <bool kPredScan = false>
 __device__ __forceinline__ void find_bin(const uint32_t* hist, int nbins, int k_rem, TopkShared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per = nbins / kTopkThreads;  // 4 or 1
@@ -197,10 +199,10 @@ __device__ __forceinline__ void find_bin(const uint32_t* hist, int nbins, int k_
   if (lane == 0) sh.warp_scan[warp] = wsum;
   __syncthreads();
   const int wt = sh.warp_scan[lane];
-  const int wincl = warp_inclusive_scan(wt);
+  const int wincl = kPredScan ? warp_inclusive_scan_pred(wt) : warp_inclusive_scan(wt);
   const int wbefore = __shfl_sync(0xffffffffu, wincl - wt, warp);  // warps above this one
   if (wbefore < k_rem && wbefore + wsum >= k_rem) {  // warp-uniform: this warp's block holds it
-    int cum = wbefore + warp_inclusive_scan(local) - local;
+    int cum = wbefore + (kPredScan ? warp_inclusive_scan_pred(local) : warp_inclusive_scan(local)) - local;
     if (cum < k_rem && cum + local >= k_rem) {
       for (int j = 0; j < per; ++j) {
         const int h = hist[hi - j];

@@ -284,9 +284,14 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
   if (plan.sampled) {
     // bf16 keeps the radix digits: its keys' low 16 bits never vary, so only 1 in 16 of the
     // window's bins can hold keys (H200, k = 2048: 1024 x 64K 123.7 us radix, 126.0 window).
-    auto kern = plan.s_pipe ? topk_sampled_kernel<T, false, true> : topk_sampled_kernel<T, false, false>;
+    auto kern = plan.s_pipe ? topk_sampled_kernel<T, false, true, false> : topk_sampled_kernel<T, false, false, false>;
+    const bool min_mcap = plan.s_mcap == kSampledMinMcap && topk_tuning().sampled_fixed_mcap;
+    if (min_mcap) kern = plan.s_pipe ? topk_sampled_kernel<T, false, true, true> : topk_sampled_kernel<T, false, false, true>;
     if constexpr (sizeof(T) == 4) {
-      if (plan.s_window) kern = plan.s_pipe ? topk_sampled_kernel<T, true, true> : topk_sampled_kernel<T, true, false>;
+      if (plan.s_window) {
+        kern = plan.s_pipe ? topk_sampled_kernel<T, true, true, false> : topk_sampled_kernel<T, true, false, false>;
+        if (min_mcap) kern = plan.s_pipe ? topk_sampled_kernel<T, true, true, true> : topk_sampled_kernel<T, true, false, true>;
+      }
     }
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
     // Two CTAs per SM need the largest shared-memory carveout (a hint; the default may pick less).

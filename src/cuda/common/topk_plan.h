@@ -131,6 +131,13 @@ struct TopkTuning {
   // 64K 23.6 / 23.9 / 23.4 / 23.5 / 23.9, 16 x 64K 22.3 / 22.6 / 22.0 / 22.0 / 22.1. bf16 1024 x
   // 64K: 113.4 none, 109.9 at 2 tiles.
   int sampled_l2_ahead = -1;
+  // The sampled kernel's candidate capacity as a compile-time constant where it is
+  // kSampledMinMcap (k <= 2048; the stream then stores positions at an immediate offset, one
+  // instruction fewer per candidate slot of its issue-bound loop); false: the run-time value, as
+  // k > 2048 always takes (bench topk --sampled-fixed 0). H200, k = 2048, f32, same call, both
+  // with the predicated scan, us: 1024 x 64K 117.5-118.2 run-time / 115.5-115.8 constant, 1024 x
+  // 128K 185.9 / 183.9-184.1, 128 x 64K 24.8-24.9 / 24.4-24.5.
+  bool sampled_fixed_mcap = true;
 };
 TopkTuning& topk_tuning();
 

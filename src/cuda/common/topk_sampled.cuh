@@ -29,6 +29,19 @@
 //      is streamed, the sample and first tile of the row that a CTA starting soon would take
 //      (1024 x 64K 119.7 -> 121.5 us), or running persistent CTAs that prefetch their own next
 //      row (121.3; their loop cost registers).
+//      The kernel is issue-bound, not bandwidth-bound (ncu, H200, 1024 x 64K f32, k = 2048: 3.0
+//      warp instructions issued per cycle and SM of 4, DRAM 41 % busy; its time follows the SM
+//      clock): 79.7 M warp instructions, half of them in the stream's loop (152 per warp and
+//      tile), a third once per warp (threshold, selection setup, write), the rest in the
+//      selection's loops. So the stream's block scan uses warp_inclusive_scan_pred (two
+//      instructions per step, not four), and with mcap = kSampledMinMcap (k <= 2048) a compile-time
+//      constant, cand_pos is an immediate offset from cand_key's store address (one fewer
+//      instruction per candidate slot): 152 -> ~135 per warp and tile, 1024 x 64K 119.4 ->
+//      115.5 us. Tried and dropped (BENCHMARKS.md, 2026-12-03 14:30): the CTAs of an SM taking
+//      turns to stream (a lock per SM: 124.0 us; a staggered start: 121-123), candidates' values
+//      gathered from L2 at the selection instead of stored in the stream (145: the row has left
+//      L2 by then, and each value costs a 32-byte sector), and 64 bytes per thread and tile in
+//      whole-warp vectors with packed per-vector counts (126; bf16 110 against 105).
 //   3. select: f32 rows: radix digits over key - (the threshold), whose first level spreads the
 //      candidates over 4096 bins (window_threshold); bf16 rows: the block radix select of
 //      topk_kernel.cuh over the n candidates (k <= n <= mcap). Then the ordered write and
@@ -117,10 +130,10 @@ __device__ __forceinline__ int sample_vec(const SampledRow<T>& g) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   constexpr int kChunks = kTopkThreads / kSampleChunkVecs;
   const int tid = static_cast<int>(threadIdx.x);
-  const int nvec = g.span / V;
-  const int64_t gv0 = static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.abase) / 16);  // abase's vector number
-  int v = static_cast<int>(static_cast<int64_t>(tid / kSampleChunkVecs) * nvec / kChunks);
-  v = static_cast<int>(((gv0 + v) & ~static_cast<int64_t>(kSampleChunkVecs - 1)) - gv0);  // chunk-aligned
+  const int nvec = g.span / V;  // <= 65540 (rows of <= 256K states): the products below fit 32 bits
+  const uint32_t gv0 = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(g.abase) / 16);  // abase's vector number, low bits
+  int v = (tid / kSampleChunkVecs) * nvec / kChunks;
+  v -= static_cast<int>((gv0 + static_cast<uint32_t>(v)) & (kSampleChunkVecs - 1));  // chunk-aligned
   return (v < 0 ? v + kSampleChunkVecs : v) + tid % kSampleChunkVecs;
 }
 
@@ -153,10 +166,12 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   __syncthreads();  // hist zeroed
   hist_add_v<V>(hist, bin, act);
   __syncthreads();
-  const float mu = static_cast<float>(kSample) * static_cast<float>(k) / static_cast<float>(g.len);
-  int rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * sqrtf(mu) + 4.0f));
+  // Approximate division and square root (a margin, not a result; the same on every run): the
+  // IEEE forms cost ~30 instructions in every warp of an issue-bound kernel.
+  const float mu = __fdividef(static_cast<float>(kSample) * static_cast<float>(k), static_cast<float>(g.len));
+  int rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * (mu * rsqrtf(mu)) + 4.0f));
   rank = rank < kSample - V ? rank : kSample - V;
-  find_bin(hist, kBins1, rank, sh);
+  find_bin<true>(hist, kBins1, rank, sh);
   const uint32_t b1 = sh.bin;
   const int rem = rank - sh.above;
   // The first digit alone when its bin keeps the expected candidates within 3/4 of the capacity
@@ -174,7 +189,7 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   __syncthreads();
   hist_add_v<V>(hist, bin, act);
   __syncthreads();
-  find_bin(hist, kBins2, rem, sh);
+  find_bin<true>(hist, kBins2, rem, sh);
   const uint32_t lo = ((b1 << 10) | sh.bin) << 10;
   __syncthreads();  // sh and hist read by every thread
   // Keys below 0x00800000 are -inf, NaN and absent: a float comparison cannot express them.
@@ -202,7 +217,7 @@ __device__ __forceinline__ void sampled_prefetch(const SampledRow<T>& g, int p0,
 // conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
 // The stream's code is register-bound (two CTAs of 1024 threads per SM: 32 registers): keys and
 // their maximum computed here made the kernel spill and cost 12 % at 1024 x 64K (H200).
-template <typename T, int E, bool kPipe>
+template <typename T, int E, bool kPipe, int kPosWords>
 __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
                                               int* cand_pos, SampledShared& ss, int l2_ahead) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
@@ -256,7 +271,7 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
     uint4 nxt[kVecs];
     if (kPipe && t0 + kTile < span) load(t0 + kTile, nxt);
     const int c = __popc(f);
-    const int incl = warp_inclusive_scan(c);
+    const int incl = warp_inclusive_scan_pred(c);
     if (lane == 31) ss.cnt[parity][warp] = incl;
     __syncthreads();
     const int wt = ss.cnt[parity][lane];
@@ -264,9 +279,10 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
     if (n + total > mcap) return -1;  // uniform
     const int o = n + __reduce_add_sync(0xffffffffu, lane < warp ? wt : 0) + incl - c;
     if (f != 0u) {
-      // Shared-window byte offsets: one running offset for both arrays (a store each, one add).
+      // Shared-window byte offsets: one running offset for both arrays (a store each, one add);
+      // kPosWords > 0: cand_pos lies that many words after cand_key, an immediate offset.
       uint32_t off = smem_u32(cand_key + o);
-      const uint32_t pos_delta = smem_u32(cand_pos) - smem_u32(cand_key);
+      const uint32_t pos_delta = kPosWords > 0 ? 4u * kPosWords : smem_u32(cand_pos) - smem_u32(cand_key);
       const int p0 = a0 - mis;
 #pragma unroll
       for (int j = 0; j < E; ++j) {
@@ -353,7 +369,7 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
       hist_add(hist, (d >> s) & (kBins1 - 1), act);
     }
     __syncthreads();
-    find_bin(hist, kBins1, rem, sh);  // the level holds >= rem keys: n >= k, later the bin's count
+    find_bin<true>(hist, kBins1, rem, sh);  // the level holds >= rem keys: n >= k, later the bin's count
     const uint32_t b = sh.bin;
     rem -= sh.above;
     const int cnt = static_cast<int>(hist[b]);
@@ -400,13 +416,14 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
 #define DSATTN_TOPK_SAMPLED_MIN_BLOCKS 1
 #endif
 
-// grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kWindow:
+// grid (R), kTopkThreads, sampled_smem_bytes(mcap, k_pad). See the file comment. kMinMcap: mcap is
+// kSampledMinMcap (every k <= 2048), a constant in the stream's stores. kWindow:
 // window_threshold selects (else the top-12-bit radix digits of select_topk_by); kPipe: the
 // stream's loads run a tile ahead. l2_ahead: the stream's L2 prefetch distance in tiles
 // (sampled_prefetch; 0: none). kPipe calls (at most one row per SM) run one CTA per SM
 // anyway, so they drop the two-CTA register bound: the extra registers measured 2-3 % faster
 // (H200, k = 2048: 16 x 64K 23.3 -> 22.7 us, 128 x 128K 40.5 -> 39.3, 32 x 32K 18.0 -> 17.7).
-template <typename T, bool kWindow, bool kPipe>
+template <typename T, bool kWindow, bool kPipe, bool kMinMcap>
 __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, int l2_ahead, bool sorted,
@@ -419,6 +436,7 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
   const SampledRow<T> g = sampled_row(logits, ld, rb, r);
   const T* src = g.src;
   const int len = g.len;
+  if (kMinMcap) mcap = kSampledMinMcap;  // equal to the launch's; a constant (sampled_stream's kPosWords)
   uint32_t* cand_key = topk_dyn_smem;
   int* cand_pos = reinterpret_cast<int*>(topk_dyn_smem + mcap);
   uint32_t* region = topk_dyn_smem + 2 * mcap;
@@ -436,7 +454,8 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
   if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
   if (all || lo != 0u) {
-    n = sampled_stream<T, E, kPipe>(g, all, all ? 0.0f : key_to_float(lo), mcap, cand_key, cand_pos, ss, l2_ahead);
+    n = sampled_stream<T, E, kPipe, kMinMcap ? kSampledMinMcap : 0>(g, all, all ? 0.0f : key_to_float(lo), mcap,
+                                                                    cand_key, cand_pos, ss, l2_ahead);
   }
   if (n >= k) {
     const auto pos_of = [&](int i) { return cand_pos[i]; };
