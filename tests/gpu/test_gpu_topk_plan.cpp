@@ -157,6 +157,7 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200Cluster, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_EQ(p.s_mcap, 8192);
+  EXPECT_TRUE(p.s_const_mcap);  // the kernel's capacity a compile-time constant
   EXPECT_EQ(p.smem_final, size_t(2 * 8192 + 4096) * 4);
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200Cluster, &p).ok());
   EXPECT_TRUE(p.sampled);
@@ -165,6 +166,7 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(128, 131072, 4096, kH200, &p).ok());
   EXPECT_TRUE(p.sampled);
   EXPECT_EQ(p.s_mcap, 16384);
+  EXPECT_FALSE(p.s_const_mcap);
   ASSERT_TRUE(plan_topk(40, 131072, 2048, kH200, &p).ok());  // 20 rows per 64K of width
   EXPECT_TRUE(p.sampled);
   ASSERT_TRUE(plan_topk(39, 131072, 2048, kH200, &p).ok());
@@ -223,6 +225,11 @@ TEST(GpuTopkPlan, SampledPolicy) {
   ASSERT_TRUE(plan_topk(32, 65536, 2048, kH200, &p, /*rows_in_l2=*/true).ok());
   EXPECT_EQ(p.s_l2_ahead, 3);
   cuda::topk_tuning().sampled_l2_ahead = -1;
+  cuda::topk_tuning().sampled_fixed_mcap = false;
+  ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());
+  EXPECT_TRUE(p.sampled);
+  EXPECT_FALSE(p.s_const_mcap);
+  cuda::topk_tuning().sampled_fixed_mcap = true;
   cuda::topk_tuning().sampled_min_width = 0;
   ASSERT_TRUE(plan_topk(256, 65536, 2048, kH200, &p).ok());
   EXPECT_FALSE(p.sampled);

@@ -200,6 +200,7 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
       plan->s_pipe = tune.sampled_pipe >= 0 ? tune.sampled_pipe != 0 : !rows_in_l2 && rows <= lim.num_sms;
       plan->s_l2_ahead =
           tune.sampled_l2_ahead >= 0 ? tune.sampled_l2_ahead : (rows_in_l2 ? 0 : (plan->s_pipe ? 2 : 1));
+      plan->s_const_mcap = mcap == kSampledMinMcap && tune.sampled_fixed_mcap;
       plan->smem_final = smem;
       plan->workspace_bytes = 0;
       return Status::Ok();
@@ -268,6 +269,12 @@ template <typename T, int V>
 auto small_kernel(bool sorted) {
   return sorted ? topk_small_kernel<T, V, true> : topk_small_kernel<T, V, false>;
 }
+// The sampled kernel for a plan's stream (s_pipe) and capacity (s_const_mcap), as above.
+template <typename T, bool kWindow>
+auto sampled_kernel(bool pipe, bool const_mcap) {
+  return pipe ? (const_mcap ? topk_sampled_kernel<T, kWindow, true, true> : topk_sampled_kernel<T, kWindow, true, false>)
+              : (const_mcap ? topk_sampled_kernel<T, kWindow, false, true> : topk_sampled_kernel<T, kWindow, false, false>);
+}
 template <typename T, int V>
 auto cluster_kernel(bool sorted, bool push) {
   return sorted ? (push ? topk_cluster_kernel<T, V, true, true> : topk_cluster_kernel<T, V, true, false>)
@@ -284,14 +291,9 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
   if (plan.sampled) {
     // bf16 keeps the radix digits: its keys' low 16 bits never vary, so only 1 in 16 of the
     // window's bins can hold keys (H200, k = 2048: 1024 x 64K 123.7 us radix, 126.0 window).
-    auto kern = plan.s_pipe ? topk_sampled_kernel<T, false, true, false> : topk_sampled_kernel<T, false, false, false>;
-    const bool min_mcap = plan.s_mcap == kSampledMinMcap && topk_tuning().sampled_fixed_mcap;
-    if (min_mcap) kern = plan.s_pipe ? topk_sampled_kernel<T, false, true, true> : topk_sampled_kernel<T, false, false, true>;
+    auto kern = sampled_kernel<T, false>(plan.s_pipe, plan.s_const_mcap);
     if constexpr (sizeof(T) == 4) {
-      if (plan.s_window) {
-        kern = plan.s_pipe ? topk_sampled_kernel<T, true, true, false> : topk_sampled_kernel<T, true, false, false>;
-        if (min_mcap) kern = plan.s_pipe ? topk_sampled_kernel<T, true, true, true> : topk_sampled_kernel<T, true, false, true>;
-      }
+      if (plan.s_window) kern = sampled_kernel<T, true>(plan.s_pipe, plan.s_const_mcap);
     }
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
     // Two CTAs per SM need the largest shared-memory carveout (a hint; the default may pick less).

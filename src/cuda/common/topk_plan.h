@@ -55,6 +55,7 @@ struct TopkPlan {
   bool s_window = true;   // window_threshold selects f32 rows (else, and bf16, the top-12-bit digits)
   bool s_pipe = false;    // the stream issues the next tile's loads before this tile's scan
   int s_l2_ahead = 0;     // the stream's L2 prefetch distance in tiles (0: none)
+  bool s_const_mcap = false;  // s_mcap is kSampledMinMcap, a compile-time constant in the kernel
 };
 
 // Bytes of dynamic shared memory for a CTA holding `n_keys` keys.
