@@ -461,14 +461,9 @@ __device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint3
     warp_eq[warp] = n_eq;
   }
   __syncthreads();
-  int gt_before = lane < warp ? warp_gt[lane] : 0;
-  int eq_before = lane < warp ? warp_eq[lane] : 0;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    gt_before += __shfl_xor_sync(0xffffffffu, gt_before, o);
-    eq_before += __shfl_xor_sync(0xffffffffu, eq_before, o);
-  }
-  int sel_before = gt_before + min(eq_before, need);
+  // One warp reduction each (REDUX), not five shuffle-and-add steps.
+  int eq_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_eq[lane] : 0);
+  int sel_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_gt[lane] : 0) + min(eq_before, need);
   for (int base = lo; base < hi; base += 32) {
     const int i = base + lane;
     const uint32_t key = i < hi ? key_at(i) : 0u;

@@ -37,7 +37,10 @@
 //      instructions per step, not four), and with mcap = kSampledMinMcap (k <= 2048) a compile-time
 //      constant, cand_pos is an immediate offset from cand_key's store address (one fewer
 //      instruction per candidate slot): 152 -> ~135 per warp and tile, 1024 x 64K 119.4 ->
-//      115.5 us. Tried and dropped (BENCHMARKS.md, 2026-12-03 14:30): the CTAs of an SM taking
+//      115.5 us. Then whole tiles without per-thread bounds (~120 per warp and tile), the window
+//      select's histogram at four keys per hist_add_v and the histograms zeroed by one 16-byte
+//      store per thread: 1024 x 64K 114.1-114.5 -> 111.8-112.0 us, bf16 (whose stream kept its
+//      bounds) 103.5-103.7 -> 101.1, so the stream's instruction count is not what bounds it. Tried and dropped (BENCHMARKS.md, 2026-12-03 14:30): the CTAs of an SM taking
 //      turns to stream (a lock per SM: 124.0 us; a staggered start: 121-123), candidates' values
 //      gathered from L2 at the selection instead of stored in the stream (145: the row has left
 //      L2 by then, and each value costs a 32-byte sector), and 64 bytes per thread and tile in
@@ -56,6 +59,7 @@
 // float bits.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/topk_filter.cuh"
@@ -81,6 +85,13 @@ __host__ __device__ inline size_t sampled_smem_bytes(int mcap, int k_pad) {
 }
 
 constexpr int kWindowList = 32;  // window select: keys of the k-th bin ranked by one warp
+
+// Zeroes a kBins1-word histogram (16-byte aligned) with one 16-byte store per thread of the
+// kTopkThreads-thread block: the strided loop it replaces cost ~25 instructions per warp.
+__device__ __forceinline__ void zero_bins1(uint32_t* hist) {
+  static_assert(kBins1 == 4 * kTopkThreads, "zero_bins1: four bins per thread");
+  reinterpret_cast<uint4*>(hist)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+}
 
 struct SampledShared {
   int cnt[2][kTopkWarps];  // candidates of each warp in a tile, by tile parity
@@ -152,7 +163,7 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   constexpr int kSample = kTopkThreads * V;
   const int tid = static_cast<int>(threadIdx.x);
-  for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
+  zero_bins1(hist);
   const int v = sample_vec(g);
   const T* e = reinterpret_cast<const T*>(&raw);
   uint32_t sk[V], bin[V];
@@ -180,7 +191,8 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
                          static_cast<int64_t>(mcap) * kSample * 3 / 4;
   __syncthreads();  // sh and hist read by every thread
   if (one_digit) return b1 >= 8u ? b1 << 20 : 0u;  // b1 < 8: the bin holds -inf / NaN keys
-  for (int i = tid; i < kBins2; i += kTopkThreads) hist[i] = 0;
+  static_assert(kBins2 == kTopkThreads, "one bin per thread");
+  hist[tid] = 0;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     bin[j] = (sk[j] >> 10) & (kBins2 - 1);
@@ -197,19 +209,21 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
 }
 
 // The stream's L2 prefetch: the row's aligned-space elements [p0, min(p0 + n, span)) are asked
-// into L2 ahead of their loads by one bulk prefetch (thread 0), so that DRAM requests stay in
-// flight through each tile's scan and barrier and while the CTA samples, without registers.
-// sm_90 and newer (the TMA engine); none before (not measured there). Block-wide call.
+// into L2 ahead of their loads by one bulk prefetch, so that DRAM requests stay in flight
+// through each tile's scan and barrier and while the CTA samples, without registers. `issuer`:
+// the threads that issue it (thread 0, or warp 0: the prefetch is a uniform instruction, one per
+// warp, and a warp-wide flag costs the stream's other warps fewer instructions than a test of
+// the thread index). sm_90 and newer (the TMA engine); none before (not measured there).
 template <typename T>
-__device__ __forceinline__ void sampled_prefetch(const SampledRow<T>& g, int p0, int n) {
-  if (threadIdx.x == 0 && p0 < g.span) {
+__device__ __forceinline__ void sampled_prefetch(const SampledRow<T>& g, int p0, int n, bool issuer) {
+  if (issuer && p0 < g.span) {
     const uint32_t bytes = (static_cast<uint32_t>(min(g.span - p0, n)) * static_cast<uint32_t>(sizeof(T))) & ~15u;
     if (bytes != 0u) prefetch_l2_bulk(g.abase + p0, bytes);
   }
 }
 
 // Streams the row once and appends, in position order, the states whose value is >= thr (every
-// in-range state when `all`) to cand_pos, with their values' float bits (not yet keys) in
+// in-range state when kAll) to cand_pos, with their values' float bits (not yet keys) in
 // cand_key. Returns their number, or -1 when there are more than mcap. Block-wide; ends synced.
 // Thread t of a tile takes E consecutive states (16-byte vectors), so thread order is position
 // order and one block scan per tile places the candidates. H200 profile of a first version with a
@@ -217,8 +231,11 @@ __device__ __forceinline__ void sampled_prefetch(const SampledRow<T>& g, int p0,
 // conversion at the write: ~340 instructions per warp and tile of 8 states per lane, issue-bound.
 // The stream's code is register-bound (two CTAs of 1024 threads per SM: 32 registers): keys and
 // their maximum computed here made the kernel spill and cost 12 % at 1024 x 64K (H200).
-template <typename T, int E, bool kPipe, int kPosWords>
-__device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, float thr, int mcap, uint32_t* cand_key,
+// Tiles that lie wholly inside the row (all of a 64K row's but at most its first and last) run a
+// body without per-thread bounds: no range tests, no branch around the vector loads, and `all`
+// (kAll) decided per call, not per tile.
+template <typename T, int E, bool kPipe, int kPosWords, bool kAll>
+__device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, float thr, int mcap, uint32_t* cand_key,
                                               int* cand_pos, SampledShared& ss, int l2_ahead) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per vector
   constexpr int kVecs = E / V;                         // vectors per thread and tile
@@ -227,6 +244,11 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const T* abase = g.abase;
   const int mis = g.mis, span = g.span;
+  // Tile t0 is whole when every thread's E states lie in the row (mis < V <= E: only the first
+  // tile can start before the row).
+  // f32 only: with bf16's 16 states per thread the whole-tile body spilled at the two-CTA bound.
+  constexpr bool kWholeTiles = sizeof(T) == 4;
+  const auto whole = [&](int t0) { return kWholeTiles && (t0 > 0 || mis == 0) && t0 <= span - kTile; };
   // A tile's loads: whole vectors where the thread's E states lie in the row (all but two threads
   // per row), else state by state (zeros outside).
   const auto load = [&](int t0, uint4 (&r)[kVecs]) {
@@ -243,18 +265,34 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
       }
     }
   };
+  const uint4* const tvec = reinterpret_cast<const uint4*>(abase + tid * E);  // the thread's vectors of tile 0
+  const auto load_whole = [&](int t0, uint4 (&r)[kVecs]) {
+    const uint4* p = tvec + t0 / V;
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) r[u] = __ldg(p + u);
+  };
+  const bool prefetcher = l2_ahead > 0 && warp == 0;  // sampled_prefetch's issuer
+  const int ahead = l2_ahead * kTile;
   int n = 0;
   int parity = 0;
   uint4 raw[kVecs];
-  if (kPipe && span > 0) load(0, raw);
-  for (int t0 = 0; t0 < span; t0 += kTile, parity ^= 1) {
+  // One tile: kWhole (compile time) drops the per-thread bounds. Returns false when the candidates
+  // overflow mcap (uniform).
+  const auto tile = [&](auto whole_tag, int t0) -> bool {
+    constexpr bool kWhole = decltype(whole_tag)::value;
     const int a0 = t0 + tid * E;
-    if (l2_ahead > 0) sampled_prefetch(g, t0 + l2_ahead * kTile, kTile);
-    if (!kPipe) load(t0, raw);
+    sampled_prefetch(g, t0 + ahead, kTile, prefetcher);
+    if (!kPipe) {
+      if (kWhole) {
+        load_whole(t0, raw);
+      } else {
+        load(t0, raw);
+      }
+    }
     const T* e = reinterpret_cast<const T*>(raw);
     unsigned f = 0u;
-    if (a0 >= mis && a0 + E <= span) {
-      if (all) {
+    if (kWhole || (a0 >= mis && a0 + E <= span)) {
+      if (kAll) {
         f = E == 32 ? 0xffffffffu : (1u << (E & 31)) - 1u;
       } else {
 #pragma unroll
@@ -264,19 +302,25 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
 #pragma unroll
       for (int j = 0; j < E; ++j) {
         const bool in = a0 + j >= mis && a0 + j < span;
-        if (in && (all || to_float(e[j]) >= thr)) f |= 1u << j;
+        if (in && (kAll || to_float(e[j]) >= thr)) f |= 1u << j;
       }
     }
     // kPipe: the next tile's loads go out before this tile's scan, barrier and stores.
     uint4 nxt[kVecs];
-    if (kPipe && t0 + kTile < span) load(t0 + kTile, nxt);
+    if (kPipe && t0 + kTile < span) {
+      if (whole(t0 + kTile)) {
+        load_whole(t0 + kTile, nxt);
+      } else {
+        load(t0 + kTile, nxt);
+      }
+    }
     const int c = __popc(f);
     const int incl = warp_inclusive_scan_pred(c);
     if (lane == 31) ss.cnt[parity][warp] = incl;
     __syncthreads();
     const int wt = ss.cnt[parity][lane];
     const int total = __reduce_add_sync(0xffffffffu, wt);
-    if (n + total > mcap) return -1;  // uniform
+    if (n + total > mcap) return false;  // uniform
     const int o = n + __reduce_add_sync(0xffffffffu, lane < warp ? wt : 0) + incl - c;
     if (f != 0u) {
       // Shared-window byte offsets: one running offset for both arrays (a store each, one add);
@@ -298,8 +342,32 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, bool all, 
 #pragma unroll
       for (int u = 0; u < kVecs; ++u) raw[u] = nxt[u];
     }
+    parity ^= 1;
     // No barrier: the next tile writes the other parity's counts, and its barrier comes before
     // the tile after it rewrites these.
+    return true;
+  };
+  using Whole = std::integral_constant<bool, true>;
+  using Part = std::integral_constant<bool, false>;
+  int t0 = 0;
+  if (kPipe && span > 0) {
+    if (whole(0)) {
+      load_whole(0, raw);
+    } else {
+      load(0, raw);
+    }
+  }
+  if (kWholeTiles) {
+    if (span > 0 && !whole(0)) {  // a first tile that starts before the row (or is also its last)
+      if (!tile(Part{}, 0)) return -1;
+      t0 = kTile;
+    }
+    for (; t0 <= span - kTile; t0 += kTile) {
+      if (!tile(Whole{}, t0)) return -1;
+    }
+  }
+  for (; t0 < span; t0 += kTile) {  // bf16: every tile; f32: a last tile that ends past the row
+    if (!tile(Part{}, t0)) return -1;
   }
   __syncthreads();  // the candidates are complete
   return n;
@@ -343,7 +411,7 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
   uint32_t range;
   {
-    for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
+    zero_bins1(hist);
     if (tid == 0) ss.list_n = 0;
     uint32_t mx = 0u;
     for (int i = tid; i < n; i += kTopkThreads) {
@@ -362,11 +430,19 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
   uint32_t P = 0u;   // prefix of d above bit sp: the bins chosen so far
   int rem = k;       // winners still to place below the bins above
   for (;;) {
-    for (int base = 0; base < n; base += kTopkThreads) {
-      const int i = base + tid;
-      const uint32_t d = i < n ? keys[i] - lo : 0u;
-      const bool act = i < n && (sp == 32 || (d >> sp) == P);
-      hist_add(hist, (d >> s) & (kBins1 - 1), act);
+    // Four keys per thread and step (tid, tid + 1024, ...): hist_add_v's warp-wide test of a shared
+    // bin once per four keys, not hist_add's per key (~24 instructions per key and warp).
+    for (int base = 0; base < n; base += 4 * kTopkThreads) {
+      uint32_t bin[4];
+      bool act[4];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int i = base + v * kTopkThreads + tid;
+        const uint32_t d = i < n ? keys[i] - lo : 0u;
+        act[v] = i < n && (sp == 32 || (d >> sp) == P);
+        bin[v] = (d >> s) & (kBins1 - 1);
+      }
+      hist_add_v<4>(hist, bin, act);
     }
     __syncthreads();
     find_bin<true>(hist, kBins1, rem, sh);  // the level holds >= rem keys: n >= k, later the bin's count
@@ -401,7 +477,7 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
     sp = s;
     s = s > 12 ? s - 12 : 0;
     __syncthreads();  // hist[b] and sh read by every thread
-    for (int i = tid; i < kBins1; i += kTopkThreads) hist[i] = 0;
+    zero_bins1(hist);
     __syncthreads();
   }
   __syncthreads();  // sh read by every thread before the caller's block routines rewrite it
@@ -448,14 +524,15 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
   }
   constexpr int E = kSampledStreamBytes / static_cast<int>(sizeof(T));
   // The first l2_ahead tiles go out now, while the sample decides the threshold.
-  if (l2_ahead > 0) sampled_prefetch(g, 0, l2_ahead * E * kTopkThreads);
+  if (l2_ahead > 0) sampled_prefetch(g, 0, l2_ahead * E * kTopkThreads, threadIdx.x == 0);
   const bool all = len <= mcap;
   uint32_t lo = 0u;
   if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
   int n = -1;
   if (all || lo != 0u) {
-    n = sampled_stream<T, E, kPipe, kMinMcap ? kSampledMinMcap : 0>(g, all, all ? 0.0f : key_to_float(lo), mcap,
-                                                                    cand_key, cand_pos, ss, l2_ahead);
+    constexpr int kPosWords = kMinMcap ? kSampledMinMcap : 0;
+    n = all ? sampled_stream<T, E, kPipe, kPosWords, true>(g, 0.0f, mcap, cand_key, cand_pos, ss, l2_ahead)
+            : sampled_stream<T, E, kPipe, kPosWords, false>(g, key_to_float(lo), mcap, cand_key, cand_pos, ss, l2_ahead);
   }
   if (n >= k) {
     const auto pos_of = [&](int i) { return cand_pos[i]; };
