@@ -28,7 +28,9 @@
 //      ahead (slower from 2 tiles on with two CTAs per SM), and a CTA prefetching, once its row
 //      is streamed, the sample and first tile of the row that a CTA starting soon would take
 //      (1024 x 64K 119.7 -> 121.5 us), or running persistent CTAs that prefetch their own next
-//      row (121.3; their loop cost registers).
+//      row (121.3; their loop cost registers), or that copy their next row's sample into shared
+//      memory while streaming the current one (2026-12-03 17:50: 112.0 -> 128.1 us; spills, and
+//      the CTAs' phases stay aligned).
 //      The kernel is issue-bound, not bandwidth-bound (ncu, H200, 1024 x 64K f32, k = 2048: 3.0
 //      warp instructions issued per cycle and SM of 4, DRAM 41 % busy; its time follows the SM
 //      clock): 79.7 M warp instructions, half of them in the stream's loop (152 per warp and
