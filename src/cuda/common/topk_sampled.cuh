@@ -31,24 +31,25 @@
 //      row (121.3; their loop cost registers), or that copy their next row's sample into shared
 //      memory while streaming the current one (2026-12-03 17:50: 112.0 -> 128.1 us; spills, and
 //      the CTAs' phases stay aligned).
-//      The kernel is issue-bound, not bandwidth-bound (ncu, H200, 1024 x 64K f32, k = 2048: 3.0
-//      warp instructions issued per cycle and SM of 4, DRAM 41 % busy; its time follows the SM
-//      clock): 79.7 M warp instructions, half of them in the stream's loop (152 per warp and
-//      tile), a third once per warp (threshold, selection setup, write), the rest in the
-//      selection's loops. So the stream's block scan uses warp_inclusive_scan_pred (two
-//      instructions per step, not four), and with mcap = kSampledMinMcap (k <= 2048) a compile-time
-//      constant, cand_pos is an immediate offset from cand_key's store address (one fewer
-//      instruction per candidate slot): 152 -> ~135 per warp and tile, 1024 x 64K 119.4 ->
-//      115.5 us. Then whole tiles without per-thread bounds (~120 per warp and tile), the window
-//      select's histogram at four keys per hist_add_v and the histograms zeroed by one 16-byte
-//      store per thread: 1024 x 64K 114.1-114.5 -> 111.8-112.0 us, bf16 (whose stream kept its
-//      bounds) 103.5-103.7 -> 101.1, so the stream's instruction count is not what bounds it:
-//      the gain is the shorter threshold and selection, during which the CTA reads nothing.
-//      Nor is its loads' latency: tried and dropped (BENCHMARKS.md, 2026-12-03 16:15), the next
-//      whole tile copied into a 32 KB shared buffer (cp.async) while the CTA scans the current
-//      one (two CTAs per SM still fit; 112.0 -> 116.7 us), more tiles prefetched into L2 before
-//      the sample (2: 113.9, 3: 116.2, against 112.4-112.7 at 1) or none (114.0), and the sample
-//      loaded before that prefetch (within noise). Tried and dropped (BENCHMARKS.md, 2026-12-03 14:30): the CTAs of an SM taking
+//      ncu reads the kernel as issue-bound (H200, 1024 x 64K f32, k = 2048: 3.0 warp
+//      instructions issued per cycle and SM of 4, DRAM 41 % busy): 79.7 M warp instructions,
+//      half of them in the stream's loop (152 per warp and tile), a third once per warp
+//      (threshold, selection setup, write), the rest in the selection's loops. So the stream's
+//      block scan uses warp_inclusive_scan_pred (two instructions per step, not four), and with
+//      mcap = kSampledMinMcap (k <= 2048) a compile-time constant, cand_pos is an immediate offset
+//      from cand_key's store address (one fewer instruction per candidate slot): 152 -> ~135 per
+//      warp and tile, 1024 x 64K 119.4 -> 115.5 us. Then whole tiles without per-thread bounds
+//      (~120 per warp and tile), the window select's histogram at four keys per hist_add_v and
+//      the histograms zeroed by one 16-byte store per thread: 1024 x 64K 114.1-114.5 ->
+//      111.8-112.0 us, bf16 (whose stream kept its bounds) 103.5-103.7 -> 101.1. So the
+//      stream's instruction count is not what bounds it: the gain is the shorter threshold and
+//      selection (phase stamps: ~5 us each of a row's ~27, the stream ~16), during which the
+//      CTA reads nothing. Nor is the stream's load latency. Tried and dropped (BENCHMARKS.md,
+//      2026-12-03 16:15-17:50): the next whole tile copied into a 32 KB shared buffer
+//      (cp.async) while the CTA scans the current one (two CTAs per SM still fit; 112.0 -> 116.7
+//      us), more tiles prefetched into L2 before the sample (2: 113.9, 3: 116.2, against
+//      112.4-112.7 at 1) or none (114.0), and the sample loaded before that prefetch (within
+//      noise). Tried and dropped (BENCHMARKS.md, 2026-12-03 14:30): the CTAs of an SM taking
 //      turns to stream (a lock per SM: 124.0 us; a staggered start: 121-123), candidates' values
 //      gathered from L2 at the selection instead of stored in the stream (145: the row has left
 //      L2 by then, and each value costs a 32-byte sector), and 64 bytes per thread and tile in
