@@ -280,6 +280,13 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, float thr,
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) r[u] = __ldg(p + u);
   };
+  const auto load_any = [&](int t0, uint4 (&r)[kVecs]) {  // kPipe's loads a tile ahead: either body
+    if (whole(t0)) {
+      load_whole(t0, r);
+    } else {
+      load(t0, r);
+    }
+  };
   const bool prefetcher = l2_ahead > 0 && warp == 0;  // sampled_prefetch's issuer
   const int ahead = l2_ahead * kTile;
   int n = 0;
@@ -316,13 +323,7 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, float thr,
     }
     // kPipe: the next tile's loads go out before this tile's scan, barrier and stores.
     uint4 nxt[kVecs];
-    if (kPipe && t0 + kTile < span) {
-      if (whole(t0 + kTile)) {
-        load_whole(t0 + kTile, nxt);
-      } else {
-        load(t0 + kTile, nxt);
-      }
-    }
+    if (kPipe && t0 + kTile < span) load_any(t0 + kTile, nxt);
     const int c = __popc(f);
     const int incl = warp_inclusive_scan_pred(c);
     if (lane == 31) ss.cnt[parity][warp] = incl;
@@ -359,13 +360,7 @@ __device__ __forceinline__ int sampled_stream(const SampledRow<T>& g, float thr,
   using Whole = std::integral_constant<bool, true>;
   using Part = std::integral_constant<bool, false>;
   int t0 = 0;
-  if (kPipe && span > 0) {
-    if (whole(0)) {
-      load_whole(0, raw);
-    } else {
-      load(0, raw);
-    }
-  }
+  if (kPipe && span > 0) load_any(0, raw);
   if (kWholeTiles) {
     if (span > 0 && !whole(0)) {  // a first tile that starts before the row (or is also its last)
       if (!tile(Part{}, 0)) return -1;
