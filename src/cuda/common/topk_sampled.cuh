@@ -53,7 +53,14 @@
 //      turns to stream (a lock per SM: 124.0 us; a staggered start: 121-123), candidates' values
 //      gathered from L2 at the selection instead of stored in the stream (145: the row has left
 //      L2 by then, and each value costs a 32-byte sector), and 64 bytes per thread and tile in
-//      whole-warp vectors with packed per-vector counts (126; bf16 110 against 105).
+//      whole-warp vectors with packed per-vector counts (126; bf16 110 against 105). Tried and
+//      dropped (BENCHMARKS.md, 2026-12-03 18:25-19:15; 1024 x 64K 112.0-112.3 us): the same
+//      coalesced loads at 32 bytes per thread (113.5; bf16 100.5 -> 105.2), deeper L2 prefetch
+//      for the last rows (2-3 tiles for the last 132-396: 112.3-115.0) or more first tiles for
+//      the first wave (112.2-113.8), and a one-pass ordered select (~200 fewer instructions per
+//      warp and row; 112.5-112.8): the selection's time is its chain of barrier-separated steps,
+//      not their instructions. Rows beyond 1024 cost 67-68 % of copy; ~18 us of a launch (the
+//      first wave, the last rows) does not amortize over 1024.
 //   3. select: f32 rows: radix digits over key - (the threshold), whose first level spreads the
 //      candidates over 4096 bins (window_threshold); bf16 rows: the block radix select of
 //      topk_kernel.cuh over the n candidates (k <= n <= mcap). Then the ordered write and
