@@ -33,7 +33,8 @@ int topk_usage(int rc = 2) {
       "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L]\n"
       "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
-      "                         [--cluster-max N] [--cluster-v4-max N] [--sampled-min N] [--sampled-rows N]\n"
+      "                         [--cluster-max N] [--cluster-v4-max N] [--cluster-gather 0|1]\n"
+      "                         [--sampled-min N] [--sampled-rows N]\n"
       "                         [--sampled-select window|radix] [--sampled-pipe 0|1] [--sampled-l2 N]\n"
       "                         [--sampled-fixed 0|1]\n"
       "                         (plan tuning; --small-max N: keys-in-registers kernel for direct rows\n"
@@ -42,6 +43,8 @@ int topk_usage(int rc = 2) {
       "                         call needs at most N CTAs (one per 8192 positions), 0: never;\n"
       "                         --cluster-v4-max N: rows up to N wide take it at 4 keys per thread\n"
       "                         (a CTA per 4096 positions, still <= 8 per cluster), 0: never;\n"
+      "                         --cluster-gather 0: its threshold by two more cluster-wide digits\n"
+      "                         instead of the first digit's bin gathered into every CTA (default 1);\n"
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
       "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
       "                         for rows of width N .. 256K when there are at least that many rows\n"
@@ -74,6 +77,12 @@ int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
     t.cluster_max_ctas = std::atoi(v.c_str());
   } else if (a == "--cluster-v4-max") {
     t.cluster_v4_max_width = std::atoi(v.c_str());
+  } else if (a == "--cluster-gather") {
+    if (v != "0" && v != "1") {
+      std::fprintf(stderr, "bench: --cluster-gather expects 0 or 1, got %s\n", v.c_str());
+      return -1;
+    }
+    t.cluster_gather = v == "1";
   } else if (a == "--sampled-min") {
     t.sampled_min_width = std::atoi(v.c_str());
   } else if (a == "--sampled-pipe") {

@@ -594,11 +594,28 @@ TEST(GpuTopk, SmallRowKernelAndSharedMemoryDirect) {
 // k = 4096, repeated launches bitwise identical.
 class GpuTopkCluster : public ::testing::TestWithParam<int> {};
 
+// The cluster tests' rows built around the first digit's bin: k = 2048, values, two launches.
+Case bin_case(int64_t rows, int64_t width) {
+  Case c;
+  c.rows = rows;
+  c.width = width;
+  c.k = 2048;
+  c.values = true;
+  c.repeats = 2;
+  return c;
+}
+
+// Whether this device has thread-block cluster launch (the cluster kernel's tests skip without).
+bool cluster_launch() {
+  cuda::TopkDeviceLimits lim;
+  const bool ok = cuda::topk_device_limits(Exec{}, &lim).ok();
+  EXPECT_TRUE(ok) << "topk_device_limits";
+  return ok && lim.cluster;
+}
+
 TEST_P(GpuTopkCluster, KernelRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  cuda::TopkDeviceLimits lim;
-  ASSERT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
-  if (!lim.cluster) GTEST_SKIP() << "no thread-block cluster launch on this device";
+  if (!cluster_launch()) GTEST_SKIP() << "no thread-block cluster launch on this device";
   TopkTuningScope scope;
   cuda::topk_tuning().cluster_v4_max_width = GetParam();  // 0: 8 keys per thread on every row
   const bool v4 = GetParam() > 0;
@@ -669,12 +686,7 @@ TEST_P(GpuTopkCluster, KernelRows) {
   // needed whole) and 2500 keys (8 values: ties straddling CTAs, the third digit); 1000 keys above
   // it, the rest below. On 8 CTAs (the push pick), and on 4 or 2 (the pull).
   for (const int64_t width : {v4 ? int64_t(32768) : int64_t(65536), int64_t(16384)}) {
-    Case c;
-    c.rows = 4;
-    c.width = width;
-    c.k = 2048;
-    c.values = true;
-    c.repeats = 2;
+    Case c = bin_case(4, width);
     ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, ctas(c.width));
     const int in_bin[4] = {4096, 4097, 1048, 2500};
     std::vector<float> v(static_cast<size_t>(c.rows * c.width));
@@ -696,6 +708,83 @@ TEST_P(GpuTopkCluster, KernelRows) {
       }
     }
     run_case(c, v, {}, 4104);
+  }
+}
+
+// Below its first digit the cluster kernel gathers the keys of the chosen bin (at most 4096 in the
+// cluster, at most 4096 / C from each CTA) into every CTA, which then finds the threshold and its
+// winners' places alone; otherwise, or with TopkTuning::cluster_gather off, two more cluster-wide
+// digits. Rows built so that the first digit's bin ([1, 1.125)) holds the k-th key: its keys spread
+// over the row (the gather), crowded into one CTA's span beyond that CTA's share of the slots (the
+// fallback after the gather: first CTA, last CTA), with 8 levels (ties straddling CTAs, the third
+// digit) or 2000 (the second digit alone), and the bin needed whole (k - 1000 keys in it). Each row
+// set runs with the gather on and off; sorted output and values too.
+TEST_P(GpuTopkCluster, GatherAndFallback) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cluster_launch()) GTEST_SKIP() << "no thread-block cluster launch on this device";
+  TopkTuningScope scope;
+  cuda::topk_tuning().cluster_v4_max_width = GetParam();
+  Rng rng(42);
+  for (const int64_t width : {int64_t(65536), int64_t(40000), int64_t(16384)}) {
+    const int64_t V = width <= GetParam() && width <= 8 * 4096 ? 4 : 8;
+    const int64_t span = V * 1024;
+    const int C = static_cast<int>((width + span - 1) / span);
+    Case c = bin_case(6, width);
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, C) << width;
+    const int share = 4096 / C;
+    // Row r: how many keys in the bin, where (0: anywhere, 1: the first CTA's span, 2: the last's),
+    // and how many levels.
+    // `above`: keys above the bin (fewer than k, and k - above <= in_bin: the k-th key is in it).
+    struct Layout {
+      int in_bin, where, levels, above;
+    };
+    const int last_span = static_cast<int>(width - (C - 1) * span);
+    const int crowd_first = std::min<int>(static_cast<int>(span), share + 300);
+    const int crowd_last = std::min<int>(last_span - 10, share + 100);
+    const Layout rows[6] = {{3000, 0, 8, 1000},
+                            {3000, 0, 2000, 1000},
+                            {crowd_first, 1, 2000, c.k - crowd_first / 2},
+                            {crowd_last, 2, 8, c.k - crowd_last / 2},
+                            {1048, 0, 2000, 1000},
+                            {std::min<int>(static_cast<int>(span), 1200), 1, 8, 1000}};
+    std::vector<float> v(static_cast<size_t>(c.rows * c.width));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const Layout L = rows[r];
+      ASSERT_TRUE(L.above < c.k && c.k - L.above <= L.in_bin) << width << " row " << r;  // the k-th key is in the bin
+      std::vector<int64_t> pos(static_cast<size_t>(c.width));
+      std::iota(pos.begin(), pos.end(), int64_t(0));
+      // The bin's keys take the first in_bin entries of pos: anywhere, or inside one CTA's span.
+      const int64_t lo = L.where == 1 ? 0 : L.where == 2 ? (C - 1) * span : 0;
+      const int64_t hi = L.where == 0 ? c.width : L.where == 1 ? span : c.width;
+      std::vector<int64_t> inside(pos.begin() + lo, pos.begin() + hi), outside;
+      for (int64_t j = 0; j < c.width; ++j) {
+        if (j < lo || j >= hi) outside.push_back(j);
+      }
+      rng.shuffle(inside);
+      std::vector<int64_t> order(inside.begin(), inside.begin() + L.in_bin);
+      std::vector<int64_t> rest(inside.begin() + L.in_bin, inside.end());
+      rest.insert(rest.end(), outside.begin(), outside.end());
+      rng.shuffle(rest);
+      order.insert(order.end(), rest.begin(), rest.end());
+      for (int64_t j = 0; j < c.width; ++j) {
+        float x;
+        if (j < L.in_bin) {
+          x = 1.0f + 0.125f * static_cast<float>(rng.randint(0, L.levels - 1)) / static_cast<float>(L.levels);
+        } else if (j < L.in_bin + L.above) {
+          x = 2.0f + static_cast<float>(rng.uniform());  // above the bin
+        } else {
+          x = 0.5f * static_cast<float>(rng.uniform()) - 1.0f;  // below it
+        }
+        v[static_cast<size_t>(r * c.width + order[static_cast<size_t>(j)])] = x;
+      }
+    }
+    for (const bool gather : {true, false}) {
+      cuda::topk_tuning().cluster_gather = gather;
+      c.sorted = false;
+      run_case(c, v, {}, 4200 + static_cast<int>(width % 1000));
+      c.sorted = true;
+      run_case(c, v, {}, 4300 + static_cast<int>(width % 1000));
+    }
   }
 }
 

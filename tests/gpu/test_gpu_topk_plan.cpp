@@ -120,7 +120,22 @@ TEST(GpuTopkPlan, ClusterPolicy) {
   EXPECT_EQ(p.cluster, 8);
   EXPECT_EQ(p.small_v, 8);
   EXPECT_EQ(p.workspace_bytes, 0u);
-  EXPECT_EQ(p.smem_final, size_t(2 * 4096 + 4) * 4);
+  // (sel_key, sel_pos) for k <= 4096, the (greater, equal) totals padded to 16 bytes, then the
+  // gather: 4096 keys, 8 + 8 per-CTA counts and a slot counter (u32 words).
+  EXPECT_EQ(p.smem_final, size_t(2 * 4096 + 8 + 4096 + 2 * 8 + 1) * 4);
+  EXPECT_TRUE(p.cluster_gather);
+  ASSERT_TRUE(plan_topk(1, 16384, 2048, kH200Cluster, &p).ok());  // one row of 4 CTAs: the digits
+  EXPECT_EQ(p.cluster, 4);
+  EXPECT_FALSE(p.cluster_gather);
+  ASSERT_TRUE(plan_topk(2, 16384, 2048, kH200Cluster, &p).ok());  // several rows: the gather
+  EXPECT_TRUE(p.cluster_gather);
+  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p).ok());
+  {
+    testing_gpu::TopkTuningScope scope;
+    cuda::topk_tuning().cluster_gather = false;
+    ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p).ok());
+    EXPECT_FALSE(p.cluster_gather);
+  }
   ASSERT_TRUE(plan_topk(12, 65536, 2048, kH200Cluster, &p).ok());
   EXPECT_EQ(p.cluster, 8);
   ASSERT_TRUE(plan_topk(48, 8193, 512, kSm120Cluster, &p).ok());

@@ -6,18 +6,24 @@
 // each CTA finds the chunk from those, then the bin from the chunk's bins read from every CTA
 // through distributed shared memory (cluster_digit_push; clusters of up to 4 CTAs read the totals
 // remotely too, cluster_digit), so all CTAs find the same bin without a trip through global memory
-// or another launch. The per-CTA (greater, equal)
-// totals are exchanged the same way, so each CTA places its winners in index order at the right
-// offsets; unsorted output goes straight to the outputs, sorted output is gathered into CTA 0,
-// which sorts and writes it. The split plan this replaces for such rows runs two kernels (chunk
+// or another launch. Below the first digit, when its chosen bin holds at most kClusterGather keys
+// (TopkTuning::cluster_gather), every CTA sends its keys in that bin and its count of keys in
+// higher bins to every CTA (cluster_gather); after one cluster barrier each CTA finds the threshold
+// among those keys and the winners before its own positions by itself (gather_resolve). Otherwise
+// the second and third digits run cluster-wide like the first, and the per-CTA (greater, equal)
+// totals are exchanged the same way. Either way each CTA places its winners in index order at the
+// right offsets; unsorted output goes straight to the outputs, sorted output is gathered into CTA
+// 0, which sorts and writes it. The split plan this replaces for such rows runs two kernels (chunk
 // top-ks, then a final selection over C x k candidates) and writes / reads the candidates.
 //
-// Shared memory (dynamic, kClusterSmemWords u32): [hist1 4096][csum1 64][hist2 1024][csum2 16]
+// Shared memory (dynamic, kClusterKernelSmemBytes; the fused cluster merge uses the first
+// kClusterSmemWords u32 alike): [hist1 4096][csum1 64][hist2 1024][csum2 16]
 // [hist3 1024][csum3 16] ... [tot 4] at word 8192: this CTA's histograms (read by the others) and
 // their 64-bin chunk totals (read by the others where they pull them: the fused cluster merge, and
 // clusters of up to 4 CTAs; larger clusters push them into ClusterPickShared instead), and its
 // (greater, equal) totals. For sorted output, CTA 0's first
 // 2 k_pad <= 8192 words (the histograms, no longer read by then) receive (sel_key, sel_pos).
+// Then, at word kClusterGatherOffset, the gather's ClusterGatherShared (written by every CTA).
 #pragma once
 #include <cooperative_groups.h>
 
@@ -35,6 +41,21 @@ constexpr int kClusterV = 8;        // keys per thread
 constexpr int kClusterV4 = 4;       // ... for rows of at most TopkTuning::cluster_v4_max_width
 constexpr int kClusterSelWords = 2 * kMaxK;            // CTA 0's (sel_key, sel_pos), sorted output
 constexpr int kClusterSmemWords = kClusterSelWords + 4;  // + this CTA's (greater, equal) totals
+// The gather (cluster_gather): the first digit's chosen bin holds at most kClusterGather keys in
+// the cluster, at most kClusterGather / C (rounded down to a power of two) from each CTA; every CTA
+// receives all of them.
+constexpr int kClusterGather = 4096;
+struct ClusterGatherShared {
+  uint32_t key[kClusterGather];  // [source rank][1 << gather_slot_bits(C)]: the bin's keys of each CTA
+  int cnt[kClusterMaxCtas];      // keys in the bin, by source rank
+  int above[kClusterMaxCtas];    // keys in higher bins, by source rank
+  int local_n;                   // this CTA's slots taken so far
+};
+// topk_cluster_kernel's dynamic shared memory: the words above, then a ClusterGatherShared.
+constexpr int kClusterGatherOffset = kClusterSmemWords + 4;  // words, 16-byte aligned
+constexpr size_t kClusterKernelSmemBytes = kClusterGatherOffset * 4 + sizeof(ClusterGatherShared);
+// With the kernel's static shared memory, more than 48 KiB: set_smem opts in (it does so only above).
+static_assert(kClusterKernelSmemBytes > 48 * 1024, "topk_cluster_kernel: set_smem must raise its limit");
 static_assert(kBins1 + kBins1 / 64 + 2 * (kBins2 + kBins2 / 64) <= kClusterSelWords, "histograms below tot");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -295,6 +316,152 @@ __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const
   }
   __syncthreads();
 }
+
+// The gather's slots per source CTA: kClusterGather / C rounded down to a power of two (2048, 1024
+// or 512), so that a slot's source is a shift.
+__device__ __forceinline__ int gather_slot_bits(int C) { return C <= 2 ? 11 : C <= 4 ? 10 : 9; }
+
+// The gather (TopkTuning::cluster_gather), once the first digit chose bin b1 of the cluster-wide
+// histogram and that bin holds at most kClusterGather keys: this CTA's keys in the bin are stored
+// into every CTA's ClusterGatherShared (slots [rank Gs, rank Gs + Gs), Gs = 1 << gather_slot_bits;
+// keys past Gs are dropped, and the count tells every CTA so), with this CTA's counts of keys in
+// the bin and in higher bins (from its own histogram and chunk totals: own_csum). Block-wide; no
+// barrier: the cluster barrier after it publishes everything. Replaces the second and third
+// cluster-wide digits (a histogram, a cluster barrier and a remote pick each) and the exchange of
+// per-CTA counts (another cluster barrier and remote reads) by one cluster barrier: each CTA then
+// finds the threshold among the gathered keys itself (gather_resolve). Its code is short and
+// rolled where it can be: each phase of the kernel is fetched cold (see topk_cluster_kernel).
+template <int V>
+__device__ __forceinline__ void cluster_gather(const uint32_t (&key)[V], int base, int len, uint32_t b1, int C,
+                                               int rank, const uint32_t* hist1, const uint32_t* own_csum,
+                                               ClusterGatherShared& gs) {
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int Gs = 1 << gather_slot_bits(C);
+  uint32_t m = 0u;  // this thread's keys in the bin
+#pragma unroll
+  for (int v = 0; v < V; ++v) m |= base + v < len && (key[v] >> 20) == b1 ? 1u << v : 0u;
+  const int n = __popc(m);
+  const int incl = warp_inclusive_scan(n);
+  if (__shfl_sync(0xffffffffu, incl, 31) != 0) {  // warp-uniform
+    int slot0 = 0;
+    if (lane == 31) slot0 = atomicAdd(&gs.local_n, incl);
+    int slot = __shfl_sync(0xffffffffu, slot0, 31) + incl - n;  // this thread's first
+    const uint32_t row0 = static_cast<uint32_t>(__cvta_generic_to_shared(&gs.key[rank * Gs]));
+#pragma unroll 1
+    for (; m != 0u; m &= m - 1u, ++slot) {
+      const int v = __ffs(m) - 1;
+      uint32_t kv = key[0];
+#pragma unroll
+      for (int u = 1; u < V; ++u) kv = v == u ? key[u] : kv;
+      if (slot < Gs) {
+        const uint32_t a = row0 + 4u * static_cast<uint32_t>(slot);
+#pragma unroll 1
+        for (int q = 0; q < C; ++q) {
+          uint32_t ra;
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(q));
+          dsmem_st(ra, kv);
+        }
+      }
+    }
+  }
+  if (warp == 1) {  // keys in higher bins: chunks above b1's, then bins above b1 in its chunk
+    const int ch = static_cast<int>(b1) / kClusterChunk, in = static_cast<int>(b1) % kClusterChunk;
+    uint32_t s = 0u;
+#pragma unroll
+    for (int j = lane; j < kClusterChunk; j += 32) {
+      s += j > ch ? own_csum[j] : 0u;
+      s += j > in ? hist1[ch * kClusterChunk + j] : 0u;
+    }
+    s = __reduce_add_sync(0xffffffffu, s);
+    const uint32_t cnt = hist1[b1];
+    if (lane < C) {
+      dsmem_st(dsmem_addr(&gs.cnt[rank], lane), cnt);
+      dsmem_st(dsmem_addr(&gs.above[rank], lane), s);
+    }
+  }
+}
+
+// After the gather's cluster barrier, in every CTA alike: false when some CTA had more keys in the
+// bin than its slots (uniform: every CTA reads the same counts; the caller then runs the
+// cluster-wide digits). Else the threshold among the gathered keys (the k_rem-th largest of the
+// bin, as the second and third digits would find it: T_key / need as digits_done gives them),
+// the keys in higher bins of the CTAs before this one (*above_before), and this thread's share of
+// the gathered keys of those CTAs above T / equal to T (*list_packed: equal << 16 | greater).
+// hist2 / hist3: zeroed kBins2-word histograms. Block-wide; ends synced.
+// Tried and dropped (H200, topk, k = 2048, against this form in other calls of one session): one
+// warp finding each digit's bin (two barriers a digit instead of three; 1 x 64K 13.0 -> 13.2 us,
+// 8 x 64K 14.6 -> 15.5), and one warp doing the whole selection, histograms included (1 x 64K
+// 15.9, 8 x 64K 19.1-19.3: its loops over the keys wait on each load).
+__device__ __forceinline__ bool gather_resolve(uint32_t b1, int k_rem, int C, int rank, const ClusterGatherShared& gs,
+                                               uint32_t* hist2, uint32_t* hist3, TopkShared& sh, uint32_t* T_key,
+                                               int* need, int* list_packed, int* above_before) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int bits = gather_slot_bits(C), Gs = 1 << bits;
+  bool fits = true;
+  int before = 0;
+#pragma unroll 1
+  for (int q = 0; q < C; ++q) {
+    fits = fits && gs.cnt[q] <= Gs;
+    before += q < rank ? gs.above[q] : 0;
+  }
+  if (!fits) return false;
+  constexpr int J = kClusterGather / kTopkThreads;
+  uint32_t lk[J];
+  unsigned val = 0u;  // bit j: slot tid + j 1024 holds a key
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const int i = tid + j * kTopkThreads, q = i >> bits;
+    const bool ok = q < C && (i & (Gs - 1)) < gs.cnt[q < C ? q : 0];
+    lk[j] = ok ? gs.key[i] : 0u;
+    val |= ok ? 1u << j : 0u;
+  }
+  // The second digit (bits 19..10), then, unless its bin is needed whole, the third (9..0): one
+  // rolled copy of the code, as the kernel's own digits.
+  uint32_t p = b1;
+  int kr = k_rem;
+#pragma unroll 1
+  for (int d = 1;; ++d) {
+    const int shift = d == 1 ? 10 : 0;
+    uint32_t* hist = d == 1 ? hist2 : hist3;
+    uint32_t bin[J];
+    bool act[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      act[j] = (val >> j & 1u) != 0u && (lk[j] >> (shift + 10)) == p;
+      bin[j] = (lk[j] >> shift) & (kBins2 - 1u);
+    }
+    hist_add_v<J>(hist, bin, act);
+    __syncthreads();
+    find_bin(hist, kBins2, kr, sh);  // ends synced
+    const uint32_t b = sh.bin;
+    p = (p << 10) | b;
+    kr -= sh.above;
+    if (digits_done(d, p, kr, static_cast<int>(hist[b]), T_key, need)) break;
+  }
+  int g = 0, e = 0;
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const bool mine = (val >> j & 1u) != 0u && ((tid + j * kTopkThreads) >> bits) < rank;
+    g += mine && lk[j] > *T_key ? 1 : 0;
+    e += mine && lk[j] == *T_key ? 1 : 0;
+  }
+  *list_packed = (e << 16) | g;
+  *above_before = before;
+  return true;
+}
+
+// block_exclusive_scan<false> of v, plus the block-wide total of `extra` in every thread's result
+// (one barrier).
+__device__ __forceinline__ int block_exclusive_scan_plus(int v, int extra, TopkShared& sh) {
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int x = warp_inclusive_scan(v);
+  const int e = __reduce_add_sync(0xffffffffu, extra);
+  if (lane == 31) sh.warp_scan[warp] = x;
+  if (lane == 0) sh.warp_gt[warp] = e;
+  __syncthreads();
+  const int before = __reduce_add_sync(0xffffffffu, (lane < warp ? sh.warp_scan[lane] : 0) + sh.warp_gt[lane]);
+  return before + x - v;
+}
 #endif
 
 // grid (C, R), cluster (C, 1, 1): CTA c of cluster r works on row r. Rows of len <= k take CTA 0
@@ -306,10 +473,11 @@ __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const
 // the other variant's code (H200, f32, 8 keys per thread, unsorted, push: 8,344 -> 3,064 SASS
 // instructions with the rolled digits below and write_short_row; paged_mqa_topk 1 x 64K 26.7-27.0
 // -> 25.5-25.6 us, BENCHMARKS.md 2026-12-03).
-template <typename T, int V, bool kSorted, bool kPush>
+// kGather: the gather's code is compiled in (the argument `gather` then decides per call).
+template <typename T, int V, bool kSorted, bool kPush, bool kGather>
 __global__ void __launch_bounds__(kTopkThreads)
     topk_cluster_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
-                        int64_t ld, TopkRowBounds rb, int k, int k_pad, TopkOutputs out) {
+                        int64_t ld, TopkRowBounds rb, int k, int k_pad, bool gather, TopkOutputs out) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
 #if DSATTN_TOPK_CLUSTER_DEVICE
@@ -327,6 +495,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   const T* src = row_ptr(logits, ld, r) + start;
   const ClusterHists h(topk_dyn_smem);
   int* tot = reinterpret_cast<int*>(topk_dyn_smem + kClusterSelWords);
+  ClusterGatherShared& gs = *reinterpret_cast<ClusterGatherShared*>(topk_dyn_smem + kClusterGatherOffset);
   uint32_t* sel_key = topk_dyn_smem;
   int* sel_pos = reinterpret_cast<int*>(topk_dyn_smem + k_pad);
   if (len <= k) {  // uniform over the cluster
@@ -353,6 +522,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     }
   };
   h.zero();
+  if (tid == 0) gs.local_n = 0;
   const int base = c * V * kTopkThreads + tid * V;
   uint32_t key[V];
   load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
@@ -366,41 +536,62 @@ __global__ void __launch_bounds__(kTopkThreads)
   int k_rem = k - pick.above;
   uint32_t T_key;
   int need;
-  // The second and third digits in one rolled copy of their code, as in topk_small_kernel; the
-  // whole 22-bit bin needed ends it after the second (uniform over the cluster).
+  int g_before = 0, e_before = 0;
+  bool gathered = false;
+  if (kGather && gather && pick.count <= kClusterGather) {  // uniform over the cluster
+    cluster_gather<V>(key, base, len, prefix, C, c, h.hist1, kPush ? &ps.csum[0][c][0] : h.csum1, gs);
+    cluster_sync();  // every CTA's keys in the bin, and its counts
+    int list_packed;
+    gathered = gather_resolve(prefix, k_rem, C, c, gs, h.hist2, h.hist3, sh, &T_key, &need, &list_packed, &g_before);
+    if (gathered) {
+      const int packed = block_exclusive_scan_plus(run_counts(key, base, len, T_key), list_packed, sh);
+      g_before += packed & 0xffff;
+      e_before = packed >> 16;
+    }
+    // Else some CTA had more keys in the bin than its slots: the cluster-wide digits below.
+  }
+  if (!gathered) {
+    // The second and third digits in one rolled copy of their code, as in topk_small_kernel; the
+    // whole 22-bit bin needed ends it after the second (uniform over the cluster).
 #pragma unroll 1
-  for (int d = 1;; ++d) {
-    uint32_t* hist = d == 1 ? h.hist2 : h.hist3;
-    run_digit10(key, base, len, prefix, d == 1 ? 10 : 0, act, bin);
-    hist_add_v<V>(hist, bin, act);
-    digit(d, hist, d == 1 ? h.csum2 : h.csum3, kBins2, k_rem);
-    prefix = (prefix << 10) | pick.bin;
-    k_rem -= pick.above;
-    if (digits_done(d, prefix, k_rem, pick.count, &T_key, &need)) break;
+    for (int d = 1;; ++d) {
+      uint32_t* hist = d == 1 ? h.hist2 : h.hist3;
+      run_digit10(key, base, len, prefix, d == 1 ? 10 : 0, act, bin);
+      hist_add_v<V>(hist, bin, act);
+      digit(d, hist, d == 1 ? h.csum2 : h.csum3, kBins2, k_rem);
+      prefix = (prefix << 10) | pick.bin;
+      k_rem -= pick.above;
+      if (digits_done(d, prefix, k_rem, pick.count, &T_key, &need)) break;
+    }
+    // Counts per CTA stay below 2^15 (V x 1024 <= 8192 keys), so both prefixes share one scan.
+    const int counts = run_counts(key, base, len, T_key);
+    const int packed = block_exclusive_scan<false>(counts, sh);  // the cluster barrier follows
+    g_before = packed & 0xffff;
+    e_before = packed >> 16;
+    if (tid == kTopkThreads - 1) {
+      tot[0] = g_before + (counts & 0xffff);
+      tot[1] = e_before + (counts >> 16);
+    }
+    cluster_sync();  // every CTA's totals
+    g_before += cluster_prefix_word(tot, 0, c);  // the winners of the CTAs before this one (index order)
+    e_before += cluster_prefix_word(tot, 1, c);
   }
-  // Counts per CTA stay below 2^15 (V x 1024 <= 8192 keys), so both prefixes share one scan.
-  const int counts = run_counts(key, base, len, T_key);
-  const int packed = block_exclusive_scan<false>(counts, sh);  // the cluster barrier follows
-  int g_before = packed & 0xffff, e_before = packed >> 16;
-  if (tid == kTopkThreads - 1) {
-    tot[0] = g_before + (counts & 0xffff);
-    tot[1] = e_before + (counts >> 16);
-  }
-  cluster_sync();  // every CTA's totals
-  g_before += cluster_prefix_word(tot, 0, c);  // the winners of the CTAs before this one (index order)
-  e_before += cluster_prefix_word(tot, 1, c);
+  // One copy of the write for both ways (each phase's code is fetched cold: see above).
   if constexpr (!kSorted) {
-    cluster_arrive();  // this CTA's reads of the others are done; wait below before exiting
+    // After the gather no CTA reads another's shared memory any more; after the digits, this
+    // CTA's reads of the others are done (arrive), and it waits before exiting.
+    if (!gathered) cluster_arrive();
     run_write(key, base, len, T_key, need, g_before, e_before, src, r, out);  // index order
-    cluster_wait();  // no CTA leaves while another may still read its shared memory
+    if (!gathered) cluster_wait();  // no CTA leaves while another may still read its shared memory
   } else {
+    if (gathered) cluster_sync();  // every CTA is past its selection: CTA 0's histograms take the winners
     run_stage(key, base, len, T_key, need, g_before, e_before, cluster.map_shared_rank(sel_key, 0),
               cluster.map_shared_rank(sel_pos, 0));  // into CTA 0
     cluster_sync();  // the winners are in CTA 0; every read of another CTA is done
     if (c == 0) finish_row(sel_key, sel_pos, k, k, k_pad, kSorted, src, r, out);
   }
 #else
-  (void)logits; (void)ld; (void)rb; (void)k; (void)k_pad; (void)out;
+  (void)logits; (void)ld; (void)rb; (void)k; (void)k_pad; (void)gather; (void)out;
   __trap();  // never launched: the plan takes this kernel only on devices with cluster launch
 #endif
 }

@@ -6,7 +6,7 @@
 //   direct (row fits in shared memory):      topk_final_kernel<T, false>  (one CTA per row), or
 //                                            topk_small_kernel<T, V, sorted> (rows of <= 8K, keys
 //                                            in registers)
-//   cluster (sm_90+, few rows of 8K..64K):   topk_cluster_kernel<T, V, sorted, push>
+//   cluster (sm_90+, few rows of 8K..64K):   topk_cluster_kernel<T, V, sorted, push, gather>
 //                                            (topk_cluster.cuh)
 //   split  (long rows, or few rows):         topk_chunk_kernel<T>  -> [topk_merge_kernel]* ->
 //                                            topk_final_kernel<T, true>

@@ -27,6 +27,7 @@ struct TopkPlan {
   int small_v = 0;         // direct rows of <= small_v * 1024 positions: topk_small_kernel<T, small_v, sorted>
   int cluster = 0;         // > 0: topk_cluster_kernel, a cluster of `cluster` CTAs per row, keys in
                            // registers (small_v per thread); chunks / chunk_len describe the CTAs
+  bool cluster_gather = true;  // topk_cluster_kernel gathers the first digit's bin (TopkTuning)
   int chunks = 1;          // C: chunks per row (split mode)
   int chunk_len = 0;       // positions per chunk
   static constexpr int kMaxLevels = 8;
@@ -94,6 +95,20 @@ struct TopkTuning {
   // logits route 1 x 16K 24.5 -> 22.1-22.5, 4 x 16K 29.2-31.3 -> 26.7-26.8. Wider rows lost with
   // 16-CTA clusters (a non-portable size): 1 x 64K 13.1 -> 14.4-14.6, 4 x 64K 15.9 -> 17.6.
   int cluster_v4_max_width = 32768;
+  // The cluster kernel's threshold below the first digit: the keys of the first digit's chosen bin
+  // (at most kClusterGather in the cluster) gathered into every CTA, which finds the threshold among
+  // them and its place in the row without another cluster barrier (true: on calls of several rows
+  // and on rows of more than 4 CTAs); or two more cluster-wide radix digits and an exchange of
+  // per-CTA counts (false, and single rows of at most 4 CTAs; bench topk --cluster-gather 0).
+  // H200, k = 2048, f32, L2 flushed, digits (HEAD 490eea6's binary) -> gather, us, two rounds in
+  // each of two calls (BENCHMARKS.md, 2026-12-03 21:30-22:35): 8 x 64K 16.2-16.35 -> 14.5-14.7,
+  // 5 x 40000 15.2 -> 13.6-13.7, 20 x 32K 15.4-15.5 -> 14.1-14.3, 3 x 20000 13.6-13.7 -> 12.2-12.4,
+  // 12 x 32K 14.7-14.8 -> 13.1-13.3, 1 x 32K 11.8-12.1 -> 11.4-11.5, 1 x 64K 13.1-13.2 -> 12.9-13.1;
+  // paged_mqa_topk's logits route 4 x 64K 39.6-40.6 -> 37.5-38.0, 2 x 32K next_n 2 30.9-31.4 ->
+  // 28.9-29.2, 1 x 64K level (25.3-25.5). Single rows of 3-4 CTAs lost with it (1 x 16K 10.4 ->
+  // 10.9, 1 x 12000 10.2 -> 10.7: the pull digits are cheap there), and by 0.2-0.5 us even with it
+  // off while its code was in their kernel (hence topk_cluster_kernel's kGather).
+  bool cluster_gather = true;
   // Rows the split plan would break into chunks (wider than one CTA's shared memory, or split to
   // fill the SMs), of sampled_min_width .. 256K positions and at least 8 round_up(k, 4), take the
   // sampled-threshold kernel (topk_sampled.cuh) when there are at least sampled_min_rows of them
