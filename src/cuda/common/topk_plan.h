@@ -105,7 +105,9 @@ struct TopkTuning {
   // 5 x 40000 15.2 -> 13.6-13.7, 20 x 32K 15.4-15.5 -> 14.1-14.3, 3 x 20000 13.6-13.7 -> 12.2-12.4,
   // 12 x 32K 14.7-14.8 -> 13.1-13.3, 1 x 32K 11.8-12.1 -> 11.4-11.5, 1 x 64K 13.1-13.2 -> 12.9-13.1;
   // paged_mqa_topk's logits route 4 x 64K 39.6-40.6 -> 37.5-38.0, 2 x 32K next_n 2 30.9-31.4 ->
-  // 28.9-29.2, 1 x 64K level (25.3-25.5). Single rows of 3-4 CTAs lost with it (1 x 16K 10.4 ->
+  // 28.9-29.2, 1 x 64K level (25.3-25.5); bf16 1 x 64K 15.7-15.9 -> 13.8, 8 x 64K 16.0-16.1 -> 14.1;
+  // sorted f32 1 x 64K 32.8-33.0 -> 33.6-33.7 (one more cluster barrier before CTA 0 takes the
+  // winners). Single rows of 3-4 CTAs lost with it (1 x 16K 10.4 ->
   // 10.9, 1 x 12000 10.2 -> 10.7: the pull digits are cheap there), and by 0.2-0.5 us even with it
   // off while its code was in their kernel (hence topk_cluster_kernel's kGather).
   bool cluster_gather = true;
