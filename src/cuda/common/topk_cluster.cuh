@@ -112,11 +112,15 @@ struct ClusterPick {
 // Distributed shared memory through explicit shared::cluster addresses (mapa + ld.shared::cluster).
 // The loads are volatile asm, so they stay in program order, but nothing waits between them: the
 // N loads of a pick step are all in flight at once.
-__device__ __forceinline__ uint32_t dsmem_addr(const void* p, int rank) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+// dsmem_map: a shared-window address of this CTA -> the same word in CTA `rank`; dsmem_addr: the
+// same from a pointer.
+__device__ __forceinline__ uint32_t dsmem_map(uint32_t a, int rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
   return r;
+}
+__device__ __forceinline__ uint32_t dsmem_addr(const void* p, int rank) {
+  return dsmem_map(static_cast<uint32_t>(__cvta_generic_to_shared(p)), rank);
 }
 __device__ __forceinline__ void dsmem_st(uint32_t addr, uint32_t v) {
   asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
@@ -356,11 +360,7 @@ __device__ __forceinline__ void cluster_gather(const uint32_t (&key)[V], int bas
       if (slot < Gs) {
         const uint32_t a = row0 + 4u * static_cast<uint32_t>(slot);
 #pragma unroll 1
-        for (int q = 0; q < C; ++q) {
-          uint32_t ra;
-          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(q));
-          dsmem_st(ra, kv);
-        }
+        for (int q = 0; q < C; ++q) dsmem_st(dsmem_map(a, q), kv);
       }
     }
   }
