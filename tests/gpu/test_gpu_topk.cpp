@@ -712,7 +712,7 @@ TEST_P(GpuTopkCluster, KernelRows) {
 }
 
 // Below its first digit the cluster kernel gathers the keys of the chosen bin (at most 4096 in the
-// cluster, at most 4096 / C from each CTA) into every CTA, which then finds the threshold and its
+// cluster, at most 4096 / C rounded down to a power of two from each CTA) into every CTA, which then finds the threshold and its
 // winners' places alone; otherwise, or with TopkTuning::cluster_gather off, two more cluster-wide
 // digits. Rows built so that the first digit's bin ([1, 1.125)) holds the k-th key: its keys spread
 // over the row (the gather), crowded into one CTA's span beyond that CTA's share of the slots (the
@@ -731,7 +731,7 @@ TEST_P(GpuTopkCluster, GatherAndFallback) {
     const int C = static_cast<int>((width + span - 1) / span);
     Case c = bin_case(6, width);
     ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, C) << width;
-    const int share = 4096 / C;
+    const int share = C <= 2 ? 2048 : C <= 4 ? 1024 : 512;  // slots per CTA: 4096 / C, a power of two
     // Row r: how many keys in the bin, where (0: anywhere, 1: the first CTA's span, 2: the last's),
     // and how many levels.
     // `above`: keys above the bin (fewer than k, and k - above <= in_bin: the k-th key is in it).
@@ -751,15 +751,11 @@ TEST_P(GpuTopkCluster, GatherAndFallback) {
     for (int64_t r = 0; r < c.rows; ++r) {
       const Layout L = rows[r];
       ASSERT_TRUE(L.above < c.k && c.k - L.above <= L.in_bin) << width << " row " << r;  // the k-th key is in the bin
-      std::vector<int64_t> pos(static_cast<size_t>(c.width));
-      std::iota(pos.begin(), pos.end(), int64_t(0));
-      // The bin's keys take the first in_bin entries of pos: anywhere, or inside one CTA's span.
-      const int64_t lo = L.where == 1 ? 0 : L.where == 2 ? (C - 1) * span : 0;
-      const int64_t hi = L.where == 0 ? c.width : L.where == 1 ? span : c.width;
-      std::vector<int64_t> inside(pos.begin() + lo, pos.begin() + hi), outside;
-      for (int64_t j = 0; j < c.width; ++j) {
-        if (j < lo || j >= hi) outside.push_back(j);
-      }
+      // The bin's keys take in_bin positions of [lo, hi): anywhere, or inside one CTA's span.
+      const int64_t lo = L.where == 2 ? (C - 1) * span : 0;
+      const int64_t hi = L.where == 1 ? span : c.width;
+      std::vector<int64_t> inside, outside;
+      for (int64_t j = 0; j < c.width; ++j) (j >= lo && j < hi ? inside : outside).push_back(j);
       rng.shuffle(inside);
       std::vector<int64_t> order(inside.begin(), inside.begin() + L.in_bin);
       std::vector<int64_t> rest(inside.begin() + L.in_bin, inside.end());
