@@ -98,13 +98,18 @@ struct IdxCase {
   int width_extra = 37;    // logits width = longest length + extra
   int bad_pages = 0;       // block-table entries (within lengths) pointing outside the cache
   int reps = 1;            // extra runs checked for bitwise identity
+  // MXFP4 key block exponents drawn in [key_exp_lo, key_exp_lo + key_exp_span): the default span
+  // keeps every key within the 14 exponents the Hopper kernel folds into E4M3 exactly; wider spans
+  // round its smallest blocks (indexer_dequant.cuh).
+  int key_exp_lo = 120, key_exp_span = 12;
   uint64_t seed = 1;
   const char* kernel = nullptr;  // DSATTN_INDEXER_KERNEL for this run (set by run_case)
-  // The Hopper kernel takes it: FP8, D = 128, H <= 64, S % 8 == 0, 16-byte aligned pages. A forced
-  // shared-memory budget stands for the sm_120 configuration: the portable kernel.
+  // The Hopper kernel takes it: FP8 or MXFP4, D = 128, H <= 64, S % 8 == 0, 16-byte aligned pages.
+  // A forced shared-memory budget stands for the sm_120 configuration: the portable kernel.
   bool hopper_eligible() const {
-    const int64_t stride = int64_t(S) * (D + 4) + pad_stride;
-    return fmt == IndexerFormat::kFp8 && D == 128 && H <= 64 && S % 8 == 0 && stride % 16 == 0 && smem_budget == 0;
+    const int rb = fmt == IndexerFormat::kFp8 ? D : D / 2;
+    const int64_t stride = int64_t(S) * (rb + 4) + pad_stride;
+    return D == 128 && H <= 64 && S % 8 == 0 && stride % 16 == 0 && smem_budget == 0;
   }
   std::string name() const {
     char buf[300];
@@ -238,7 +243,7 @@ void build_case(const IdxCase& c, HostIdx* h) {
       } else {
         for (int i = 0; i < c.D / 2; ++i) base[int64_t(o) * (c.D / 2) + i] = static_cast<uint8_t>(rng());
         uint32_t sc = 0;
-        for (int k = 0; k < c.D / 32; ++k) sc |= uint32_t(120 + rng() % 12) << (8 * k);
+        for (int k = 0; k < c.D / 32; ++k) sc |= uint32_t(c.key_exp_lo + rng() % c.key_exp_span) << (8 * k);
         std::memcpy(base + int64_t(c.S) * (c.D / 2) + 4 * o, &sc, 4);
       }
     }
@@ -676,6 +681,28 @@ TEST(GpuIndexer, Mxfp4) {
     }
   IdxCase c;
   c.fmt = IndexerFormat::kMxfp4; c.lens = LensMode::kVarlen; c.B = 3; c.seed = 1200;
+  run_case(c);
+}
+
+// MXFP4 at the DeepSeek shapes on every kernel (on Hopper: the warp-specialized and tile kernels,
+// whose keys are folded into E4M3 registers, and the portable one): 64 heads, next_n 1 and 2,
+// 32- and 64-state pages, padded strides, bad pages, 20 re-runs bitwise identical; then key
+// block exponents spanning 40 (blocks up to 39 exponents below a key's largest: rounded on the
+// Hopper kernels, still within the 2e-4 bound), and bf16 logits.
+TEST(GpuIndexer, Mxfp4DeepSeekShapes) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {1, 2})
+    for (int S : {32, 64}) {
+      IdxCase c;
+      c.fmt = IndexerFormat::kMxfp4; c.N = N; c.S = S; c.H = 64; c.B = 3; c.max_ctx = 3000;
+      c.pad_stride = S == 32 ? 16 : 0; c.bad_pages = S == 64 ? 2 : 0; c.reps = S == 32 && N == 1 ? 20 : 1;
+      c.seed = 1800 + 10 * N + S;
+      run_case(c);
+    }
+  IdxCase c;
+  c.fmt = IndexerFormat::kMxfp4; c.B = 2; c.max_ctx = 2000; c.key_exp_lo = 100; c.key_exp_span = 40; c.seed = 1850;
+  run_case(c);
+  c.bf16 = true; c.N = 2; c.H = 24; c.key_exp_span = 12; c.seed = 1851;
   run_case(c);
 }
 

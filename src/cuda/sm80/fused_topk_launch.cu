@@ -314,7 +314,7 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   // =force takes it at any length (tests, benchmarks).
   int list_cap = 0;
   if (!multi && !fast_off) {
-    const size_t ring = size_t(plan.ws_stages) * plan.ws_stage * kWgHeadDim;
+    const size_t ring = size_t(plan.ws_stages) * plan.ws_stage * wg_key_row(plan.shape.fp4 != 0);
     const size_t fixed = resident::kSharedBytes + size_t(resident::kCoarseBins + resident::kTieCap) * 4;
     const size_t fit = ring > fixed ? (ring - fixed) / 8 : 0;
     list_cap = static_cast<int>(std::min<size_t>(resident::kListCapMax, fit)) / 32 * 32;

@@ -10,6 +10,18 @@
 // and small shared-memory budgets; paged_mqa_logits runs its warp-specialized variant
 // (indexer_ws.cuh), which shares the block scoring below (wg_score_block).
 //
+// MXFP4 caches (paged decode; the kernels' kFp4, WgmmaShape::fp4): the copies bring each state's 64
+// bytes of E2M1 pairs as stored (unswizzled) and its 4 packed UE8M0 exponents into the stage's
+// scale slot. Each consumer thread folds block lane % 4 of its two states into E4M3 registers
+// (wg_fp4_keys: one lookup per 4 values, blocks shifted against the state's largest exponent, see
+// mx_vector in indexer_dequant.cuh) and the MMAs take A from registers; the state's factor
+// 2^(e_max - 133) is its scale, and each head's factor goes into its weight. Q is folded the same
+// way at group load, its K order permuted to match the registers (wg_load_group_fp4). Exact for
+// vectors whose block exponents span at most 14. H200, H = 64, S = 64, next_n = 1 (bench indexer
+// --fp4, 2026-12-04): 32 x 32K 59.6-60.4 us and 128 x 32K 213.5-217.2 against 131.2-131.3 and
+// 483.5-484.0 on the portable kernel (FP8 on this kernel: 43.8, 149.3-151.1). The conversion is
+// what the FP4 path pays: with it left out (wrong logits, timing only) 47.0-47.2 and 162.3-162.6.
+//
 // ---------------------------------------------------------------- tiles and roles
 // 256 threads = 2 warpgroups, two CTAs per SM; a tile is T = wg_tile(NW) states (384 for NW = 64,
 // 256 for NW = 128), scored in 64-state blocks: warpgroup w takes blocks w, w + 2, ...
@@ -84,7 +96,11 @@ struct WgmmaShape {
   int stages = 4;
   int tile = 256;       // states per tile: wg_tile(NW)
   int producer = 0;     // the warp-specialized producer's options (kWsEvictFirst, ... in indexer_ws.cuh)
+  int fp4 = 0;          // MXFP4 cache (the kernels' kFp4): 64-byte key rows, folded into E4M3 registers
 };
+
+// Bytes of one state's keys in a stage: FP8 128 (one 128-byte swizzle row), MXFP4 64 (as stored).
+__host__ __device__ constexpr int wg_key_row(bool fp4) { return fp4 ? kWgHeadDim / 2 : kWgHeadDim; }
 
 // A pending tile handed from the warp that reads its block-table entries to the warp that issues
 // its copies (two slots, alternating per tile; see indexer_wgmma_body).
@@ -106,7 +122,7 @@ __host__ __device__ inline WgmmaSmemLayout wgmma_smem_layout(const WgmmaShape& s
   WgmmaSmemLayout L{};
   size_t off = 0;
   L.keys_off = 0;
-  L.scale_off = size_t(s.tile) * kWgHeadDim;
+  L.scale_off = size_t(s.tile) * wg_key_row(s.fp4 != 0);
   L.mask_off = L.scale_off + size_t(s.tile) * 4;
   L.stage_bytes = (L.mask_off + 16 + 1023) / 1024 * 1024;
   L.stage0 = off; off += L.stage_bytes * s.stages;
@@ -205,9 +221,10 @@ __device__ __forceinline__ void wg_issue(const IndexerParams& p, const WgmmaShap
       }
       ok = page >= 0;
       if (ok) {
-        const uint32_t keys = smem_u32(stage + L.keys_off) + static_cast<uint32_t>(box * g * kWgHeadDim);
+        const int row = wg_key_row(s.fp4 != 0);
+        const uint32_t keys = smem_u32(stage + L.keys_off) + static_cast<uint32_t>(box * g * row);
         const uint32_t scales = smem_u32(stage + L.scale_off) + static_cast<uint32_t>(box * g * 4);
-        mbar_expect_tx(bar, static_cast<uint32_t>(g * (kWgHeadDim + (s.prefill ? 0 : 4))));
+        mbar_expect_tx(bar, static_cast<uint32_t>(g * (row + (s.prefill ? 0 : 4))));
         tma_load_3d(keys, &maps.keys, 0, static_cast<int>(off), static_cast<int>(page), bar);
         if (!s.prefill) {
           bulk_copy_g2s(scales, p.sbase + page * p.scale_page_stride + int64_t(off) * 4, static_cast<uint32_t>(g * 4),
@@ -289,6 +306,114 @@ __device__ void wg_load_group(const IndexerParams& p, int q_rows, int64_t g, int
   if (tid < kIdxMaxRows) win[tid] = rw;
 }
 
+// MXFP4 Q of group g (kFp4 kernels; paged decode): wg_load_group's layout, each head row folded into
+// E4M3 (mx_* in indexer_dequant.cuh) with its factor 2^(e_max - 133) multiplied into the head's
+// weight, and its K order permuted to match the keys' registers (wg_fp4_keys): lane t (mod 4) of
+// the MMA holds block t of its states, so element 8 kk + 4 h + e of block t (raw word 4 t + kk,
+// half h) sits at K position 32 kk + 16 h + 4 t + e, in both operands (a dot product does not
+// depend on the order of its terms).
+template <int HP>
+__device__ void wg_load_group_fp4(const IndexerParams& p, int q_rows, int64_t g, int rows, uint8_t* qs, float* ws,
+                                  detail::RowWindow* win, int tid, int nthreads) {
+  const int H = p.heads;
+  const int qrows = q_rows * HP;
+  const uint8_t* qg = p.q + g * p.q_sg;
+  detail::RowWindow rw{0, 0, 0};
+  if (tid < kIdxMaxRows && tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+  // Items: (head row, block b) = 16 bytes of 32 values, with the row's packed exponents; item idx
+  // < qrows also carries weight idx. As in wg_load_group, every global load of a batch is issued
+  // before its stores (one memory latency per batch: at batch 1 this load is on the critical path).
+  constexpr int kB = 4;
+  const int total = qrows * 4;
+  for (int base = tid; base < total; base += kB * nthreads) {
+    uint4 v[kB];
+    uint32_t sw[kB], swr[kB];
+    float wv[kB];
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nthreads;
+      const int row = idx >> 2, b = idx & 3;
+      const int j = row / HP, h = row % HP;
+      v[u] = make_uint4(0, 0, 0, 0);
+      sw[u] = 0u;  // padding rows: exponents 0, values 0
+      if (idx < total && j < rows && h < H) {
+        const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + b * 16;
+        if (p.q_aligned16) {
+          v[u] = *reinterpret_cast<const uint4*>(src);
+        } else {
+          uint32_t w4[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            w4[k] = src[4 * k] | src[4 * k + 1] << 8 | src[4 * k + 2] << 16 | uint32_t(src[4 * k + 3]) << 24;
+          }
+          v[u] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+        }
+        sw[u] = static_cast<uint32_t>(p.q_scales[g * p.qs_sg + j * p.qs_sr + h * p.qs_sh]);
+      }
+      const int wj = idx / HP, wh = idx % HP;
+      wv[u] = 0.0f;
+      swr[u] = 0u;
+      if (idx < qrows && wj < rows && wh < H) {
+        wv[u] = p.w[g * p.w_sg + wj * p.w_sr + wh * p.w_sh];
+        swr[u] = static_cast<uint32_t>(p.q_scales[g * p.qs_sg + wj * p.qs_sr + wh * p.qs_sh]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nthreads;
+      if (idx < qrows) {
+        uint2 unused;
+        float f;
+        mx_vector(swr[u], 0, &unused, &f);
+        ws[idx] = wv[u] * f;  // padding: 0 * 2^-133
+      }
+      if (idx >= total) continue;
+      const int row = idx >> 2, b = idx & 3, x = row & 7;
+      uint2 lut;
+      float f;
+      mx_vector(sw[u], b, &lut, &f);
+      uint8_t* dst = qs + row * kWgHeadDim;
+      const uint32_t w4[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {  // word kk: values 8 kk .. 8 kk + 7 of block b
+        const int p0 = 32 * kk + 4 * b, p1 = p0 + 16;
+        uint32_t lo, hi;
+        mx_e2m1x8(w4[kk], lut, &lo, &hi);
+        *reinterpret_cast<uint32_t*>(dst + (((p0 >> 4) ^ x) << 4) + (p0 & 15)) = lo;
+        *reinterpret_cast<uint32_t*>(dst + (((p1 >> 4) ^ x) << 4) + (p1 & 15)) = hi;
+      }
+    }
+  }
+  if (tid < kIdxMaxRows) win[tid] = rw;
+}
+
+// kFp4: this thread's A registers of a 64-state block of raw MXFP4 keys at a_addr (64 bytes per
+// state, unswizzled): block lane % 4 of states 16 wq + lane / 4 (+ 8), through that block's
+// lookup words l0 (l1) (mx_vector), folded into E4M3 (K order: wg_load_group_fp4). a[kk]: the
+// registers of K-step kk.
+__device__ __forceinline__ void wg_fp4_keys(uint32_t a_addr, uint2 l0, uint2 l1, int wq, int lane,
+                                            uint32_t (&a)[4][4]) {
+  const uint32_t r0 = a_addr + static_cast<uint32_t>((16 * wq + (lane >> 2)) * 64 + (lane & 3) * 16);
+  const uint4 x0 = lds128(r0), x1 = lds128(r0 + 8 * 64);
+  const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    mx_e2m1x8(w0[kk], l0, &a[kk][0], &a[kk][2]);
+    mx_e2m1x8(w1[kk], l1, &a[kk][1], &a[kk][3]);
+  }
+}
+
+// kFp4: the lookup words of block lane % 4 of states r0 / r1 (packed exponents kw0 / kw1; *kl0,
+// *kl1) and their factors, 0 for a state not valid (*sc0, *sc1).
+__device__ __forceinline__ void wg_fp4_states(uint32_t kw0, uint32_t kw1, bool v0, bool v1, int lane, uint2* kl0,
+                                              uint2* kl1, float* sc0, float* sc1) {
+  float f0, f1;
+  mx_vector(kw0, lane & 3, kl0, &f0);
+  mx_vector(kw1, lane & 3, kl1, &f1);
+  *sc0 = v0 ? f0 : 0.f;
+  *sc1 = v1 ? f1 : 0.f;
+}
+
 // The calling warpgroup scores 64 states (the MMA's M) for all rows of the group: keys at shared
 // address a_addr (64 rows of 128 bytes, 128-byte swizzle), Q at q_addr (wg_load_group's layout),
 // weights ws and windows win of the group. Thread (warp q of the warpgroup, lane l) owns states
@@ -308,6 +433,18 @@ __device__ __forceinline__ void wg_mma_issue(float (&acc)[NW / 2], uint64_t da, 
   wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kWgHeadDim / 32; ++k) wgmma_e4m3<NW>(acc, da + 2 * k, db + 2 * k, k > 0);
+  wgmma_commit();
+}
+
+// The same with the keys in registers (kFp4: wg_fp4_keys).
+template <int NW>
+__device__ __forceinline__ void wg_mma_issue_rs(float (&acc)[NW / 2], const uint32_t (&a)[4][4], uint64_t db) {
+#pragma unroll
+  for (int i = 0; i < NW / 2; ++i) acc[i] = 0.f;
+  wgmma_fence_operands(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kWgHeadDim / 32; ++k) wgmma_e4m3_rs<NW>(acc, a[k], db + 2 * k, k > 0);
   wgmma_commit();
 }
 
@@ -362,20 +499,32 @@ __device__ __forceinline__ void wg_row_window(const detail::RowWindow* win, int 
   *hi = static_cast<int32_t>(v.y);
 }
 
-template <int HP, int NW, class Sink>
+// kFp4: a_addr holds the block's raw MXFP4 keys (wg_fp4_keys; kl0 / kl1: the lookup words of
+// states r0 / r1, from wg_fp4_states with sc0 / sc1), converted once for all chunks of rows.
+template <int HP, int NW, bool kFp4 = false, class Sink>
 __device__ __forceinline__ void wg_score_block(uint32_t a_addr, uint32_t q_addr, const float* ws,
                                                const detail::RowWindow* win, int rows, int32_t t0, int n, bool v0,
-                                               bool v1, float sc0, float sc1, int wq, int lane, Sink&& sink) {
+                                               bool v1, float sc0, float sc1, uint2 kl0, uint2 kl1, int wq, int lane,
+                                               Sink&& sink) {
   constexpr int C = NW / HP;
   constexpr bool kEarly = NW == 64;  // weights and windows loaded before the MMAs complete
   constexpr int CW = kEarly ? C : 1;
   const int tig = lane & 3;
   const uint64_t da = wgmma_desc_sw128(a_addr);
   const uint64_t db0 = wgmma_desc_sw128(q_addr);
+  uint32_t ka[4][4];
+  if constexpr (kFp4) wg_fp4_keys(a_addr, kl0, kl1, wq, lane, ka);
+  (void)kl0;
+  (void)kl1;
+  (void)ka;
   for (int c = 0; c * C < rows; ++c) {
     float acc[NW / 2];
     // Q rows of chunk c start c * NW * 128 bytes in: a multiple of 1024, so no swizzle-phase change.
-    wg_mma_issue<NW>(acc, da, db0 + static_cast<uint64_t>(c * NW * kWgHeadDim / 16));
+    if constexpr (kFp4) {
+      wg_mma_issue_rs<NW>(acc, ka, db0 + static_cast<uint64_t>(c * NW * kWgHeadDim / 16));
+    } else {
+      wg_mma_issue<NW>(acc, da, db0 + static_cast<uint64_t>(c * NW * kWgHeadDim / 16));
+    }
     float2 wv[CW][HP / 8];
     int32_t lo[CW], hi[CW];
     if constexpr (kEarly) {
@@ -388,6 +537,7 @@ __device__ __forceinline__ void wg_score_block(uint32_t a_addr, uint32_t q_addr,
     }
     wgmma_wait_all();
     wgmma_fence_operands(acc);
+    if constexpr (kFp4) wgmma_fence_regs(ka);
 #pragma unroll
     for (int j = 0; j < C; ++j) {
       const int row = c * C + j;
@@ -403,7 +553,7 @@ __device__ __forceinline__ void wg_score_block(uint32_t a_addr, uint32_t q_addr,
 }
 
 // The calling warpgroup scores the 64 states [base, base + 64) of the tile into the score tile.
-template <int HP, int NW>
+template <int HP, int NW, bool kFp4>
 __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const WgmmaShape& s, const IdxTile& t,
                                                 int rows, const uint8_t* stage, const uint8_t* smem,
                                                 const WgmmaSmemLayout& L, int base, int wq, int lane) {
@@ -417,17 +567,24 @@ __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const Wg
   // Prefill scales come straight from global memory (a tile starts at any state, so they are not
   // 16-byte aligned for a bulk copy); loaded here, their latency hides behind the MMAs.
   const float* gscale = reinterpret_cast<const float*>(p.sbase) + t.t0;
-  const float sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
-  const float sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;
+  float sc0, sc1;
+  uint2 kl0{0u, 0u}, kl1{0u, 0u};
+  if constexpr (kFp4) {  // paged only: the scale slots hold each state's packed exponents
+    wg_fp4_states(reinterpret_cast<const uint32_t*>(kscale)[r0], reinterpret_cast<const uint32_t*>(kscale)[r1], v0,
+                  v1, lane, &kl0, &kl1, &sc0, &sc1);
+  } else {
+    sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
+    sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;
+  }
   float* scores = const_cast<float*>(reinterpret_cast<const float*>(smem + L.scores)) + base;
-  wg_score_block<HP, NW>(smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * kWgHeadDim), smem_u32(smem + L.q),
-                         reinterpret_cast<const float*>(smem + L.w),
-                         reinterpret_cast<const detail::RowWindow*>(smem + L.win), rows, t.t0 + base, t.count - base,
-                         v0, v1, sc0, sc1, wq, lane,
-                         [&](int row, int r, float v) { scores[row * wg_tile(NW) + r] = v; });
+  wg_score_block<HP, NW, kFp4>(smem_u32(stage + L.keys_off) + static_cast<uint32_t>(base * wg_key_row(kFp4)),
+                               smem_u32(smem + L.q), reinterpret_cast<const float*>(smem + L.w),
+                               reinterpret_cast<const detail::RowWindow*>(smem + L.win), rows, t.t0 + base,
+                               t.count - base, v0, v1, sc0, sc1, kl0, kl1, wq, lane,
+                               [&](int row, int r, float v) { scores[row * wg_tile(NW) + r] = v; });
 }
 
-template <int HP, int NW, class Epi>
+template <int HP, int NW, bool kFp4, class Epi>
 __device__ __forceinline__ void indexer_wgmma_body(const WgmmaMaps& maps, const IndexerParams& p,
                                                    const WgmmaShape& s, Epi& epi) {
   extern __shared__ __align__(1024) uint8_t wg_smem_raw[];
@@ -515,15 +672,20 @@ __device__ __forceinline__ void indexer_wgmma_body(const WgmmaMaps& maps, const 
       cur_g = t.g;
       cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
       cur_t_begin = t.t0;
-      wg_load_group<HP>(p, s.q_rows, t.g, cur_rows, smem + L.q, reinterpret_cast<float*>(smem + L.w),
-                        reinterpret_cast<detail::RowWindow*>(smem + L.win), threadIdx.x, kWgThreads);
+      if constexpr (kFp4) {
+        wg_load_group_fp4<HP>(p, s.q_rows, t.g, cur_rows, smem + L.q, reinterpret_cast<float*>(smem + L.w),
+                              reinterpret_cast<detail::RowWindow*>(smem + L.win), threadIdx.x, kWgThreads);
+      } else {
+        wg_load_group<HP>(p, s.q_rows, t.g, cur_rows, smem + L.q, reinterpret_cast<float*>(smem + L.w),
+                          reinterpret_cast<detail::RowWindow*>(smem + L.win), threadIdx.x, kWgThreads);
+      }
       fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
       __syncthreads();
     }
     cur_t_end = t.t0 + t.count;
 #pragma unroll 1
     for (int j = 0; j < wg_sub(NW); ++j) {
-      wg_compute_tile<HP, NW>(p, s, t, cur_rows, stage_at(cstage), smem, L, (wg + kWgGroups * j) * 64, wq, lane);
+      wg_compute_tile<HP, NW, kFp4>(p, s, t, cur_rows, stage_at(cstage), smem, L, (wg + kWgGroups * j) * 64, wq, lane);
     }
     __syncthreads();  // B2
     epi.consume(p, ScoreTile{reinterpret_cast<const float*>(smem + L.scores), wg_tile(NW), cur_rows, t.g,
@@ -548,13 +710,13 @@ constexpr int wg_min_blocks() {
   return 2;
 }
 
-template <int HP, int NW, class Epi>
+template <int HP, int NW, class Epi, bool kFp4 = false>
 __global__ void __launch_bounds__(kWgThreads, wg_min_blocks<Epi>())
     indexer_wgmma_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
   // No pdl_trigger(): see pdl.cuh.
   pdl_wait();  // before any global-memory access
 #if DSATTN_SM90A_DEVICE
-  indexer_wgmma_body<HP, NW, Epi>(maps, p, s, epi);
+  indexer_wgmma_body<HP, NW, kFp4, Epi>(maps, p, s, epi);
 #else
   (void)maps; (void)p; (void)s; (void)epi;
   __trap();  // never launched: the host picks this kernel only where sm_90a code exists

@@ -62,7 +62,9 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (major != 9 || minor != 0) DSATTN_WG_DECLINE("device compute capability 9.0 expected, got %d.%d", major, minor);
-  if (p->fp4) DSATTN_WG_DECLINE("FP8 cache expected, got MXFP4");
+  // MXFP4 keys are folded into E4M3 registers from scale words in the stage (indexer_dequant.cuh,
+  // wg_fp4_keys); prefill reads its scales from global memory on the FP8 path only.
+  if (p->fp4 && prefill) DSATTN_WG_DECLINE("FP8 keys expected for mqa_logits (prefill), got MXFP4");
   if (p->head_dim != kWgHeadDim) DSATTN_WG_DECLINE("head dim %d expected, got %d", kWgHeadDim, p->head_dim);
   if (p->heads > 64) DSATTN_WG_DECLINE("heads <= 64 expected, got %d", p->heads);
   if (!p->keys_aligned16) DSATTN_WG_DECLINE("16-byte aligned cache base and page stride expected");
@@ -83,6 +85,8 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   s.q_rows = (rpg + C - 1) / C * C;
   s.log2_box = log2_exact(box);
   s.prefill = prefill ? 1 : 0;
+  s.fp4 = p->fp4 ? 1 : 0;
+  const int row = wg_key_row(p->fp4 != 0);  // key bytes per state
 
   // Pipeline depth: the deepest (up to 5) that lets two CTAs share an SM, else the deepest that
   // fits the budget. H200, 128 x 32K: two CTAs per SM with 3-5 stages ran 345 us; one CTA with 8
@@ -143,20 +147,22 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   std::memset(&plan->maps, 0, sizeof(plan->maps));
   CUtensorMap* km = &plan->maps.keys;
   cuuint64_t dims[3], strides[2];
-  cuuint32_t boxd[3] = {static_cast<cuuint32_t>(kWgHeadDim), static_cast<cuuint32_t>(box), 1};
+  // FP8: 128-byte rows, swizzled for the MMA's shared-memory operand; MXFP4: 64-byte rows as stored
+  // (the consumers read them into registers).
+  cuuint32_t boxd[3] = {static_cast<cuuint32_t>(row), static_cast<cuuint32_t>(box), 1};
   const cuuint32_t estr[3] = {1, 1, 1};
   if (prefill) {
     const int64_t nk = p->state_limit > 0 ? p->state_limit : 1;
     dims[0] = kWgHeadDim; dims[1] = static_cast<cuuint64_t>(nk); dims[2] = 1;
     strides[0] = kWgHeadDim; strides[1] = static_cast<cuuint64_t>(nk) * kWgHeadDim;
   } else {
-    dims[0] = kWgHeadDim; dims[1] = static_cast<cuuint64_t>(p->states_per_page);
+    dims[0] = static_cast<cuuint64_t>(row); dims[1] = static_cast<cuuint64_t>(p->states_per_page);
     dims[2] = static_cast<cuuint64_t>(p->num_pages > 0 ? p->num_pages : 1);
-    strides[0] = kWgHeadDim; strides[1] = static_cast<cuuint64_t>(p->page_stride);
+    strides[0] = static_cast<cuuint64_t>(row); strides[1] = static_cast<cuuint64_t>(p->page_stride);
   }
   CUresult r = encode(km, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(p->kbase), dims, strides, boxd, estr,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, p->fp4 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return detail::invalid(op, "cache expected to be describable by a tensor map (cuTensorMapEncodeTiled error %d)",
                            static_cast<int>(r));

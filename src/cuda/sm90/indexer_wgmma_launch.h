@@ -34,7 +34,7 @@ struct WgmmaPlan {
 };
 
 // Decides whether the Hopper kernel runs this problem and prepares it: an sm_90 device and sm_90a
-// code in this build, FP8 cache, D = 128, H <= 64, a 16-byte aligned cache, S % 8 == 0 (paged), and the pipeline fits `budget` bytes. `p` is filled by the
+// code in this build, an FP8 cache or (paged decode) an MXFP4 one, D = 128, H <= 64, a 16-byte aligned cache, S % 8 == 0 (paged), and the pipeline fits `budget` bytes. `p` is filled by the
 // portable launcher's fill_*_params (its work, Q, cache fields); on success p->warps, tile_states,
 // stages are set to the Hopper kernel's. plan->use = false means "run the portable kernel", unless
 // DSATTN_INDEXER_KERNEL=wgmma, which turns the reason into an error.
@@ -91,19 +91,24 @@ struct WgmmaKernelOps {
 };
 
 namespace wgmma_detail {
-template <class Epi, class Fn>
-cudaError_t with_kernel(const WgmmaPlan& plan, Fn&& fn) {
+template <class Epi, bool kFp4, class Fn>
+cudaError_t with_kernel_fmt(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   if (plan.nw == 64) {
-    if (hp == 16) return fn(indexer_wgmma_kernel<16, 64, Epi>);
-    if (hp == 32) return fn(indexer_wgmma_kernel<32, 64, Epi>);
-    if (hp == 64) return fn(indexer_wgmma_kernel<64, 64, Epi>);
+    if (hp == 16) return fn(indexer_wgmma_kernel<16, 64, Epi, kFp4>);
+    if (hp == 32) return fn(indexer_wgmma_kernel<32, 64, Epi, kFp4>);
+    if (hp == 64) return fn(indexer_wgmma_kernel<64, 64, Epi, kFp4>);
   } else if (plan.nw == 128) {
-    if (hp == 16) return fn(indexer_wgmma_kernel<16, 128, Epi>);
-    if (hp == 32) return fn(indexer_wgmma_kernel<32, 128, Epi>);
-    if (hp == 64) return fn(indexer_wgmma_kernel<64, 128, Epi>);
+    if (hp == 16) return fn(indexer_wgmma_kernel<16, 128, Epi, kFp4>);
+    if (hp == 32) return fn(indexer_wgmma_kernel<32, 128, Epi, kFp4>);
+    if (hp == 64) return fn(indexer_wgmma_kernel<64, 128, Epi, kFp4>);
   }
   return cudaErrorInvalidValue;
+}
+// FP8 or MXFP4 (WgmmaShape::fp4) keys.
+template <class Epi, class Fn>
+cudaError_t with_kernel(const WgmmaPlan& plan, Fn&& fn) {
+  return plan.shape.fp4 ? with_kernel_fmt<Epi, true>(plan, fn) : with_kernel_fmt<Epi, false>(plan, fn);
 }
 }  // namespace wgmma_detail
 

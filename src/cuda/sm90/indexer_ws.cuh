@@ -1,4 +1,5 @@
-// Warp-specialized Hopper indexer kernel for paged decode (paged FP8 cache, D = 128): the logits
+// Warp-specialized Hopper indexer kernel for paged decode (paged FP8 or MXFP4 cache, D = 128; MXFP4
+// as in indexer_wgmma.cuh's top comment, template kFp4): the logits
 // of paged_mqa_logits, and the scores + top-k candidates of paged_mqa_topk. Same formula, MMAs,
 // head sum and schedule as indexer_wgmma.cuh (scores are bitwise identical: both score 64-state
 // blocks with wg_score_block); what differs is how the copies and the MMAs meet.
@@ -73,13 +74,15 @@ struct WsSmemLayout {
   size_t keys, q, q_bytes, scales, w, w_bytes, win, win_bytes, epi, epi_bytes, info, full, empty, total;
 };
 
-// Offsets from a 1024-byte aligned base. keys: [stages][stage][128] (each stage 1024-aligned: the
-// 128-byte swizzle); q: one [q_rows * HP][128] buffer per consumer warpgroup (1024-aligned).
+// Offsets from a 1024-byte aligned base. keys: [stages][stage][key_row] (FP8: 128-byte rows, each
+// stage 1024-aligned for the 128-byte swizzle; MXFP4: the 64-byte rows as stored, see
+// wg_key_row); q: one [q_rows * HP][128] buffer per consumer warpgroup (1024-aligned).
 // epi_bytes: the epilogue's scratch per warpgroup.
-__host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, int q_rows, int hp, size_t epi_bytes) {
+__host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, int q_rows, int hp, size_t epi_bytes,
+                                                       bool fp4 = false) {
   WsSmemLayout L{};
   size_t off = 0;
-  L.keys = off; off += size_t(stages) * stage * kWgHeadDim;
+  L.keys = off; off += size_t(stages) * stage * wg_key_row(fp4);  // stage >= 128: 1024-aligned
   L.q_bytes = size_t(q_rows) * hp * kWgHeadDim;  // a multiple of 2048
   L.q = off; off += L.q_bytes * kWsConsumers;
   L.scales = off; off += size_t(stages) * stage * 4;
@@ -157,7 +160,7 @@ __device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g
 
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
 // w, w + 3, ..., then the end marker.
-template <int kStage, bool kTouch>
+template <int kStage, bool kTouch, bool kFp4>
 __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerParams& p, const WgmmaShape& s,
                                            int stages, uint8_t* smem, const WsSmemLayout& L, IdxCursor& lc, int w,
                                            int lane) {
@@ -262,9 +265,10 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
           // this lane acquired): every lane that issues a copy into it fences on its own, since
           // a proxy fence orders only the executing thread's accesses.
           fence_proxy_async_smem();
-          const uint32_t keys = smem_u32(smem + L.keys) + static_cast<uint32_t>((st * kStage + box * g) * kWgHeadDim);
+          constexpr int kRow = wg_key_row(kFp4);
+          const uint32_t keys = smem_u32(smem + L.keys) + static_cast<uint32_t>((st * kStage + box * g) * kRow);
           const uint32_t scales = smem_u32(smem + L.scales) + static_cast<uint32_t>((st * kStage + box * g) * 4);
-          mbar_expect_tx(full, static_cast<uint32_t>(g * (kWgHeadDim + 4)));
+          mbar_expect_tx(full, static_cast<uint32_t>(g * (kRow + 4)));
           const uint8_t* src = p.sbase + page * p.scale_page_stride + int64_t(cur.off) * 4;
           if (evict_first) {
             tma_load_3d_hint(keys, &maps.keys, 0, static_cast<int>(cur.off), static_cast<int>(page), full, pol);
@@ -515,7 +519,7 @@ struct WsTopkT {
 // warpgroups' MMAs overlap this one's head sums). Pipelining the blocks inside a warpgroup with
 // two accumulator sets (block b + 1's MMAs during block b's head sums) measured slower (H200,
 // 128 x 32K: 207 us against 195 at 2 x 256).
-template <int HP, int NW, int kStage, class Epi>
+template <int HP, int NW, int kStage, bool kFp4, class Epi>
 __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaShape& s, int stages, uint8_t* smem,
                                            const WsSmemLayout& L, Epi& epi, int wg, int wq, int lane) {
   const WsInfo* info = reinterpret_cast<const WsInfo*>(smem + L.info);
@@ -538,7 +542,11 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     had_tile = false;
     rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
     row0 = int64_t(g) * p.work.rows_per_group;
-    wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128, (s.producer & kWsBatchedGroupLoad) != 0);
+    if constexpr (kFp4) {
+      wg_load_group_fp4<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
+    } else {
+      wg_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128, (s.producer & kWsBatchedGroupLoad) != 0);
+    }
     fence_proxy_async_smem();  // Q is read by the tensor cores (async proxy)
     grp.sync();
     epi.group_begin(g, rows);
@@ -572,13 +580,18 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
       const bool v0 = q0 < in.count && ((in.mask >> (q0 >> s.log2_box)) & 1u);
       const bool v1 = q1 < in.count && ((in.mask >> (q1 >> s.log2_box)) & 1u);
       const uint32_t sa = smem_u32(scales + st * kStage);
-      const float sc0 = v0 ? __uint_as_float(lds32(sa + 4 * q0)) : 0.f;
-      const float sc1 = v1 ? __uint_as_float(lds32(sa + 4 * q1)) : 0.f;
+      float sc0, sc1;
+      uint2 kl0{0u, 0u}, kl1{0u, 0u};
+      if constexpr (kFp4) {  // the scale slots hold each state's packed exponents
+        wg_fp4_states(lds32(sa + 4 * q0), lds32(sa + 4 * q1), v0, v1, lane, &kl0, &kl1, &sc0, &sc1);
+      } else {
+        sc0 = v0 ? __uint_as_float(lds32(sa + 4 * q0)) : 0.f;
+        sc1 = v1 ? __uint_as_float(lds32(sa + 4 * q1)) : 0.f;
+      }
       const int32_t t0 = in.t0 + base;
-      wg_score_block<HP, NW>(keys0 + static_cast<uint32_t>((st * kStage + base) * kWgHeadDim), smem_u32(qs), ws, win,
-                             rows, t0, in.count - base, v0, v1, sc0, sc1, wq, lane, [&](int row, int r, float v) {
-                               epi.store(p, row, base + r, t0 + r, v, row0, win);
-                             });
+      wg_score_block<HP, NW, kFp4>(keys0 + static_cast<uint32_t>((st * kStage + base) * wg_key_row(kFp4)), smem_u32(qs),
+                                   ws, win, rows, t0, in.count - base, v0, v1, sc0, sc1, kl0, kl1, wq, lane,
+                                   [&](int row, int r, float v) { epi.store(p, row, base + r, t0 + r, v, row0, win); });
     }
     // Every thread releases its own reads of the stage (info, scales; its warp's MMAs completed):
     // an arrival releases only the arriving thread's accesses.
@@ -594,14 +607,14 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
 }
 
-template <int HP, int NW, int kStage, class Epi>
+template <int HP, int NW, int kStage, class Epi, bool kFp4 = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     indexer_ws_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
 #if DSATTN_SM90A_DEVICE
   extern __shared__ __align__(1024) uint8_t ws_smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws_smem_raw) + 1023) & ~uintptr_t(1023));
   const int stages = s.stages;
-  const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, epi.smem_bytes(p, kStage));
+  const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, epi.smem_bytes(p, kStage), kFp4);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // No pdl_trigger(): see pdl.cuh.
   if (threadIdx.x == 0) {
@@ -617,11 +630,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int w = warp - kWsProducerWarp;
     IdxCursor lc;
     Epi::cursor(p, w, &lc);
-    ws_produce<kStage, Epi::kTouch>(maps, p, s, stages, smem, L, lc, w, lane);
+    ws_produce<kStage, Epi::kTouch, kFp4>(maps, p, s, stages, smem, L, lc, w, lane);
   } else {
     const int w = warp >> 2;
     epi.begin(p, smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);
-    ws_consume<HP, NW, kStage>(p, s, stages, smem, L, epi, w, warp & 3, lane);
+    ws_consume<HP, NW, kStage, kFp4>(p, s, stages, smem, L, epi, w, warp & 3, lane);
   }
   epi.finish(p, smem, L);
 #else

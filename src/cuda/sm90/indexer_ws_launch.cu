@@ -34,7 +34,7 @@ bool ws_applies(WgmmaPlan* plan) {
 // scratch per warpgroup: a multiple of the consumer count (consumer w always takes stages
 // w, w + kWsConsumers, ...), at least kWsMinStages; 0 when none fits. *smem: its dynamic smem.
 int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem) {
-  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi).total + 1024; };
+  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi, s.fp4 != 0).total + 1024; };
   int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
   while (stages >= kWsMinStages && need(stages) > static_cast<size_t>(budget)) stages -= kWsConsumers;
   if (stages < kWsMinStages) return 0;
@@ -72,7 +72,7 @@ bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi,
   if (stages == 0) return false;
   // The select's histograms live in the ring once the scoring is over.
   const size_t select_bytes = resident::select_smem_bytes(rows, multi ? resident::kSlots : 1);
-  if (size_t(stages) * stage * kWgHeadDim < select_bytes) return false;
+  if (size_t(stages) * stage * wg_key_row(s.fp4 != 0) < select_bytes) return false;
   plan->ws_stages = stages;
   plan->ws_stage = stage;
   plan->ws_smem = smem;
@@ -80,31 +80,36 @@ bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi,
 }
 
 namespace {
-template <class Epi, class Fn>
-cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
+template <class Epi, bool kFp4, class Fn>
+cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
   constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
   if (plan.nw == 64 && plan.ws_stage == kStage64) {
     if constexpr (Epi::kHpMin <= 16) {
-      if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi>);
+      if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi, kFp4>);
     }
     if constexpr (Epi::kHpMin <= 32) {
-      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi>);
+      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi, kFp4>);
     }
-    if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi>);
+    if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi, kFp4>);
   } else if (plan.nw == 128 && plan.ws_stage == 128) {
     if constexpr (!Epi::kNw64Only) {
       if constexpr (Epi::kHpMin <= 16) {
-        if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi>);
+        if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi, kFp4>);
       }
       if constexpr (Epi::kHpMin <= 32) {
-        if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi>);
+        if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi, kFp4>);
       }
-      if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi>);
+      if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi, kFp4>);
     }
   }
   return cudaErrorInvalidValue;
+}
+// FP8 or MXFP4 (WgmmaShape::fp4) keys.
+template <class Epi, class Fn>
+cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
+  return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true>(plan, fn) : with_ws_kernel_fmt<Epi, false>(plan, fn);
 }
 
 // opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given.

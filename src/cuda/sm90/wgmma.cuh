@@ -52,6 +52,14 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The accumulators of an m64n64 / m64n128 MMA as inline-asm operands %0 .. %31 / %63.
+#define DSATTN_WG_D16(d, o)                                                                             \
+  "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+      "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]),    \
+      "+f"(d[o + 13]), "+f"(d[o + 14]), "+f"(d[o + 15])
+#define DSATTN_WG_D32(d) DSATTN_WG_D16(d, 0), DSATTN_WG_D16(d, 16)
+#define DSATTN_WG_D64(d) DSATTN_WG_D32(d), DSATTN_WG_D16(d, 32), DSATTN_WG_D16(d, 48)
+
 // D[64 x 64] (+)= A[64 x 32] * B[32 x 64]^T, E4M3 x E4M3 -> f32; A, B K-major in shared memory.
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
 #if DSATTN_SM90A_DEVICE
@@ -61,10 +69,7 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t da
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
       "}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : DSATTN_WG_D32(d)
       : "l"(da), "l"(db), "r"(accumulate));
 #else
   (void)d; (void)da; (void)db; (void)accumulate;
@@ -82,14 +87,7 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
       "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
       "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
       "}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : DSATTN_WG_D64(d)
       : "l"(da), "l"(db), "r"(accumulate));
 #else
   (void)d; (void)da; (void)db; (void)accumulate;
@@ -104,6 +102,64 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[NW / 2], uint64_t da, uint
   } else {
     wgmma_m64n128k32_e4m3(d, da, db, accumulate);
   }
+}
+
+// The same MMAs with A (the keys) from registers: per thread 4 registers of 4 E4M3 bytes, in the
+// m16n8k32 A layout of the warp's 16 rows (warp q of the warpgroup: rows 16 q + lane / 4 (+ 8);
+// register 0: k 4 (lane % 4) .. + 3 of the first row, 1: the same k of the second row, 2 and 3:
+// k + 16). The registers must not change until the MMA has completed (wgmma_fence_operands after
+// the wait keeps the compiler from reusing them).
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                        int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+      : DSATTN_WG_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)a; (void)db; (void)accumulate;
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
+                                                         int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+      : DSATTN_WG_D64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)a; (void)db; (void)accumulate;
+#endif
+}
+
+template <int NW>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[NW / 2], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  static_assert(NW == 64 || NW == 128, "wgmma_e4m3_rs: N is 64 or 128");
+  if constexpr (NW == 64) {
+    wgmma_m64n64k32_e4m3_rs(d, a, db, accumulate);
+  } else {
+    wgmma_m64n128k32_e4m3_rs(d, a, db, accumulate);
+  }
+}
+
+// Keeps registers that an asynchronous MMA reads (A from registers) alive and unchanged until here.
+template <int N>
+__device__ __forceinline__ void wgmma_fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
 // Tensor-map copies global -> shared (coordinates in elements, innermost first), completing on the
