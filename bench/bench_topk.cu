@@ -253,7 +253,7 @@ struct FusedShape {
 };
 
 __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64_t stride, int S, int rb,
-                                        uint64_t seed = 0) {
+                                        uint64_t seed = 0, int fp4 = 0) {
   const int64_t n = num_pages * stride;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t p = i / stride, o = i % stride;
@@ -263,9 +263,9 @@ __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64
     z ^= z >> 32;
     uint8_t b = static_cast<uint8_t>(z);
     if ((b & 0x7F) == 0x7F) b ^= 1;  // no E4M3 NaN codes
-    if (o >= int64_t(S) * rb) {       // scale block: fp32 1/64 per state
+    if (o >= int64_t(S) * rb) {  // scale block: fp32 1/64 per state (MXFP4: exponents 2^-4 .. 2^-1)
       const int q = static_cast<int>((o - int64_t(S) * rb) % 4);
-      const uint32_t v = 0x3C800000u;
+      const uint32_t v = fp4 ? 0x7B7C7D7Eu : 0x3C800000u;
       b = static_cast<uint8_t>(v >> (8 * q));
     }
     pages[p * stride + o] = b;
@@ -296,6 +296,7 @@ int fused_usage(int rc = 2) {
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
       "    the context, so the best states crowd at its end (start); default random\n"
+      "  --fp4: MXFP4 cache and queries instead of FP8 (not with --order)\n"
       "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
       "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n"
       "  --smem BYTES: shared-memory budget of all three ops (101376 = sm_120; default: device max)\n"
@@ -318,6 +319,7 @@ int run_fused(const std::vector<std::string>& args) {
   int smem = 0;       // --smem
   bool flush = true;
   bool b2b = false;  // --b2b
+  bool fp4 = false;  // --fp4
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -334,6 +336,8 @@ int run_fused(const std::vector<std::string>& args) {
       flush = false;
     } else if (a == "--b2b") {
       b2b = true;
+    } else if (a == "--fp4") {
+      fp4 = true;
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--len" && has_next) {
@@ -367,6 +371,10 @@ int run_fused(const std::vector<std::string>& args) {
       return fused_usage();
     }
   }
+  if (fp4 && ramp != 0.0f) {
+    std::fprintf(stderr, "dsattn bench indexer --fused: --order writes fp32 scales, not with --fp4\n");
+    return 2;
+  }
   if (shapes.empty()) {
     shapes = {{128, 32768, 1, 64, 64, 128}, {1, 65536, 1, 64, 64, 128}, {64, 16384, 2, 64, 64, 128},
               {32, 131072, 1, 64, 32, 128}};
@@ -381,30 +389,30 @@ int run_fused(const std::vector<std::string>& args) {
   ctx.flush_l2 = flush;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
-  std::printf("indexer + top-k, k=%d, FP8 cache, %s, median of %d CUDA-graph replays\n"
+  std::printf("indexer + top-k, k=%d, %s cache, %s, median of %d CUDA-graph replays\n"
               "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
               "and the logits for the unfused path)\n",
-              k, flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+              k, fp4 ? "MXFP4" : "FP8", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
   std::printf("shared-memory budget: %s\n", smem ? std::to_string(smem).c_str() : "device max");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s%s\n", "B x ctx x N x S x H x D", "logits us",
               "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same",
               "fused route", b2b ? "  (b2b: logits us, fused us, calls)" : "");
   for (const FusedShape& sh : shapes) {
-    const int rb = sh.D;
+    const int rb = fp4 ? sh.D / 2 : sh.D;
     const int64_t stride = int64_t(sh.S) * (rb + 4);
     const int64_t ppr = (sh.ctx + sh.S - 1) / sh.S;
     const int64_t num_pages = int64_t(sh.B) * ppr;
     const int64_t R = int64_t(sh.B) * sh.N;
     DevMem cache(size_t(num_pages * stride)), bt(size_t(num_pages) * 4), lens(size_t(sh.B) * 4);
-    DevMem q(size_t(R) * sh.H * rb), w(size_t(R) * sh.H * 4);
+    DevMem q(size_t(R) * sh.H * rb), w(size_t(R) * sh.H * 4), qs(size_t(R) * sh.H * 4);
     DevMem logits(size_t(R) * sh.ctx * 4);
     DevMem idx_u(size_t(R) * k * 4), idx_f(size_t(R) * k * 4);
     if (!cache.ok() || !logits.ok() || !q.ok()) {
       std::fprintf(stderr, "out of device memory\n");
       return 1;
     }
-    bench_fill_cache_kernel<<<2048, 256>>>(static_cast<uint8_t*>(cache.p), num_pages, stride, sh.S, rb, seed);
+    bench_fill_cache_kernel<<<2048, 256>>>(static_cast<uint8_t*>(cache.p), num_pages, stride, sh.S, rb, seed, fp4);
     std::vector<int32_t> h_bt(static_cast<size_t>(num_pages));
     std::iota(h_bt.begin(), h_bt.end(), 0);
     std::shuffle(h_bt.begin(), h_bt.end(), std::mt19937_64(3 + seed));
@@ -416,15 +424,21 @@ int run_fused(const std::vector<std::string>& args) {
       bench_order_scales_kernel<<<1024, 256>>>(static_cast<uint8_t*>(cache.p), static_cast<const int32_t*>(bt.p),
                                                sh.B, ppr, stride, sh.S, rb, sh.ctx, ramp);
     }
-    // Query bytes: random E4M3 codes (no NaN); weights: approximately normal.
+    // Query bytes: random E4M3 codes (no NaN) or E2M1 pairs; weights: approximately normal; MXFP4
+    // query exponents 2^-2 .. 2^1.
     bench_fill_cache_kernel<<<256, 256>>>(static_cast<uint8_t*>(q.p), 1, int64_t(R) * sh.H * rb, 1 << 30, 1, seed);
     fill_random(w.p, size_t(R) * sh.H, false, 99 + seed);
 
     PagedIndexerArgs in;
-    in.q = make_tensor(q.p, DType::kF8E4M3, {sh.B, sh.N, sh.H, rb}, Device::kCuda);
+    in.q = make_tensor(q.p, fp4 ? DType::kU8 : DType::kF8E4M3, {sh.B, sh.N, sh.H, rb}, Device::kCuda);
+    if (fp4) {
+      const std::vector<int32_t> h_qs(size_t(R) * sh.H, 0x7D7E7F80);
+      cudaMemcpy(qs.p, h_qs.data(), h_qs.size() * 4, cudaMemcpyHostToDevice);
+      in.q_scales = make_tensor(qs.p, DType::kI32, {sh.B, sh.N, sh.H}, Device::kCuda);
+    }
     in.weights = make_tensor(w.p, DType::kF32, {R, sh.H}, Device::kCuda);
     in.cache.pages = make_tensor(cache.p, DType::kU8, {num_pages, stride}, Device::kCuda);
-    in.cache.format = IndexerFormat::kFp8;
+    in.cache.format = fp4 ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
     in.cache.states_per_page = sh.S;
     in.cache.head_dim = sh.D;
     in.cache.page_stride_bytes = stride;
@@ -505,7 +519,7 @@ int run_fused(const std::vector<std::string>& args) {
           return 1;
         }
         uint8_t* pages = static_cast<uint8_t*>(extra.back()->p);
-        bench_fill_cache_kernel<<<2048, 256>>>(pages, num_pages, stride, sh.S, rb, seed + 1000 + s2);
+        bench_fill_cache_kernel<<<2048, 256>>>(pages, num_pages, stride, sh.S, rb, seed + 1000 + s2, fp4);
         if (ramp != 0.0f) {
           bench_order_scales_kernel<<<1024, 256>>>(pages, static_cast<const int32_t*>(bt.p), sh.B, ppr, stride, sh.S,
                                                    rb, sh.ctx, ramp);
