@@ -127,13 +127,22 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   return {us, bytes};
 }
 
-// Prefill: M query rows over Nk keys, row m sees [0, Nk - M + m + 1) (causal tail).
-std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t stream, int smem) {
-  DeviceBuffer q(size_t(M) * H * D), w(size_t(M) * H * 4), k(size_t(Nk) * D), ks(size_t(Nk) * 4);
-  fill_bytes(q.ptr, q.bytes, 21, true);
-  fill_bytes(k.ptr, k.bytes, 22, true);
+// Prefill: M query rows over Nk keys, row m sees [0, Nk - M + m + 1) (causal tail). fp4: MXFP4 keys
+// and queries (the block exponents of run_decode's).
+std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t stream, int smem, bool fp4 = false) {
+  const int rb = fp4 ? D / 2 : D;
+  DeviceBuffer q(size_t(M) * H * rb), w(size_t(M) * H * 4), k(size_t(Nk) * rb), ks(size_t(Nk) * 4),
+      qs(size_t(M) * H * 4);
+  fill_bytes(q.ptr, q.bytes, 21, !fp4);
+  fill_bytes(k.ptr, k.bytes, 22, !fp4);
   fill_f32(w.as<float>(), size_t(M) * H, 23, -1.f, 1.f);
-  fill_f32(ks.as<float>(), size_t(Nk), 24, 0.01f, 0.02f);
+  if (fp4) {
+    const std::vector<int32_t> hk(size_t(Nk), 0x7B7C7D7E), hq(size_t(M) * H, 0x7D7E7F80);
+    DSATTN_BENCH_CHECK(cudaMemcpy(ks.ptr, hk.data(), hk.size() * 4, cudaMemcpyHostToDevice));
+    DSATTN_BENCH_CHECK(cudaMemcpy(qs.ptr, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+  } else {
+    fill_f32(ks.as<float>(), size_t(Nk), 24, 0.01f, 0.02f);
+  }
   std::vector<int32_t> hs(M, 0), he(M);
   double flops = 0;
   for (int m = 0; m < M; ++m) {
@@ -145,10 +154,14 @@ std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t 
   DSATTN_BENCH_CHECK(cudaMemcpy(dke.ptr, he.data(), M * 4, cudaMemcpyHostToDevice));
   DeviceBuffer logits(size_t(M) * Nk * 4);
   MqaLogitsParams p;
-  p.q = make_tensor(q.ptr, DType::kF8E4M3, {M, H, D}, Device::kCuda);
+  p.q = make_tensor(q.ptr, fp4 ? DType::kU8 : DType::kF8E4M3, {M, H, rb}, Device::kCuda);
   p.weights = make_tensor(w.ptr, DType::kF32, {M, H}, Device::kCuda);
-  p.k = make_tensor(k.ptr, DType::kF8E4M3, {Nk, D}, Device::kCuda);
-  p.k_scales = make_tensor(ks.ptr, DType::kF32, {Nk}, Device::kCuda);
+  p.k = make_tensor(k.ptr, fp4 ? DType::kU8 : DType::kF8E4M3, {Nk, rb}, Device::kCuda);
+  p.k_scales = make_tensor(ks.ptr, fp4 ? DType::kI32 : DType::kF32, {Nk}, Device::kCuda);
+  if (fp4) {
+    p.format = IndexerFormat::kMxfp4;
+    p.q_scales = make_tensor(qs.ptr, DType::kI32, {M, H}, Device::kCuda);
+  }
   p.ks = make_tensor(dks.ptr, DType::kI32, {M}, Device::kCuda);
   p.ke = make_tensor(dke.ptr, DType::kI32, {M}, Device::kCuda);
   p.logits = make_tensor(logits.ptr, DType::kF32, {M, Nk}, Device::kCuda);
@@ -224,9 +237,9 @@ int run_indexer(const std::vector<std::string>& args) {
            std::to_string(sh.H), fmt("%.1f", r.first), fmt("%.0f", gbs), fmt("%.1f", 100.0 * gbs / copy)});
   }
   t.print();
-  if (!has_flag(args, "--no-prefill") && !fp4) {
+  if (!has_flag(args, "--no-prefill")) {
     const int M = quick ? 1024 : 4096, Nk = 65536;
-    const auto r = run_prefill(M, Nk, 64, static_cast<int>(D), stream, smem);
+    const auto r = run_prefill(M, Nk, 64, static_cast<int>(D), stream, smem, fp4);
     Table tp({"prefill M", "Nk", "H", "time us", "TFLOPS"});
     tp.add({std::to_string(M), std::to_string(Nk), "64", fmt("%.1f", r.first), fmt("%.1f", r.second / (r.first * 1e-6) / 1e12)});
     tp.print();

@@ -744,7 +744,7 @@ struct PrefillCase {
   int smem_budget = 0;
   uint64_t seed = 1;
   const char* kernel = nullptr;
-  bool hopper_eligible() const { return fmt == IndexerFormat::kFp8 && D == 128 && H <= 64 && smem_budget == 0; }
+  bool hopper_eligible() const { return D == 128 && H <= 64 && smem_budget == 0; }
 };
 
 void run_prefill_case_on(const PrefillCase& c);
@@ -864,6 +864,11 @@ TEST(GpuIndexer, PrefillMqaLogits) {
   run_prefill_case(c);
   c.fmt = IndexerFormat::kFp8; c.seed = 5; c.M = 8; c.Nk = 3000; c.H = 64;
   run_prefill_case(c);
+  // MXFP4 at D = 128: the Hopper tile kernel too (exponents read from global memory per state).
+  c.fmt = IndexerFormat::kMxfp4; c.smem_budget = 0; c.seed = 6; c.M = 37; c.Nk = 2000; c.compressed = true;
+  run_prefill_case(c);
+  c.compressed = false; c.seed = 7; c.H = 24;
+  run_prefill_case(c);
 }
 
 // Chunked prefill through a small device buffer: bitwise the rows of one GPU call.
@@ -922,6 +927,8 @@ TEST(GpuIndexer, SanitizerPrefill) {
   SKIP_WITHOUT_GPU();
   PrefillCase c;
   c.M = 11; c.Nk = 130; c.H = 16; c.seed = 9;
+  run_prefill_case(c);
+  c.fmt = IndexerFormat::kMxfp4; c.compressed = true; c.seed = 10;
   run_prefill_case(c);
 }
 

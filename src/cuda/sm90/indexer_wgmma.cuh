@@ -10,9 +10,9 @@
 // and small shared-memory budgets; paged_mqa_logits runs its warp-specialized variant
 // (indexer_ws.cuh), which shares the block scoring below (wg_score_block).
 //
-// MXFP4 caches (paged decode; the kernels' kFp4, WgmmaShape::fp4): the copies bring each state's 64
-// bytes of E2M1 pairs as stored (unswizzled) and its 4 packed UE8M0 exponents into the stage's
-// scale slot. Each consumer thread folds block lane % 4 of its two states into E4M3 registers
+// MXFP4 keys (the kernels' kFp4, WgmmaShape::fp4): the copies bring each state's 64 bytes of E2M1
+// pairs as stored (unswizzled) and, paged, its 4 packed UE8M0 exponents into the stage's scale
+// slot (prefill reads them from global memory, as its FP8 scales). Each consumer thread folds block lane % 4 of its two states into E4M3 registers
 // (wg_fp4_keys: one lookup per 4 values, blocks shifted against the state's largest exponent, see
 // mx_vector in indexer_dequant.cuh) and the MMAs take A from registers; the state's factor
 // 2^(e_max - 133) is its scale, and each head's factor goes into its weight. Q is folded the same
@@ -306,7 +306,7 @@ __device__ void wg_load_group(const IndexerParams& p, int q_rows, int64_t g, int
   if (tid < kIdxMaxRows) win[tid] = rw;
 }
 
-// MXFP4 Q of group g (kFp4 kernels; paged decode): wg_load_group's layout, each head row folded into
+// MXFP4 Q of group g (kFp4 kernels): wg_load_group's layout, each head row folded into
 // E4M3 (mx_* in indexer_dequant.cuh) with its factor 2^(e_max - 133) multiplied into the head's
 // weight, and its K order permuted to match the keys' registers (wg_fp4_keys): lane t (mod 4) of
 // the MMA holds block t of its states, so element 8 kk + 4 h + e of block t (raw word 4 t + kk,
@@ -569,9 +569,12 @@ __device__ __forceinline__ void wg_compute_tile(const IndexerParams& p, const Wg
   const float* gscale = reinterpret_cast<const float*>(p.sbase) + t.t0;
   float sc0, sc1;
   uint2 kl0{0u, 0u}, kl1{0u, 0u};
-  if constexpr (kFp4) {  // paged only: the scale slots hold each state's packed exponents
-    wg_fp4_states(reinterpret_cast<const uint32_t*>(kscale)[r0], reinterpret_cast<const uint32_t*>(kscale)[r1], v0,
-                  v1, lane, &kl0, &kl1, &sc0, &sc1);
+  if constexpr (kFp4) {  // packed exponents: the stage's scale slots, or (prefill) global memory
+    const uint32_t* kw = reinterpret_cast<const uint32_t*>(kscale);
+    const uint32_t* gw = reinterpret_cast<const uint32_t*>(p.sbase) + t.t0;
+    const uint32_t kw0 = s.prefill ? (v0 ? __ldg(gw + r0) : 0u) : kw[r0];
+    const uint32_t kw1 = s.prefill ? (v1 ? __ldg(gw + r1) : 0u) : kw[r1];
+    wg_fp4_states(kw0, kw1, v0, v1, lane, &kl0, &kl1, &sc0, &sc1);
   } else {
     sc0 = v0 ? (s.prefill ? __ldg(gscale + r0) : kscale[r0]) : 0.f;
     sc1 = v1 ? (s.prefill ? __ldg(gscale + r1) : kscale[r1]) : 0.f;

@@ -62,9 +62,6 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (major != 9 || minor != 0) DSATTN_WG_DECLINE("device compute capability 9.0 expected, got %d.%d", major, minor);
-  // MXFP4 keys are folded into E4M3 registers from scale words in the stage (indexer_dequant.cuh,
-  // wg_fp4_keys); prefill reads its scales from global memory on the FP8 path only.
-  if (p->fp4 && prefill) DSATTN_WG_DECLINE("FP8 keys expected for mqa_logits (prefill), got MXFP4");
   if (p->head_dim != kWgHeadDim) DSATTN_WG_DECLINE("head dim %d expected, got %d", kWgHeadDim, p->head_dim);
   if (p->heads > 64) DSATTN_WG_DECLINE("heads <= 64 expected, got %d", p->heads);
   if (!p->keys_aligned16) DSATTN_WG_DECLINE("16-byte aligned cache base and page stride expected");
@@ -153,8 +150,8 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   const cuuint32_t estr[3] = {1, 1, 1};
   if (prefill) {
     const int64_t nk = p->state_limit > 0 ? p->state_limit : 1;
-    dims[0] = kWgHeadDim; dims[1] = static_cast<cuuint64_t>(nk); dims[2] = 1;
-    strides[0] = kWgHeadDim; strides[1] = static_cast<cuuint64_t>(nk) * kWgHeadDim;
+    dims[0] = static_cast<cuuint64_t>(row); dims[1] = static_cast<cuuint64_t>(nk); dims[2] = 1;
+    strides[0] = static_cast<cuuint64_t>(row); strides[1] = static_cast<cuuint64_t>(nk) * row;
   } else {
     dims[0] = static_cast<cuuint64_t>(row); dims[1] = static_cast<cuuint64_t>(p->states_per_page);
     dims[2] = static_cast<cuuint64_t>(p->num_pages > 0 ? p->num_pages : 1);
