@@ -12,15 +12,16 @@
 //
 // MXFP4 keys (the kernels' kFp4, WgmmaShape::fp4): the copies bring each state's 64 bytes of E2M1
 // pairs as stored (unswizzled) and, paged, its 4 packed UE8M0 exponents into the stage's scale
-// slot (prefill reads them from global memory, as its FP8 scales). Each consumer thread folds block lane % 4 of its two states into E4M3 registers
-// (wg_fp4_keys: one lookup per 4 values, blocks shifted against the state's largest exponent, see
-// mx_vector in indexer_dequant.cuh) and the MMAs take A from registers; the state's factor
-// 2^(e_max - 133) is its scale, and each head's factor goes into its weight. Q is folded the same
-// way at group load, its K order permuted to match the registers (wg_load_group_fp4). Exact for
-// vectors whose block exponents span at most 14. H200, H = 64, S = 64, next_n = 1 (bench indexer
-// --fp4, 2026-12-04): 32 x 32K 59.6-60.4 us and 128 x 32K 213.5-217.2 against 131.2-131.3 and
-// 483.5-484.0 on the portable kernel (FP8 on this kernel: 43.8, 149.3-151.1). The conversion is
-// what the FP4 path pays: with it left out (wrong logits, timing only) 47.0-47.2 and 162.3-162.6.
+// slot (prefill reads them from global memory, as it reads FP8 scales). Each consumer thread folds
+// block lane % 4 of its two states into E4M3 registers (wg_fp4_keys: one lookup per 4 values, each
+// block shifted against the state's largest exponent, mx_vector in indexer_dequant.cuh) and the
+// MMAs take A from registers; the state's factor 2^(e_max - 133) is its scale, each head's factor
+// goes into its weight. Q is folded the same way at group load, its K order permuted to match the
+// registers (wg_load_group_fp4). Exact for vectors whose block exponents span at most 14. H200,
+// H = 64, S = 64, next_n = 1 (BENCHMARKS.md, 2026-12-04): 32 x 32K 60.0-60.4 us, 128 x 32K
+// 208.2-209.2 (portable kernel: 131.9-132.0, 487.9-488.1; FP8 here: 43.9-44.7, 150.3-150.5);
+// prefill 4096 x 64K 609 TFLOPS (FP8 491). Decode is bound by the conversion's instructions: with
+// it left out (wrong logits, timing only) 32 x 32K took 47.0-47.2 us.
 //
 // ---------------------------------------------------------------- tiles and roles
 // 256 threads = 2 warpgroups, two CTAs per SM; a tile is T = wg_tile(NW) states (384 for NW = 64,

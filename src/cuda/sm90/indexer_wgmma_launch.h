@@ -34,7 +34,8 @@ struct WgmmaPlan {
 };
 
 // Decides whether the Hopper kernel runs this problem and prepares it: an sm_90 device and sm_90a
-// code in this build, FP8 or MXFP4 keys, D = 128, H <= 64, a 16-byte aligned cache, S % 8 == 0 (paged), and the pipeline fits `budget` bytes. `p` is filled by the
+// code in this build, FP8 or MXFP4 keys, D = 128, H <= 64, a 16-byte aligned cache, S % 8 == 0
+// (paged), and the pipeline fits `budget` bytes. `p` is filled by the
 // portable launcher's fill_*_params (its work, Q, cache fields); on success p->warps, tile_states,
 // stages are set to the Hopper kernel's. plan->use = false means "run the portable kernel", unless
 // DSATTN_INDEXER_KERNEL=wgmma, which turns the reason into an error.
