@@ -18,16 +18,19 @@ namespace cuda {
 constexpr uint32_t kE2m1LutLo = 0x3C383000u;
 constexpr uint32_t kE2m1LutHi = 0x4C484440u;
 
-// Nibbles 0..3 of the low 16 bits of `w` -> 4 E4M3 bytes.
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3(uint32_t w) {
-  const uint32_t mag = __byte_perm(kE2m1LutLo, kE2m1LutHi, w & 0x7777u);
-  const uint32_t sgn = __byte_perm(0x8000u, 0u, (w >> 3) & 0x1111u);
-  return mag | sgn;
+// 8 E2M1 nibbles of w (value i in bits 4 i .. 4 i + 3) -> E4M3 bytes of values 0-3 (*lo) and 4-7
+// (*hi) through lookup words (the magnitudes' E4M3 bytes, lo: 0, 0.5, 1, 1.5, hi: 2, 3, 4, 6, each
+// possibly scaled, see mx_shift_lut): a byte permute picks each magnitude (selectors: the
+// nibbles' low 3 bits), another the sign byte 0x80 or 0x00 (selectors 1 / 0: the sign bits).
+__device__ __forceinline__ void mx_e2m1x8(uint32_t w, uint2 lut, uint32_t* lo, uint32_t* hi) {
+  const uint32_t m = w & 0x77777777u, sg = (w >> 3) & 0x11111111u;
+  *lo = __byte_perm(lut.x, lut.y, m) | __byte_perm(0x8000u, 0u, sg);
+  *hi = __byte_perm(lut.x, lut.y, m >> 16) | __byte_perm(0x8000u, 0u, sg >> 16);
 }
 
+// Exact E2M1 -> E4M3 (the lookup words of the plain magnitudes).
 __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t* lo, uint32_t* hi) {
-  *lo = e2m1x4_to_e4m3(w);
-  *hi = e2m1x4_to_e4m3(w >> 16);
+  mx_e2m1x8(w, make_uint2(kE2m1LutLo, kE2m1LutHi), lo, hi);
 }
 
 // ---------------------------------------------------------------- MXFP4 folded into E4M3
@@ -58,29 +61,30 @@ __device__ __forceinline__ uint2 mx_shift_lut(int t) {
   }
   return mx_shift_lut_slow(t);  // subnormal results (blocks 12 or more exponents below the largest)
 }
-// One MXFP4 vector of D = 128 values (packed exponents `sw`, one byte per block): the lookup
-// words of its block b (*lut) and its factor 2^(e_max - 133) (*scale; NaN when an exponent is the
-// UE8M0 NaN code 0xFF, since the dequantized vector then holds NaN). Scalar byte extraction and
-// integer max: sm_90 has no SIMD byte max (__vmaxu4 is ~8 instructions there).
-__device__ __forceinline__ void mx_vector(uint32_t sw, int b, uint2* lut, float* scale) {
+// The largest of the 4 UE8M0 exponents packed in `sw` (D = 128): scalar byte extraction and integer
+// max (sm_90 has no SIMD byte max; __vmaxu4 is ~8 instructions there).
+__device__ __forceinline__ int mx_max_exp(uint32_t sw) {
   const int e0 = static_cast<int>(sw & 0xFFu), e1 = static_cast<int>((sw >> 8) & 0xFFu);
   const int e2 = static_cast<int>((sw >> 16) & 0xFFu), e3 = static_cast<int>(sw >> 24);
-  const int m = max(max(e0, e1), max(e2, e3));
-  const int e = static_cast<int>((sw >> (8 * b)) & 0xFFu);
-  *lut = mx_shift_lut(e - m + 6);
-  // 2^(m - 133): normal from m = 7 on, else the subnormal 2^(m - 133) = 2^-149 * 2^(m + 16).
+  return max(max(e0, e1), max(e2, e3));
+}
+// A vector's factor 2^(m - 133) for its largest exponent m (NaN for m = 0xFF, the UE8M0 NaN code:
+// the dequantized vector then holds NaN). Normal from m = 7 on, else 2^-149 * 2^(m + 16).
+__device__ __forceinline__ float mx_scale(int m) {
   const uint32_t bits = m >= 7 ? static_cast<uint32_t>(m - 6) << 23 : 1u << (m + 16);
-  *scale = __uint_as_float(m == 255 ? 0x7FC00000u : bits);
+  return __uint_as_float(m == 255 ? 0x7FC00000u : bits);
 }
-// 8 E2M1 nibbles of w (value i in bits 4 i .. 4 i + 3) -> E4M3 bytes of values 0-3 (*lo) and 4-7
-// (*hi) through a block's lookup words: a byte permute picks each magnitude (selectors: the
-// nibbles' low 3 bits), another the sign byte 0x80 or 0x00 (selectors 1 / 0: the sign bits).
-__device__ __forceinline__ void mx_e2m1x8(uint32_t w, uint2 lut, uint32_t* lo, uint32_t* hi) {
-  const uint32_t m = w & 0x77777777u, sg = (w >> 3) & 0x11111111u;
-  *lo = __byte_perm(lut.x, lut.y, m) | __byte_perm(0x8000u, 0u, sg);
-  *hi = __byte_perm(lut.x, lut.y, m >> 16) | __byte_perm(0x8000u, 0u, sg >> 16);
+// The lookup words of block b of a vector with packed exponents `sw` whose largest is m.
+__device__ __forceinline__ uint2 mx_block_lut(uint32_t sw, int b, int m) {
+  return mx_shift_lut(static_cast<int>((sw >> (8 * b)) & 0xFFu) - m + 6);
 }
-
+// One MXFP4 vector of D = 128 values (packed exponents `sw`, one byte per block): the lookup words
+// of its block b (*lut) and its factor (*scale, mx_scale).
+__device__ __forceinline__ void mx_vector(uint32_t sw, int b, uint2* lut, float* scale) {
+  const int m = mx_max_exp(sw);
+  *lut = mx_block_lut(sw, b, m);
+  *scale = mx_scale(m);
+}
 __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t* lo, uint32_t* hi) {
   // Place each byte in the high half of a 16-bit lane, then shift exponent+mantissa into f16
   // position: that is value * 2^-8, so scale back by 2^8 (exact).

@@ -362,17 +362,10 @@ __device__ void wg_load_group_fp4(const IndexerParams& p, int q_rows, int64_t g,
 #pragma unroll
     for (int u = 0; u < kB; ++u) {
       const int idx = base + u * nthreads;
-      if (idx < qrows) {
-        uint2 unused;
-        float f;
-        mx_vector(swr[u], 0, &unused, &f);
-        ws[idx] = wv[u] * f;  // padding: 0 * 2^-133
-      }
+      if (idx < qrows) ws[idx] = wv[u] * mx_scale(mx_max_exp(swr[u]));  // padding: 0 * 2^-133
       if (idx >= total) continue;
       const int row = idx >> 2, b = idx & 3, x = row & 7;
-      uint2 lut;
-      float f;
-      mx_vector(sw[u], b, &lut, &f);
+      const uint2 lut = mx_block_lut(sw[u], b, mx_max_exp(sw[u]));
       uint8_t* dst = qs + row * kWgHeadDim;
       const uint32_t w4[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
