@@ -39,7 +39,9 @@
 // so 3 consumers, 256-state stages when a warpgroup's Q is one 64-column block (N = 1 at H = 64),
 // else 128. One producer warp for all three (~200 instructions per stage, a serialized copy per
 // box) held S = 32 pages back (128 x 32K 193 us; two: 170 us; three: the same within noise).
-// N = 2 as two 64-column chunks instead of one NW = 128 MMA: 295 against 299 us (dropped).
+// N = 2 as two 64-column chunks instead of one NW = 128 MMA: 295 against 299 us (dropped); again on
+// 2026-12-04, with the kernel as it is now: 32 x 32K 67.2-67.7 against 63.2-64.2 us, 128 x 32K
+// 246.0-249.2 against 228.4-230.0 (the logits are bitwise the same either way).
 #pragma once
 #include "cuda/sm80/fused_topk_collect.cuh"
 #include "cuda/sm90/indexer_wgmma.cuh"
@@ -518,7 +520,12 @@ struct WsTopkT {
 // Consumer warpgroup wg: the tiles of its ring, each as kStage / 64 MMA blocks in turn (the other
 // warpgroups' MMAs overlap this one's head sums). Pipelining the blocks inside a warpgroup with
 // two accumulator sets (block b + 1's MMAs during block b's head sums) measured slower (H200,
-// 128 x 32K: 207 us against 195 at 2 x 256).
+// 128 x 32K: 207 us against 195 at 2 x 256), and so did, at N = 2, one row's 64-column MMAs in
+// flight during the other row's head sums (32 x 32K 72.8-73.4 against 63.0-65.7 us; BENCHMARKS.md,
+// 2026-12-04). Whoever tries again: ptxas serializes every wgmma of the kernel (warning C7518,
+// "WG.DP in divergent path") when a branch it cannot prove uniform runs while an MMA is in flight
+// (a loop bound read from shared memory, the head sum's lane-dependent stores); an early stage
+// release and head sums in four chains were slower too.
 template <int HP, int NW, int kStage, bool kFp4, class Epi>
 __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaShape& s, int stages, uint8_t* smem,
                                            const WsSmemLayout& L, Epi& epi, int wg, int wq, int lane) {
