@@ -33,7 +33,7 @@ __global__ void set_page_scales(uint8_t* pages, int64_t num_pages, int64_t strid
     const int64_t p = i / S;
     const int s = static_cast<int>(i % S);
     uint8_t* at = pages + p * stride + int64_t(S) * rb + 4 * s;
-    const uint32_t v = fp4 ? 0x7B7C7D7Eu : 0x3C800000u;  // fp4: 2^-4..2^-1 per block; fp8: 1/64
+    const uint32_t v = fp4 ? kBenchMxKeyExps : kBenchFp8Scale;
     *reinterpret_cast<uint32_t*>(at) = v;
   }
 }
@@ -80,7 +80,7 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   fill_bytes(q.ptr, q.bytes, 12, !fp4);
   fill_bytes(qs.ptr, qs.bytes, 13, false);
   if (fp4) {
-    std::vector<int32_t> h(size_t(R) * sh.H, 0x7D7E7F80);
+    std::vector<int32_t> h(size_t(R) * sh.H, static_cast<int32_t>(kBenchMxQueryExps));
     DSATTN_BENCH_CHECK(cudaMemcpy(qs.ptr, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
   }
   fill_f32(w.as<float>(), size_t(R) * sh.H, 14, -1.f, 1.f);
@@ -137,7 +137,8 @@ std::pair<double, double> run_prefill(int M, int Nk, int H, int D, cudaStream_t 
   fill_bytes(k.ptr, k.bytes, 22, !fp4);
   fill_f32(w.as<float>(), size_t(M) * H, 23, -1.f, 1.f);
   if (fp4) {
-    const std::vector<int32_t> hk(size_t(Nk), 0x7B7C7D7E), hq(size_t(M) * H, 0x7D7E7F80);
+    const std::vector<int32_t> hk(size_t(Nk), static_cast<int32_t>(kBenchMxKeyExps)),
+        hq(size_t(M) * H, static_cast<int32_t>(kBenchMxQueryExps));
     DSATTN_BENCH_CHECK(cudaMemcpy(ks.ptr, hk.data(), hk.size() * 4, cudaMemcpyHostToDevice));
     DSATTN_BENCH_CHECK(cudaMemcpy(qs.ptr, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
   } else {

@@ -263,9 +263,9 @@ __global__ void bench_fill_cache_kernel(uint8_t* pages, int64_t num_pages, int64
     z ^= z >> 32;
     uint8_t b = static_cast<uint8_t>(z);
     if ((b & 0x7F) == 0x7F) b ^= 1;  // no E4M3 NaN codes
-    if (o >= int64_t(S) * rb) {  // scale block: fp32 1/64 per state (MXFP4: exponents 2^-4 .. 2^-1)
+    if (o >= int64_t(S) * rb) {  // scale block: per state, fp32 or packed MXFP4 exponents
       const int q = static_cast<int>((o - int64_t(S) * rb) % 4);
-      const uint32_t v = fp4 ? 0x7B7C7D7Eu : 0x3C800000u;
+      const uint32_t v = fp4 ? kBenchMxKeyExps : kBenchFp8Scale;
       b = static_cast<uint8_t>(v >> (8 * q));
     }
     pages[p * stride + o] = b;
@@ -432,7 +432,7 @@ int run_fused(const std::vector<std::string>& args) {
     PagedIndexerArgs in;
     in.q = make_tensor(q.p, fp4 ? DType::kU8 : DType::kF8E4M3, {sh.B, sh.N, sh.H, rb}, Device::kCuda);
     if (fp4) {
-      const std::vector<int32_t> h_qs(size_t(R) * sh.H, 0x7D7E7F80);
+      const std::vector<int32_t> h_qs(size_t(R) * sh.H, static_cast<int32_t>(kBenchMxQueryExps));
       cudaMemcpy(qs.p, h_qs.data(), h_qs.size() * 4, cudaMemcpyHostToDevice);
       in.q_scales = make_tensor(qs.p, DType::kI32, {sh.B, sh.N, sh.H}, Device::kCuda);
     }

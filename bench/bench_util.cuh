@@ -31,6 +31,13 @@ namespace bench {
     }                                                                                              \
   } while (0)
 
+// The scales the benchmarks' caches and queries carry. FP8: 1/64 per state. MXFP4: UE8M0 block
+// exponents, four per 32-bit word (block 0 in the low byte): keys 2^-1 .. 2^-4, queries 2^1 .. 2^-2,
+// four consecutive exponents per vector (well within the Hopper kernel's exact range of 14).
+constexpr uint32_t kBenchFp8Scale = 0x3C800000u;
+constexpr uint32_t kBenchMxKeyExps = 0x7B7C7D7Eu;
+constexpr uint32_t kBenchMxQueryExps = 0x7D7E7F80u;
+
 // Owning device allocation.
 struct DeviceBuffer {
   void* ptr = nullptr;
