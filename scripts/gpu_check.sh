@@ -143,10 +143,14 @@ fi
 if [ $BENCH -eq 1 ]; then
   Q=""; [ $QUICK -eq 1 ] && Q="--quick"
   step bench_indexer bench_indexer.log "$BIN/dsattn" bench indexer $Q
-  # The same table on the portable (mma.sync) kernel, for comparison on Hopper (the default there
-  # is the wgmma kernel wherever it applies).
+  # The same table on the portable (mma.sync) kernels, for comparison on Hopper (the default there
+  # is the wgmma kernel wherever it applies): what sm_100 runs (large FP8 decode calls on the
+  # warp-specialized kernel with mma.sync consumers), then the portable kernel alone (what sm_80,
+  # sm_89 and sm_120 run).
   step bench_indexer_portable bench_indexer_portable.log env DSATTN_INDEXER_KERNEL=portable \
     "$BIN/dsattn" bench indexer $Q
+  step bench_indexer_warp_local bench_indexer_warplocal.log env DSATTN_INDEXER_KERNEL=warp-local \
+    "$BIN/dsattn" bench indexer $Q --no-prefill
   # Benchmarks other contributors add; skipped when this build does not have them.
   for b in "topk" "indexer --fused"; do
     log="bench_$(echo "$b" | tr -d ' -' ).log"

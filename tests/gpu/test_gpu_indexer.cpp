@@ -66,10 +66,12 @@ bool hopper() {
 
 // Kernels a case runs on: where the Hopper kernel exists, the cases it takes run forced onto it
 // ("wgmma" fails loudly if it declines; paged logits then run the warp-specialized variant), again
-// on its tile variant and on the portable kernel; elsewhere the default.
+// on its tile variant, on the warp-specialized kernel with mma.sync consumers ("mma-ws": FP8 paged
+// logits; the other ops and MXFP4 run as by default) and on the portable kernel; elsewhere the
+// default.
 std::vector<const char*> kernels_for(bool hopper_eligible) {
   if (!hopper()) return {nullptr};
-  if (hopper_eligible) return {"wgmma", "wgmma-tiles", "portable"};
+  if (hopper_eligible) return {"wgmma", "wgmma-tiles", "mma-ws", "portable"};
   return {"portable"};
 }
 

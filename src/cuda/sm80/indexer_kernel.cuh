@@ -1,4 +1,6 @@
 // Indexer scores on tensor cores via mma.sync (portable path: sm_80, sm_89, sm_90, sm_100, sm_120).
+// (On sm_100, and on sm_90 under DSATTN_INDEXER_KERNEL=portable, large FP8 paged-logits calls run
+// src/cuda/sm90/indexer_ws_mma.cuh instead: the same MMAs behind warp-specialized TMA producers.)
 //
 //   logit[r, t] = kscale[t] * sum_h w[r, h] * relu( sum_d q[r, h, d] * k[t, d] )      (FP8, SPEC 2.1)
 //   logit[r, t] =             sum_h w[r, h] * relu( sum_blk sq[r,h,blk] sk[t,blk] dot_blk )  (MXFP4, 2.2)
@@ -537,13 +539,14 @@ __device__ __forceinline__ void idx_load_q16(const IdxQ16Lane& b, int row_off, u
 }
 
 // One n-tile (8 heads) against the warp's 32 states: 4 KS f16 MMAs in 2 chains (one per m-tile,
-// both k16 halves of every k32 step accumulating into it), then the weighted ReLU into part (w2 =
-// the weights of this lane's columns 2 tig, 2 tig + 1). One chain per m-tile rather than one per
-// m-tile and k16 half saves the 8 adds that joined the halves (H200, portable kernel: 1 x 64K
-// 10.6-10.7 -> 10.0-10.1 us, 32 x 8K 30.3-30.5 -> 28.2-28.4, 128 x 32K 324-330 -> 322.4-322.5).
-template <int KS>
-__device__ __forceinline__ void idx_ntile_f16(const uint32_t (&kf)[2][KS][kMmaARegs], const uint4 (&q)[KS],
-                                              const float* w2, float (&part)[2][2]) {
+// both k16 halves of every k32 step accumulating into it), then the weighted ReLU into part (wload()
+// returns the weights of this lane's columns 2 tig, 2 tig + 1, read after the MMAs are issued). One
+// chain per m-tile rather than one per m-tile and k16 half saves the 8 adds that joined the halves
+// (H200, portable kernel: 1 x 64K 10.6-10.7 -> 10.0-10.1 us, 32 x 8K 30.3-30.5 -> 28.2-28.4, 128 x
+// 32K 324-330 -> 322.4-322.5).
+template <int KS, class WLoad>
+__device__ __forceinline__ void idx_ntile_f16_w(const uint32_t (&kf)[2][KS][kMmaARegs], const uint4 (&q)[KS],
+                                                WLoad&& wload, float (&part)[2][2]) {
   float acc[2][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -556,7 +559,7 @@ __device__ __forceinline__ void idx_ntile_f16(const uint32_t (&kf)[2][KS][kMmaAR
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<1>(acc[mt], kf[mt][k], q[k]);
   }
-  const float2 wv = *reinterpret_cast<const float2*>(w2);
+  const float2 wv = wload();
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
     part[mt][0] = fmaf(fmaxf(acc[mt][0], 0.f), wv.x, part[mt][0]);
@@ -564,6 +567,27 @@ __device__ __forceinline__ void idx_ntile_f16(const uint32_t (&kf)[2][KS][kMmaAR
     part[mt][1] = fmaf(fmaxf(acc[mt][2], 0.f), wv.x, part[mt][1]);
     part[mt][1] = fmaf(fmaxf(acc[mt][3], 0.f), wv.y, part[mt][1]);
   }
+}
+// w2: the two weights in shared memory, through a generic pointer.
+template <int KS>
+__device__ __forceinline__ void idx_ntile_f16(const uint32_t (&kf)[2][KS][kMmaARegs], const uint4 (&q)[KS],
+                                              const float* w2, float (&part)[2][2]) {
+  idx_ntile_f16_w<KS>(kf, q, [&] { return *reinterpret_cast<const float2*>(w2); }, part);
+}
+
+// The head sums of a quad's four lanes (part[m-tile][half]: this lane's partial sums of the states
+// g8 + 16 m-tile + 8 half) reduced and transposed: lane tig ends with the whole sum of value index
+// tig = (m-tile tig >> 1, half tig & 1).
+__device__ __forceinline__ float idx_quad_reduce(const float (&part)[2][2], int tig) {
+  const bool hi2 = (tig & 2) != 0;
+  float k0 = hi2 ? part[1][0] : part[0][0], k1 = hi2 ? part[1][1] : part[0][1];
+  const float s0 = hi2 ? part[0][0] : part[1][0], s1 = hi2 ? part[0][1] : part[1][1];
+  k0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+  k1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+  const bool hi1 = (tig & 1) != 0;
+  float v = hi1 ? k1 : k0;
+  v += __shfl_xor_sync(0xffffffffu, hi1 ? k0 : k1, 1);
+  return v;
 }
 
 // One logit into the logits epilogue's output (f32 or bf16).
@@ -654,14 +678,7 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
   // Head sum of row j done: transposed quad reduction (lane tig ends with the sum of value index
   // tig = (m-tile, half)), then scale, window / validity mask, store to the score tile.
   auto reduce_store = [&](const float (&part)[2][2], int j) {
-    const bool hi2 = (tig & 2) != 0;
-    float k0 = hi2 ? part[1][0] : part[0][0], k1 = hi2 ? part[1][1] : part[0][1];
-    const float s0 = hi2 ? part[0][0] : part[1][0], s1 = hi2 ? part[0][1] : part[1][1];
-    k0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-    k1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-    const bool hi1 = (tig & 1) != 0;
-    float v = hi1 ? k1 : k0;
-    v += __shfl_xor_sync(0xffffffffu, hi1 ? k0 : k1, 1);
+    const float v = idx_quad_reduce(part, tig);
     if (my_in) {
       const detail::RowWindow rw = win[j];
       const bool ok = my_valid && my_t >= rw.lo && my_t < rw.hi;

@@ -72,9 +72,39 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   int sms = 0, optin = 0;
   DSATTN_RETURN_IF_ERROR(device_limits(op, ex, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
-  DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
+  // The mma.sync kernels' large calls (FP8 paged decode) run the warp-specialized kernel with
+  // mma.sync consumers: where it has code (sm_90a, sm_100a builds) and the call is the portable
+  // path's (by default on sm_100; on sm_90 under DSATTN_INDEXER_KERNEL=portable, or mma-ws for any
+  // size), when the block tables hold at least kMmaWsStatesPerSm states per SM. Below that the
+  // portable kernel's smaller tiles are faster. H200, FP8, D = 128, H = 64, S = 64, us, mma-ws /
+  // portable kernel: 1 x 8K 6.7 / 5.8, 1 x 64K 10.5 / 9.5, 8 x 8K 10.8 / 11.0, 2 x 64K 14.5 / 14.8,
+  // 4 x 32K 14.4 / 14.8, 16 x 8K 14.7 / 16.3, 32 x 32K 58.5 / 77.2, 128 x 32K 205-210 / 279-281
+  // (BENCHMARKS.md, 2026-12-04).
+  {
+    constexpr int64_t kMmaWsStatesPerSm = 768;
+    const IndexerKernelChoice choice = indexer_kernel_choice();
+    int major = 0, dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const bool paged = p->work.mode == detail::IndexerMode::kPaged;
+    const int64_t cap_states = paged ? int64_t(p->work.groups) * p->max_pages * p->states_per_page : 0;
+    const bool large = cap_states >= kMmaWsStatesPerSm * sms;
+    const bool portable_call = choice == IndexerKernelChoice::kPortable ||
+                               (choice == IndexerKernelChoice::kAuto && major == 10);
+    if (paged && fmt == IndexerFormat::kFp8 && D == 128 &&
+        (choice == IndexerKernelChoice::kMmaWs || (portable_call && large))) {
+      const IndexerParams saved = *p;
+      DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg, /*mma_ws=*/true));
+      if (plan->wg.use) plan_wgmma_ws(*p, budget, false, &plan->wg, false, /*mma=*/true);
+      if (plan->wg.ws_stages == 0) {
+        *p = saved;
+        plan->wg = WgmmaPlan{};
+      }
+    }
+  }
+  if (!plan->wg.use) DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
-  if (plan->wg.use) plan_wgmma_ws(*p, budget, false, &plan->wg);
+  if (plan->wg.use && !plan->wg.ws_mma) plan_wgmma_ws(*p, budget, false, &plan->wg);
   if (plan->wg.ws_stages > 0) {
     occ = 1;  // one CTA per SM; its producer warp walks the partition in stage-sized tiles
     p->tile_states = plan->wg.ws_stage;

@@ -241,6 +241,13 @@ __device__ __forceinline__ void wg_issue(const IndexerParams& p, const WgmmaShap
   }
 }
 
+// Row tid's window of group g (threads tid < kIdxMaxRows store it for the group's consumers).
+__device__ __forceinline__ detail::RowWindow wg_load_row_window(const IndexerParams& p, int64_t g, int rows, int tid) {
+  detail::RowWindow rw{0, 0, 0};
+  if (tid < kIdxMaxRows && tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+  return rw;
+}
+
 // Q (128-byte swizzled rows: 16-byte chunk c of smem row r at chunk c ^ (r % 8)), weights and row
 // windows of group g, loaded by threads [0, nthreads) (tid: this thread's rank among them). Smem row
 // r = j * HP + h of q_rows * HP; rows j >= rows and heads h >= H are zero.
@@ -277,8 +284,7 @@ __device__ void wg_load_group(const IndexerParams& p, int q_rows, int64_t g, int
   // Written out rather than through idx_batched_items (the portable kernel's helper): that version
   // measured no gain here (H200, 32 x 32K and 128 x 8K, same call, 15 -> 31: within +-0.5 us, where
   // this one gains 1-2 us).
-  detail::RowWindow rw{0, 0, 0};
-  if (tid < kIdxMaxRows && tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+  const detail::RowWindow rw = wg_load_row_window(p, g, rows, tid);
   constexpr int kB = 4;
   const int total = qrows * CH;  // >= qrows: the weights' indices lie inside the chunks' range
   for (int base = tid; base < total; base += kB * nthreads) {
@@ -319,8 +325,7 @@ __device__ void wg_load_group_fp4(const IndexerParams& p, int q_rows, int64_t g,
   const int H = p.heads;
   const int qrows = q_rows * HP;
   const uint8_t* qg = p.q + g * p.q_sg;
-  detail::RowWindow rw{0, 0, 0};
-  if (tid < kIdxMaxRows && tid < rows) rw = detail::indexer_row_window(p.work, g, tid);
+  const detail::RowWindow rw = wg_load_row_window(p, g, rows, tid);
   // Items: (head row, block b) = 16 bytes of 32 values, with the row's packed exponents; item idx
   // < qrows also carries weight idx. As in wg_load_group, every global load of a batch is issued
   // before its stores (one memory latency per batch: at batch 1 this load is on the critical path).

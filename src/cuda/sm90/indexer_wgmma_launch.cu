@@ -43,25 +43,34 @@ IndexerKernelChoice indexer_kernel_choice() {
   if (env == nullptr) return IndexerKernelChoice::kAuto;
   if (std::strcmp(env, "portable") == 0) return IndexerKernelChoice::kPortable;
   if (std::strcmp(env, "wgmma") == 0) return IndexerKernelChoice::kWgmma;
+  if (std::strcmp(env, "mma-ws") == 0) return IndexerKernelChoice::kMmaWs;
+  if (std::strcmp(env, "warp-local") == 0) return IndexerKernelChoice::kWarpLocal;
   return IndexerKernelChoice::kAuto;
 }
 
 Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
-                          WgmmaPlan* plan) {
+                          WgmmaPlan* plan, bool mma_ws) {
   plan->use = false;
   const IndexerKernelChoice choice = indexer_kernel_choice();
-  if (choice == IndexerKernelChoice::kPortable) return Status::Ok();
-  const bool forced = choice == IndexerKernelChoice::kWgmma;
+  if (!mma_ws && (choice == IndexerKernelChoice::kPortable || choice == IndexerKernelChoice::kWarpLocal)) {
+    return Status::Ok();
+  }
+  const bool forced = !mma_ws && choice == IndexerKernelChoice::kWgmma;
   const bool prefill = p->work.mode == detail::IndexerMode::kPrefill;
   // Reasons the Hopper kernel declines; an error only when it was asked for.
 #define DSATTN_WG_DECLINE(...) \
   return forced ? detail::not_implemented(op, "Hopper (wgmma) indexer kernel: " __VA_ARGS__) : Status::Ok()
-  if (!DSATTN_HAS_SM90A) DSATTN_WG_DECLINE("this build has no sm_90a code (DSATTN_CUDA_ARCHS without 90a)");
   int dev = 0, major = 0, minor = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (major != 9 || minor != 0) DSATTN_WG_DECLINE("device compute capability 9.0 expected, got %d.%d", major, minor);
+  if (mma_ws) {
+    // The mma.sync consumers' kernel: FP8 paged decode, built for this device (sm_90a / sm_100a).
+    if (prefill || p->fp4 || !mma_ws_kernel_runs(major, minor)) return Status::Ok();
+  } else {
+    if (!DSATTN_HAS_SM90A) DSATTN_WG_DECLINE("this build has no sm_90a code (DSATTN_CUDA_ARCHS without 90a)");
+    if (major != 9 || minor != 0) DSATTN_WG_DECLINE("device compute capability 9.0 expected, got %d.%d", major, minor);
+  }
   if (p->head_dim != kWgHeadDim) DSATTN_WG_DECLINE("head dim %d expected, got %d", kWgHeadDim, p->head_dim);
   if (p->heads > 64) DSATTN_WG_DECLINE("heads <= 64 expected, got %d", p->heads);
   if (!p->keys_aligned16) DSATTN_WG_DECLINE("16-byte aligned cache base and page stride expected");
@@ -133,6 +142,7 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
     smallest = std::max(smallest, any_epi);
     if (any_epi > static_cast<size_t>(budget)) stages = 0;
   }
+  if (mma_ws) stages = std::max(stages, 2);  // the tile kernel's pipeline is not run (plan_wgmma_ws sizes the ring)
   if (stages == 0) {
     DSATTN_WG_DECLINE("shared memory budget expected >= %zu bytes, got %d", smallest, budget);
   }

@@ -16,7 +16,15 @@ namespace cuda {
 // Which indexer kernel runs (benchmark / test knob DSATTN_INDEXER_KERNEL): auto (default: the
 // Hopper kernel where it applies, else the portable one), portable, or wgmma (an error naming the
 // reason when the Hopper kernel cannot run the problem).
-enum class IndexerKernelChoice { kAuto, kPortable, kWgmma };
+// Portable means the mma.sync kernels: on sm_90 (under this knob) and sm_100 (by default), FP8
+// paged_mqa_logits on large calls run the warp-specialized kernel with mma.sync consumers
+// (indexer_ws_mma.cuh), everything else the portable kernel (indexer_kernel.cuh). mma-ws: that
+// kernel wherever it can run the call (paged FP8 logits), whatever the size; warp-local: the
+// portable kernel only (sm_80 / sm_89 / sm_120 run nothing else).
+enum class IndexerKernelChoice { kAuto, kPortable, kWgmma, kMmaWs, kWarpLocal };
+// Whether indexer_ws_mma_kernel has code for a device of compute capability major.minor in this
+// build (sm_90a or sm_100a code; its f16 consumers: not sm_120, whose E4M3 mma.sync is native).
+bool mma_ws_kernel_runs(int major, int minor);
 IndexerKernelChoice indexer_kernel_choice();
 
 struct WgmmaPlan {
@@ -31,6 +39,7 @@ struct WgmmaPlan {
   int ws_stage = 0;  // states per stage
   size_t ws_smem = 0;
   bool ws_pure = false;  // paged_mqa_topk: WsTopkT<true, true> (dense pieces that never overflow)
+  bool ws_mma = false;   // paged_mqa_logits: indexer_ws_mma_kernel (mma.sync consumers, f16 Q)
 };
 
 // Decides whether the Hopper kernel runs this problem and prepares it: an sm_90 device and sm_90a
@@ -39,8 +48,10 @@ struct WgmmaPlan {
 // portable launcher's fill_*_params (its work, Q, cache fields); on success p->warps, tile_states,
 // stages are set to the Hopper kernel's. plan->use = false means "run the portable kernel", unless
 // DSATTN_INDEXER_KERNEL=wgmma, which turns the reason into an error.
+// mma_ws: plan for indexer_ws_mma_kernel instead (paged FP8 decode on a device it has code for;
+// never an error, plan->use = false where it declines), followed by plan_wgmma_ws(..., mma = true).
 Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
-                          WgmmaPlan* plan);
+                          WgmmaPlan* plan, bool mma_ws = false);
 
 // After plan_wgmma_indexer chose the Hopper kernel for paged decode: takes the warp-specialized
 // kernel (plan->ws_stages > 0; one CTA per SM) when at least kWsMinStages stages fit `budget`
@@ -48,7 +59,9 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 // ws_pure_shape): the dense kernel without staged scores (WsTopkT<true, true>), for a call whose
 // every piece fits its buffer; plan->ws_pure says whether it was taken.
 // DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh (benchmark / test knob).
-void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure = false);
+// mma (logits only): indexer_ws_mma_kernel's ring (128-state stages, f16 Q), plan->ws_mma.
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure = false,
+                   bool mma = false);
 // The shapes with pure dense kernels (indexer_ws_launch.cu): a warpgroup's Q is one 64-column block
 // (NW = 64, 256-state stages) at 32 or 64 padded heads. The plan of paged_mqa_topk routes rows to
 // the dense-row merge by the same rule.

@@ -80,12 +80,13 @@ struct WsSmemLayout {
 // stage 1024-aligned for the 128-byte swizzle; MXFP4: the 64-byte rows as stored, see
 // wg_key_row); q: one [q_rows * HP][128] buffer per consumer warpgroup (1024-aligned).
 // epi_bytes: the epilogue's scratch per warpgroup.
+// q_f16: Q as f16 (twice the bytes; the mma.sync consumers of indexer_ws_mma.cuh).
 __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, int q_rows, int hp, size_t epi_bytes,
-                                                       bool fp4 = false) {
+                                                       bool fp4 = false, bool q_f16 = false) {
   WsSmemLayout L{};
   size_t off = 0;
   L.keys = off; off += size_t(stages) * stage * wg_key_row(fp4);  // stage >= 128: 1024-aligned
-  L.q_bytes = size_t(q_rows) * hp * kWgHeadDim;  // a multiple of 2048
+  L.q_bytes = size_t(q_rows) * hp * kWgHeadDim * (q_f16 ? 2 : 1);  // a multiple of 2048
   L.q = off; off += L.q_bytes * kWsConsumers;
   L.scales = off; off += size_t(stages) * stage * 4;
   L.w_bytes = idx_align16(size_t(q_rows) * hp * 4);
@@ -158,6 +159,30 @@ __device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g
     cp_async4(dummy, p.work.lens + int64_t(g) * p.work.lens_s0);
   }
   cp_async_commit();
+}
+
+// The ring position after stage st: ring w takes stages w, w + kWsConsumers, ...; ph is the phase
+// (parity) of the current pass over the ring.
+__device__ __forceinline__ void ws_ring_advance(int& st, uint32_t& ph, int stages) {
+  st += kWsConsumers;
+  if (st >= stages) {
+    st -= stages;
+    ph ^= 1u;
+  }
+}
+// A consumer's wait for stage st to be full, and the producer's WsInfo of it.
+__device__ __forceinline__ WsInfo ws_wait_full(const WsInfo* info, uint32_t full0, int st, uint32_t ph) {
+  mbar_wait(full0 + 8 * st, ph);
+  const uint4 v = lds128(smem_u32(info + st));
+  return WsInfo{static_cast<int32_t>(v.x), static_cast<int32_t>(v.y), static_cast<int32_t>(v.z), v.w};
+}
+
+// The group of the first tile of consumer warpgroup wg's partition (from the schedule; group 0
+// without one), or -1 when there is none.
+template <class Epi>
+__device__ __forceinline__ int32_t ws_first_group(const IndexerParams& p, int wg) {
+  const int32_t g0 = p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)] : 0;
+  return g0 >= 0 && g0 < p.work.groups ? g0 : -1;
 }
 
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
@@ -244,13 +269,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   fetch(cur);
   int st = w;
   uint32_t ph = 0;
-  auto advance = [&] {
-    st += kWsConsumers;
-    if (st >= stages) {
-      st -= stages;
-      ph ^= 1u;
-    }
-  };
+  auto advance = [&] { ws_ring_advance(st, ph, stages); };
   while (cur.n > 0) {
     if (!late) fetch(nxt);  // its block-table loads fly while this batch is issued
     for (int k = 0; k < cur.n; ++k) {
@@ -562,16 +581,11 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     // The Q of the first group of this warpgroup's partition, loaded while the producer starts
     // the pipeline (at batch 1 it would otherwise wait for the first stage's keys): usually the
     // group of the first tile; if not, the loop reloads.
-    const int32_t g0 = p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)] : 0;
-    if (g0 >= 0 && g0 < p.work.groups) load_group(g0);
+    const int32_t g0 = ws_first_group<Epi>(p, wg);
+    if (g0 >= 0) load_group(g0);
   }
   for (;;) {
-    mbar_wait(full0 + 8 * st, ph);
-    WsInfo in;
-    {
-      const uint4 v = lds128(smem_u32(info + st));
-      in = WsInfo{static_cast<int32_t>(v.x), static_cast<int32_t>(v.y), static_cast<int32_t>(v.z), v.w};
-    }
+    const WsInfo in = ws_wait_full(info, full0, st, ph);
     if (in.g < 0) break;  // uniform
     if (in.g != cur_g) {
       if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
@@ -605,11 +619,7 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     mbar_arrive(empty0 + 8 * st);
     epi.tile_end(p, cur_g, rows, row0, in.t0, in.count, win);
     had_tile = true;
-    st += kWsConsumers;
-    if (st >= stages) {
-      st -= stages;
-      ph ^= 1u;
-    }
+    ws_ring_advance(st, ph, stages);
   }
   if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
 }

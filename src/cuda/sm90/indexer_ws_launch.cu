@@ -4,6 +4,7 @@
 
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
+#include "cuda/sm90/indexer_ws_mma.cuh"
 #include "cuda/sm90/indexer_ws_resident.cuh"
 
 namespace dsattn {
@@ -20,11 +21,13 @@ int ws_producer_flags() {
 }
 // Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
 // DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.
-bool ws_applies(WgmmaPlan* plan) {
+bool ws_applies(WgmmaPlan* plan, bool mma = false) {
   plan->ws_stages = 0;
   plan->ws_smem = 0;
   plan->ws_pure = false;
+  plan->ws_mma = false;
   if (!plan->use || plan->shape.prefill) return false;
+  if (mma) return true;  // DSATTN_INDEXER_WS concerns the wgmma kernels
   if (const char* env = std::getenv("DSATTN_INDEXER_WS")) {
     if (std::atoi(env) == 0) return false;
   }
@@ -33,8 +36,8 @@ bool ws_applies(WgmmaPlan* plan) {
 // The deepest ring of `stage`-state stages that fits `budget` beside `epi` bytes of epilogue
 // scratch per warpgroup: a multiple of the consumer count (consumer w always takes stages
 // w, w + kWsConsumers, ...), at least kWsMinStages; 0 when none fits. *smem: its dynamic smem.
-int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem) {
-  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi, s.fp4 != 0).total + 1024; };
+int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem, bool q_f16 = false) {
+  auto need = [&](int st) { return ws_smem_layout(st, stage, s.q_rows, s.hp, epi, s.fp4 != 0, q_f16).total + 1024; };
   int stages = kWsMaxStages / kWsConsumers * kWsConsumers;
   while (stages >= kWsMinStages && need(stages) > static_cast<size_t>(budget)) stages -= kWsConsumers;
   if (stages < kWsMinStages) return 0;
@@ -43,21 +46,24 @@ int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem
 }
 }  // namespace
 
-void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure) {
-  if (!ws_applies(plan)) return;
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure, bool mma) {
+  if (!ws_applies(plan, mma)) return;
   const WgmmaShape& s = plan->shape;
   pure = topk && pure && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
-  const int stage = ws_stage(s.q_rows, s.hp, topk && !pure);
+  mma = mma && !topk && s.fp4 == 0;
+  // The mma consumers' f16 Q takes twice the bytes: 128-state stages, so that a ring still has 3.
+  const int stage = mma ? 128 : ws_stage(s.q_rows, s.hp, topk && !pure);
   const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
                      : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
                             : WsTopkT<true>::smem_bytes(p, stage);
   size_t smem = 0;
-  const int stages = ws_ring(s, stage, epi, budget, &smem);
+  const int stages = ws_ring(s, stage, epi, budget, &smem, mma);
   if (stages == 0) return;
   plan->ws_stages = stages;
   plan->ws_stage = stage;
   plan->ws_smem = smem;
   plan->ws_pure = pure;
+  plan->ws_mma = mma;
 }
 
 bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi, WgmmaPlan* plan) {
@@ -128,7 +134,45 @@ cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& 
 }
 }  // namespace
 
+bool mma_ws_kernel_runs(int major, int minor) {
+  if (major != 9 && major != 10) return false;
+  // The native-FP8 test build runs sm_120's code on sm_90, and sm_120 has no body for this kernel.
+  if (DSATTN_SM90_NATIVE_FP8_MMA && major == 9) return false;
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, indexer_ws_mma_kernel<64, 128, WsLogits>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.binaryVersion == major * 10 + minor;  // real code for this device, not another arch's stub
+}
+
+namespace {
+template <class Fn>
+cudaError_t with_ws_mma_kernel(const WgmmaPlan& plan, Fn&& fn) {
+  const int hp = plan.shape.hp;
+  if (plan.ws_stage == 128) {
+    if (hp == 16) return fn(indexer_ws_mma_kernel<16, 128, WsLogits>);
+    if (hp == 32) return fn(indexer_ws_mma_kernel<32, 128, WsLogits>);
+    if (hp == 64) return fn(indexer_ws_mma_kernel<64, 128, WsLogits>);
+  }
+  return cudaErrorInvalidValue;
+}
+}  // namespace
+
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream) {
+  if (plan.ws_mma) {
+    WgmmaShape s = plan.shape;
+    s.stages = plan.ws_stages;
+    s.tile = plan.ws_stage;
+    s.producer = ws_producer_flags();
+    return with_ws_mma_kernel(plan, [&](auto kern) {
+      cudaError_t e =
+          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
+      if (e != cudaSuccess) return e;
+      return launch_pdl(kern, dim3(grid), dim3(kWsmThreads), plan.ws_smem, stream, LaunchOpt{0, EpiPdl<WsLogits>::value},
+                        plan.maps, p, s, WsLogits{});
+    });
+  }
   return launch_ws(plan, p, WsLogits{}, grid, stream);
 }
 

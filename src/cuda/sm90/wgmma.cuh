@@ -14,6 +14,13 @@
 #else
 #define DSATTN_SM90A_DEVICE 0
 #endif
+// Tensor-map copies and L2 cache policies (below) exist on every sm_90+ target (sm_90a, sm_100a,
+// sm_120a): the warp-specialized kernel with mma.sync consumers (indexer_ws_mma.cuh) uses them there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DSATTN_TMA_DEVICE 1
+#else
+#define DSATTN_TMA_DEVICE 0
+#endif
 
 namespace dsattn {
 namespace cuda {
@@ -166,7 +173,7 @@ __device__ __forceinline__ void wgmma_fence_regs(uint32_t (&r)[N][4]) {
 // mbarrier `bar` with complete_tx (the caller announces the bytes with mbar_expect_tx first).
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                             uint32_t bar) {
-#if DSATTN_SM90A_DEVICE
+#if DSATTN_TMA_DEVICE
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
@@ -179,7 +186,7 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 // once, which should not push out what later copies and loads read again).
 __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                                  uint32_t bar, uint64_t pol) {
-#if DSATTN_SM90A_DEVICE
+#if DSATTN_TMA_DEVICE
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
       "[%5], %6;\n" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(pol)
@@ -189,7 +196,7 @@ __device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap
 #endif
 }
 __device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-#if DSATTN_SM90A_DEVICE
+#if DSATTN_TMA_DEVICE
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol) : "memory");
 #else
@@ -198,7 +205,7 @@ __device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src
 }
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   uint64_t pol = 0;
-#if DSATTN_SM90A_DEVICE
+#if DSATTN_TMA_DEVICE
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
 #endif
   return pol;
