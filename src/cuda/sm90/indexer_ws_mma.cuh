@@ -18,9 +18,11 @@
 // Why: the portable kernel's warps also walk the tiles, read the block-table entries and issue the
 // copies, about a third of their instructions (ncu, BENCHMARKS.md 2026-12-02); here three producer
 // warps do that with a few TMA copies per stage. H200 (FP8, D = 128, H = 64, next_n = 1, us, this
-// kernel / the portable kernel): 32 x 32K 58.2-58.7 / 76.8-77.2, 128 x 32K 205-210 / 279-281,
-// 256 x 8K 113-115 / 151-152, 32 x 32K next_n = 2 95.6-96.7 / 114.6-115.0; 1 x 64K 10.6 / 9.5
-// (hence the size rule in indexer_launch.cu). Where it runs: sm_90a (DSATTN_INDEXER_KERNEL=portable
+// kernel / the portable kernel): 32 x 32K 58.2-59.6 / 76.8-77.2, 128 x 32K 205-209 / 279-282,
+// 256 x 8K 113-116 / 151-152, 32 x 32K next_n = 2 95.6-98.9 / 114.6-115.2; 1 x 64K 10.6 / 9.5
+// (hence the size rule in indexer_launch.cu). The upper ends are the committed code's; a build
+// before the shared helpers below were factored out measured 1-3 % less in the same call
+// (BENCHMARKS.md, 2026-12-04). Where it runs: sm_90a (DSATTN_INDEXER_KERNEL=portable
 // or mma-ws) and sm_100a (the default for those calls), whose E4M3 mma.sync is emulated and which
 // take this f16 code; sm_120 (native E4M3 mma.sync, 99 KiB per CTA, where three rings of f16 Q do
 // not fit) keeps the portable kernel. Tried and dropped (same calls): four accumulator chains per
@@ -37,48 +39,53 @@ namespace cuda {
 // its 16-byte unit u = 4 k + t holds the f16 of E4M3 dims 32 k + 4 t .. + 3 and 32 k + 16 + 4 t .. + 3
 // (the m16n8k32 B fragment of lane t, k-step k, in the f16 order mma_k16_f16b reads), stored at
 // unit u ^ 4 on odd rows (conflict-free LDS.128 of two rows at once). Weights and row windows as
-// wg_load_group writes them. nthreads threads (tid < nthreads); ends without a barrier.
+// wg_load_group writes them. nthreads threads (tid < nthreads); ends without a barrier. Each
+// batch's global loads go out before its stores; written out rather than through
+// idx_batched_items, which spilled more in this kernel (ptxas: 240 against 176 bytes).
 template <int HP>
 __device__ void wsm_load_group(const IndexerParams& p, int q_rows, int64_t g, int rows, uint8_t* qs, float* ws,
                                detail::RowWindow* win, int tid, int nthreads) {
   const detail::RowWindow rw = wg_load_row_window(p, g, rows, tid);
   const int H = p.heads, qrows = q_rows * HP;
   const uint8_t* qg = p.q + g * p.q_sg;
-  // Items (head row, k-step): 32 E4M3 bytes each, and item idx < qrows also carries weight idx;
-  // each batch's global loads go out before its stores.
-  struct Item {
-    uint4 lo, hi;
-    float w;
-  };
-  const auto load = [&](int idx) {
-    const int row = idx >> 2, k = idx & 3;
-    const int j = row / HP, h = row % HP;
-    Item it{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0.0f};
-    if (j < rows && h < H) {
-      const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + k * 32;
-      it.lo = idx_load_q_chunk(src, p.q_aligned16 != 0);
-      it.hi = idx_load_q_chunk(src + 16, p.q_aligned16 != 0);
-    }
-    const int wj = idx / HP, wh = idx % HP;
-    if (idx < qrows && wj < rows && wh < H) it.w = p.w[g * p.w_sg + wj * p.w_sr + wh * p.w_sh];
-    return it;
-  };
-  const auto store = [&](int idx, const Item& it) {
-    if (idx < qrows) ws[idx] = it.w;
-    const int row = idx >> 2, k = idx & 3;
-    const uint32_t lo4[4] = {it.lo.x, it.lo.y, it.lo.z, it.lo.w};
-    const uint32_t hi4[4] = {it.hi.x, it.hi.y, it.hi.z, it.hi.w};
-    uint8_t* dst = qs + row * 256;
-    const int flip = (row & 1) << 2;
+  constexpr int kB = 2;
+  const int total = qrows * 4;  // items (row, k-step): 32 E4M3 bytes each; >= qrows (weights)
+  for (int base = tid; base < total; base += kB * nthreads) {
+    uint4 v[kB][2];
+    float wv[kB];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      uint4 o;
-      e4m3x4_to_f16x2_fast(lo4[t], &o.x, &o.y);
-      e4m3x4_to_f16x2_fast(hi4[t], &o.z, &o.w);
-      *reinterpret_cast<uint4*>(dst + (((4 * k + t) ^ flip) << 4)) = o;
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nthreads;
+      const int row = idx >> 2, k = idx & 3;
+      const int j = row / HP, h = row % HP;
+      v[u][0] = v[u][1] = make_uint4(0, 0, 0, 0);
+      if (idx < total && j < rows && h < H) {
+        const uint8_t* src = qg + j * p.q_sr + h * p.q_sh + k * 32;
+        v[u][0] = idx_load_q_chunk(src, p.q_aligned16 != 0);
+        v[u][1] = idx_load_q_chunk(src + 16, p.q_aligned16 != 0);
+      }
+      const int wj = idx / HP, wh = idx % HP;
+      wv[u] = (idx < qrows && wj < rows && wh < H) ? p.w[g * p.w_sg + wj * p.w_sr + wh * p.w_sh] : 0.0f;
     }
-  };
-  idx_batched_items<2, Item>(tid, nthreads, qrows * 4, load, store);
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int idx = base + u * nthreads;
+      if (idx >= total) continue;
+      if (idx < qrows) ws[idx] = wv[u];
+      const int row = idx >> 2, k = idx & 3;
+      const uint32_t lo4[4] = {v[u][0].x, v[u][0].y, v[u][0].z, v[u][0].w};
+      const uint32_t hi4[4] = {v[u][1].x, v[u][1].y, v[u][1].z, v[u][1].w};
+      uint8_t* dst = qs + row * 256;
+      const int flip = (row & 1) << 2;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        uint4 o;
+        e4m3x4_to_f16x2_fast(lo4[t], &o.x, &o.y);
+        e4m3x4_to_f16x2_fast(hi4[t], &o.z, &o.w);
+        *reinterpret_cast<uint4*>(dst + (((4 * k + t) ^ flip) << 4)) = o;
+      }
+    }
+  }
   if (tid < kIdxMaxRows) win[tid] = rw;
 }
 
