@@ -161,6 +161,9 @@ __device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g
   cp_async_commit();
 }
 
+// Ring helpers of the mma.sync consumers (indexer_ws_mma.cuh). ws_produce and ws_consume keep
+// the same steps written out: with these helpers ptxas scheduled the wgmma kernel differently
+// (its cubin changed), and that kernel's timings are the measured ones.
 // The ring position after stage st: ring w takes stages w, w + kWsConsumers, ...; ph is the phase
 // (parity) of the current pass over the ring.
 __device__ __forceinline__ void ws_ring_advance(int& st, uint32_t& ph, int stages) {
@@ -269,7 +272,13 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   fetch(cur);
   int st = w;
   uint32_t ph = 0;
-  auto advance = [&] { ws_ring_advance(st, ph, stages); };
+  auto advance = [&] {
+    st += kWsConsumers;
+    if (st >= stages) {
+      st -= stages;
+      ph ^= 1u;
+    }
+  };
   while (cur.n > 0) {
     if (!late) fetch(nxt);  // its block-table loads fly while this batch is issued
     for (int k = 0; k < cur.n; ++k) {
@@ -581,11 +590,16 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     // The Q of the first group of this warpgroup's partition, loaded while the producer starts
     // the pipeline (at batch 1 it would otherwise wait for the first stage's keys): usually the
     // group of the first tile; if not, the loop reloads.
-    const int32_t g0 = ws_first_group<Epi>(p, wg);
-    if (g0 >= 0) load_group(g0);
+    const int32_t g0 = p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)] : 0;
+    if (g0 >= 0 && g0 < p.work.groups) load_group(g0);
   }
   for (;;) {
-    const WsInfo in = ws_wait_full(info, full0, st, ph);
+    mbar_wait(full0 + 8 * st, ph);
+    WsInfo in;
+    {
+      const uint4 v = lds128(smem_u32(info + st));
+      in = WsInfo{static_cast<int32_t>(v.x), static_cast<int32_t>(v.y), static_cast<int32_t>(v.z), v.w};
+    }
     if (in.g < 0) break;  // uniform
     if (in.g != cur_g) {
       if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
@@ -619,7 +633,11 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     mbar_arrive(empty0 + 8 * st);
     epi.tile_end(p, cur_g, rows, row0, in.t0, in.count, win);
     had_tile = true;
-    ws_ring_advance(st, ph, stages);
+    st += kWsConsumers;
+    if (st >= stages) {
+      st -= stages;
+      ph ^= 1u;
+    }
   }
   if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
 }
