@@ -4,13 +4,15 @@
 // the logits epilogue are indexer_ws.cuh's; what differs is how a consumer warp scores its states.
 //
 // Consumer warp wq of warpgroup w scores the 32-state chunks wq, wq + 4, ... of each stage of its
-// ring, as the portable kernel's warps score theirs (indexer_kernel.cuh, idx_compute_tile's f16
-// path): the chunk's keys as the A operand (two m16 tiles of states), converted to f16 once, and
-// Q as f16 B fragments from shared memory, one n-tile of 8 heads at a time, the next n-tile's
-// fragments loaded before the current one's MMAs; then the weighted ReLU head sum, a quad
-// reduction and the per-state scale. Keys come from the swizzled stage by ldmatrix (8 lanes per
-// 8x16-byte matrix, conflict-free under the swizzle), which gives the m16n8k32 A fragment in
-// natural K order; Q is laid out to match (wsm_load_group).
+// ring: the chunk's keys as the A operand (two m16 tiles of states), converted to f16, and Q as f16
+// B fragments from shared memory; then the weighted ReLU head sum, a quad reduction and the
+// per-state scale. At next_n = 1 with 64 heads the k32 step is the outer loop (wsm_score32_one:
+// all 64 heads' accumulators live, 16 independent chains); otherwise the chunk's keys are
+// converted once and each query row takes one n-tile of 8 heads at a time (wsm_score32_rows), as
+// the portable kernel's warps do (indexer_kernel.cuh, idx_compute_tile's f16 path). Keys come
+// from the swizzled stage by ldmatrix (8 lanes per 8x16-byte matrix, conflict-free under the
+// swizzle), which gives the m16n8k32 A fragment in natural K order; Q is laid out to match
+// (wsm_load_group).
 //
 // Stages of 128 states (f16 Q takes 16 KiB per warpgroup at N = 1, H = 64, so 256-state stages
 // would leave fewer than two per ring), so each consumer warp scores one chunk per stage.
@@ -18,16 +20,15 @@
 // Why: the portable kernel's warps also walk the tiles, read the block-table entries and issue the
 // copies, about a third of their instructions (ncu, BENCHMARKS.md 2026-12-02); here three producer
 // warps do that with a few TMA copies per stage. H200 (FP8, D = 128, H = 64, next_n = 1, us, this
-// kernel / the portable kernel): 32 x 32K 58.2-59.6 / 76.8-77.2, 128 x 32K 205-209 / 279-282,
-// 256 x 8K 113-116 / 151-152, 32 x 32K next_n = 2 95.6-98.9 / 114.6-115.2; 1 x 64K 10.6 / 9.5
-// (hence the size rule in indexer_launch.cu). The upper ends are the committed code's; a build
-// before the shared helpers below were factored out measured 1-3 % less in the same call
-// (BENCHMARKS.md, 2026-12-04). Where it runs: sm_90a (DSATTN_INDEXER_KERNEL=portable
-// or mma-ws) and sm_100a (the default for those calls), whose E4M3 mma.sync is emulated and which
-// take this f16 code; sm_120 (native E4M3 mma.sync, 99 KiB per CTA, where three rings of f16 Q do
-// not fit) keeps the portable kernel. Tried and dropped (same calls): four accumulator chains per
-// n-tile (128 x 32K 210-211 us), two n-tiles at once (level), two n-tiles at once with the next
-// pair's Q prefetched (211-212).
+// kernel / the portable kernel): 32 x 32K 54.1-54.6 / 76.8-77.2, 128 x 32K 187.5-189.2 / 279-282,
+// 256 x 8K 104.6-105.3 / 151-152, 32 x 32K next_n = 2 94.7 / 114.6-115.2; 1 x 64K 10.6 / 9.5
+// (hence the size rule in indexer_launch.cu; BENCHMARKS.md, 2026-12-04). Where it runs: sm_90a
+// (DSATTN_INDEXER_KERNEL=portable or mma-ws) and sm_100a (the default for those calls), whose
+// E4M3 mma.sync is emulated and which take this f16 code; sm_120 (native E4M3 mma.sync, 99 KiB
+// per CTA, where three rings of f16 Q do not fit) keeps the portable kernel. Tried and dropped
+// (row loop, same calls): four accumulator chains per n-tile (128 x 32K 210-211 us), two n-tiles
+// at once (level), two n-tiles at once with the next pair's Q prefetched (211-212); setmaxnreg
+// 56 / 152 (more producer spills, no fewer NOPs in the consumer's MMA code; not timed).
 #pragma once
 #include "cuda/sm90/indexer_ws.cuh"
 
@@ -122,13 +123,76 @@ __device__ __forceinline__ WsmLane wsm_lane(uint32_t q_s, uint32_t w_s, int lane
   return l;
 }
 
-// Warp scores states [base, base + 32) of a stage (count states valid in it, mask: copied boxes).
-// keys: shared address of the chunk's first key row (1024-aligned: the swizzle's phase is 0);
-// scales, win: shared addresses of the stage's scales and the group's row windows.
+// One query row (next_n = 1): the k32 step outermost, every n-tile's accumulators live at once
+// (NT x 2 independent chains), the keys of a k32 step loaded and converted just before its MMAs;
+// then the weighted ReLU head sums in the order idx_ntile_f16_w takes, so the same logits as
+// wsm_score32_rows.
 template <int HP, class Epi>
-__device__ __forceinline__ void wsm_score32(const IndexerParams& p, Epi& epi, const WsmLane& ln, uint32_t keys,
-                                            uint32_t scales, uint32_t win, int rows, int base, int32_t t0, int count,
-                                            uint32_t mask, int log2_box, int64_t row0, int lane) {
+__device__ __forceinline__ void wsm_score32_one(const IndexerParams& p, Epi& epi, const WsmLane& ln, uint32_t keys,
+                                                uint32_t scales, uint32_t win, int base, int32_t t0, int count,
+                                                uint32_t mask, int log2_box, int64_t row0, int lane) {
+  constexpr int KS = 4;  // k32 steps at D = 128
+  constexpr int NT = HP / 8;
+  const int tig = lane & 3;
+  float acc[NT][2][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][mt][e] = 0.f;
+#pragma unroll
+  for (int k = 0; k < KS; ++k) {
+    uint32_t kk[2][kMmaARegs];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      uint32_t a[4];
+      wsm_ldsm_x4(keys + ln.key[k] + mt * 2048, a);
+      mma_prepare_a(a, kk[mt]);
+    }
+    uint4 q[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) q[nt] = lds128(((k & 1) ? ln.q_hi : ln.q_lo) + nt * 8 * 256 + (k >> 1) * 128);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<0>(acc[nt][mt], kk[mt], q[nt]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<1>(acc[nt][mt], kk[mt], q[nt]);
+  }
+  const int my_state = base + ln.ms;
+  const bool my_in = my_state < count;
+  const bool my_valid = my_in && ((mask >> (my_state >> log2_box)) & 1u);
+  const float my_scale = my_valid ? __uint_as_float(lds32(scales + 4 * my_state)) : 0.f;
+  const int32_t my_t = t0 + my_state;
+  float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint2 r = lds64(ln.w + 4 * (nt * 8));
+    const float wx = __uint_as_float(r.x), wy = __uint_as_float(r.y);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      part[mt][0] = fmaf(fmaxf(acc[nt][mt][0], 0.f), wx, part[mt][0]);
+      part[mt][0] = fmaf(fmaxf(acc[nt][mt][1], 0.f), wy, part[mt][0]);
+      part[mt][1] = fmaf(fmaxf(acc[nt][mt][2], 0.f), wx, part[mt][1]);
+      part[mt][1] = fmaf(fmaxf(acc[nt][mt][3], 0.f), wy, part[mt][1]);
+    }
+  }
+  const float v = idx_quad_reduce(part, tig);
+  if (my_in) {
+    const uint2 lh = lds64(win);  // row 0's lo, hi
+    const bool ok = my_valid && my_t >= static_cast<int32_t>(lh.x) && my_t < static_cast<int32_t>(lh.y);
+    epi.store(p, 0, my_state, my_t, ok ? v * my_scale : -INFINITY, row0, nullptr);
+  }
+}
+
+// Any number of query rows: the chunk's keys converted once, then per row one n-tile at a time.
+template <int HP, class Epi>
+__device__ __forceinline__ void wsm_score32_rows(const IndexerParams& p, Epi& epi, const WsmLane& ln, uint32_t keys,
+                                                 uint32_t scales, uint32_t win, int rows, int base, int32_t t0,
+                                                 int count, uint32_t mask, int log2_box, int64_t row0, int lane) {
   constexpr int KS = 4;  // k32 steps at D = 128
   const int tig = lane & 3;
   uint32_t kf[2][KS][kMmaARegs];
@@ -148,7 +212,7 @@ __device__ __forceinline__ void wsm_score32(const IndexerParams& p, Epi& epi, co
   const int32_t my_t = t0 + my_state;
   const IdxQ16Lane ql{ln.q_lo, ln.q_hi};
   constexpr int NT = HP / 8;
-  for (int j = 0; j < rows; ++j) {
+  auto row = [&](int j) {
     float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     uint4 q[2][KS];
     idx_load_q16<128>(ql, j * HP, q[0]);
@@ -167,7 +231,29 @@ __device__ __forceinline__ void wsm_score32(const IndexerParams& p, Epi& epi, co
       const bool ok = my_valid && my_t >= static_cast<int32_t>(lh.x) && my_t < static_cast<int32_t>(lh.y);
       epi.store(p, j, my_state, my_t, ok ? v * my_scale : -INFINITY, row0, nullptr);
     }
-  }
+  };
+  for (int j = 0; j < rows; ++j) row(j);
+}
+
+// Warp scores states [base, base + 32) of a stage (count states valid in it, mask: copied boxes).
+// keys: shared address of the chunk's first key row (1024-aligned: the swizzle's phase is 0);
+// scales, win: shared addresses of the stage's scales and the group's row windows.
+//
+// One query row with 64 heads takes the k-outer order (wsm_score32_one): 16 independent
+// accumulator chains instead of the row loop's two per n-tile, which ptxas had issued with NOPs
+// between dependent HMMAs and with each n-tile's Q loads just before their MMAs (ncu, 128 x 32K:
+// the HMMA pipe active 55 -> 61 % of the cycles). H200, against the row loop in the same calls
+// (us, three rounds): 128 x 32K 206.8-209.7 -> 187.5-189.2, 256 x 8K (S 32) 115.2-116.4 ->
+// 104.7-104.9, 32 x 32K 59.2-59.7 -> 54.1-54.6. At 32 heads it measured slower (32 x 32K 47.2 ->
+// 50.0: half the MMAs per conversion), so other head counts and next_n > 1 keep the row loop.
+template <int HP, class Epi>
+__device__ __forceinline__ void wsm_score32(const IndexerParams& p, Epi& epi, const WsmLane& ln, uint32_t keys,
+                                            uint32_t scales, uint32_t win, int rows, int base, int32_t t0, int count,
+                                            uint32_t mask, int log2_box, int64_t row0, int lane) {
+  if (HP == 64 && rows == 1)
+    wsm_score32_one<HP>(p, epi, ln, keys, scales, win, base, t0, count, mask, log2_box, row0, lane);
+  else
+    wsm_score32_rows<HP>(p, epi, ln, keys, scales, win, rows, base, t0, count, mask, log2_box, row0, lane);
 }
 #endif  // !DSATTN_MMA_NATIVE_FP8
 
