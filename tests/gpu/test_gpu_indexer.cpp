@@ -725,8 +725,9 @@ TEST(GpuIndexer, LongSingleRequest) {
 // Small cases for compute-sanitizer (memcheck + racecheck): every code path once.
 TEST(GpuIndexer, SanitizerSmall) {
   SKIP_WITHOUT_GPU();
-  std::vector<IdxCase> cs(7);
+  std::vector<IdxCase> cs(8);
   for (auto& c : cs) { c.B = 2; c.max_ctx = 150; c.H = 16; }
+  cs[7].H = 64;  // one query row, 64 heads: the mma-ws kernel's k-outer path (wsm_score32_one)
   cs[0].N = 2;
   cs[1].S = 1; cs[1].max_ctx = 40;
   cs[2].pad_stride = 4; cs[2].bad_pages = 2; cs[2].S = 48;
