@@ -21,7 +21,7 @@
 // copies, about a third of their instructions (ncu, BENCHMARKS.md 2026-12-02); here three producer
 // warps do that with a few TMA copies per stage. H200 (FP8, D = 128, H = 64, next_n = 1, us, this
 // kernel / the portable kernel): 32 x 32K 54.1-54.6 / 76.8-77.2, 128 x 32K 187.5-189.2 / 279-282,
-// 256 x 8K 104.6-105.3 / 151-152, 32 x 32K next_n = 2 94.7 / 114.6-115.2; 1 x 64K 10.6 / 9.5
+// 256 x 8K 104.6-105.7 / 151-152, 32 x 32K next_n = 2 94.2-94.7 / 114.6-115.2; 1 x 64K 10.6 / 9.5
 // (hence the size rule in indexer_launch.cu; BENCHMARKS.md, 2026-12-04). Where it runs: sm_90a
 // (DSATTN_INDEXER_KERNEL=portable or mma-ws) and sm_100a (the default for those calls), whose
 // E4M3 mma.sync is emulated and which take this f16 code; sm_120 (native E4M3 mma.sync, 99 KiB
