@@ -77,8 +77,10 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   // path's (by default on sm_100; on sm_90 under DSATTN_INDEXER_KERNEL=portable, or mma-ws for any
   // size), when the block tables hold at least kMmaWsStatesPerSm states per SM. Below that the
   // portable kernel's smaller tiles are faster. H200, FP8, D = 128, H = 64, S = 64, us, mma-ws /
-  // portable kernel: 1 x 8K 6.7 / 5.8, 1 x 64K 10.5 / 9.5, 8 x 8K 10.8 / 11.0, 2 x 64K 14.5 / 14.8,
-  // 4 x 32K 14.4 / 14.8, 16 x 8K 14.7 / 16.3, 32 x 32K 58.5 / 77.2, 128 x 32K 205-210 / 279-281
+  // portable kernel, re-measured after the mma-ws consumers' k-outer order (4959bf6), two rounds:
+  // 1 x 32K 7.9 / 6.7, 1 x 64K 10.4 / 9.5, 2 x 32K 10.4 / 9.5, 4 x 8K 8.2-8.3 / 8.3 (<= 496 states
+  // per SM), 8 x 8K 10.5-10.6 / 11.0 (496), 1 x 128K 14.2 / 14.9, 4 x 32K 14.1 / 14.8-14.9, 16 x 8K
+  // 14.3-14.5 / 16.2-16.3 (993), 32 x 32K 54.1-54.9 / 77.2, 128 x 32K 187.5-189.8 / 279-281
   // (BENCHMARKS.md, 2026-12-04).
   {
     constexpr int64_t kMmaWsStatesPerSm = 768;
