@@ -538,6 +538,18 @@ __device__ __forceinline__ void idx_load_q16(const IdxQ16Lane& b, int row_off, u
   for (int k = 0; k < D / 32; ++k) q[k] = lds128(((k & 1) ? b.hi : b.lo) + r + (k >> 1) * 128);
 }
 
+// The weighted ReLU of one n-tile's accumulators (acc[m-tile]: columns 2 tig, 2 tig + 1 of rows
+// g8 and g8 + 8) added into the lane's head sums part[m-tile][half]; wv: the two columns' weights.
+__device__ __forceinline__ void idx_relu_wsum(const float (&acc)[2][4], float2 wv, float (&part)[2][2]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    part[mt][0] = fmaf(fmaxf(acc[mt][0], 0.f), wv.x, part[mt][0]);
+    part[mt][0] = fmaf(fmaxf(acc[mt][1], 0.f), wv.y, part[mt][0]);
+    part[mt][1] = fmaf(fmaxf(acc[mt][2], 0.f), wv.x, part[mt][1]);
+    part[mt][1] = fmaf(fmaxf(acc[mt][3], 0.f), wv.y, part[mt][1]);
+  }
+}
+
 // One n-tile (8 heads) against the warp's 32 states: 4 KS f16 MMAs in 2 chains (one per m-tile,
 // both k16 halves of every k32 step accumulating into it), then the weighted ReLU into part (wload()
 // returns the weights of this lane's columns 2 tig, 2 tig + 1, read after the MMAs are issued). One
@@ -559,14 +571,7 @@ __device__ __forceinline__ void idx_ntile_f16_w(const uint32_t (&kf)[2][KS][kMma
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<1>(acc[mt], kf[mt][k], q[k]);
   }
-  const float2 wv = wload();
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    part[mt][0] = fmaf(fmaxf(acc[mt][0], 0.f), wv.x, part[mt][0]);
-    part[mt][0] = fmaf(fmaxf(acc[mt][1], 0.f), wv.y, part[mt][0]);
-    part[mt][1] = fmaf(fmaxf(acc[mt][2], 0.f), wv.x, part[mt][1]);
-    part[mt][1] = fmaf(fmaxf(acc[mt][3], 0.f), wv.y, part[mt][1]);
-  }
+  idx_relu_wsum(acc, wload(), part);
 }
 // w2: the two weights in shared memory, through a generic pointer.
 template <int KS>

@@ -21,7 +21,7 @@
 // copies, about a third of their instructions (ncu, BENCHMARKS.md 2026-12-02); here three producer
 // warps do that with a few TMA copies per stage. H200 (FP8, D = 128, H = 64, next_n = 1, us, this
 // kernel / the portable kernel): 32 x 32K 54.1-54.6 / 76.8-77.2, 128 x 32K 187.5-189.2 / 279-282,
-// 256 x 8K 104.6-105.7 / 151-152, 32 x 32K next_n = 2 94.2-94.7 / 114.6-115.2; 1 x 64K 10.6 / 9.5
+// 256 x 8K 104.6-105.7 / 151-152, 32 x 32K next_n = 2 94.2-94.7 / 114.6-115.2; 1 x 64K 10.4 / 9.5
 // (hence the size rule in indexer_launch.cu; BENCHMARKS.md, 2026-12-04). Where it runs: sm_90a
 // (DSATTN_INDEXER_KERNEL=portable or mma-ws) and sm_100a (the default for those calls), whose
 // E4M3 mma.sync is emulated and which take this f16 code; sm_120 (native E4M3 mma.sync, 99 KiB
@@ -123,17 +123,46 @@ __device__ __forceinline__ WsmLane wsm_lane(uint32_t q_s, uint32_t w_s, int lane
   return l;
 }
 
+// The state a consumer lane reports for a chunk after the quad reduction, and its store.
+struct WsmState {
+  int state;      // in the stage
+  bool in, valid;  // within the stage's count; and its box was copied
+  float scale;
+  int32_t t;      // position in the request
+};
+
+__device__ __forceinline__ WsmState wsm_state(const WsmLane& ln, uint32_t scales, int base, int32_t t0, int count,
+                                              uint32_t mask, int log2_box) {
+  WsmState st;
+  st.state = base + ln.ms;
+  st.in = st.state < count;
+  st.valid = st.in && ((mask >> (st.state >> log2_box)) & 1u);
+  st.scale = st.valid ? __uint_as_float(lds32(scales + 4 * st.state)) : 0.f;
+  st.t = t0 + st.state;
+  return st;
+}
+
+// Row j's head sum v of the lane's state: scaled, masked by validity and row j's window, stored.
+template <class Epi>
+__device__ __forceinline__ void wsm_store(const IndexerParams& p, Epi& epi, const WsmState& st, uint32_t win, int j,
+                                          float v, int64_t row0) {
+  if (st.in) {
+    const uint2 lh = lds64(win + j * static_cast<uint32_t>(sizeof(detail::RowWindow)));  // lo, hi
+    const bool ok = st.valid && st.t >= static_cast<int32_t>(lh.x) && st.t < static_cast<int32_t>(lh.y);
+    epi.store(p, j, st.state, st.t, ok ? v * st.scale : -INFINITY, row0, nullptr);
+  }
+}
+
 // One query row (next_n = 1): the k32 step outermost, every n-tile's accumulators live at once
 // (NT x 2 independent chains), the keys of a k32 step loaded and converted just before its MMAs;
-// then the weighted ReLU head sums in the order idx_ntile_f16_w takes, so the same logits as
-// wsm_score32_rows.
+// then the weighted ReLU head sums in idx_ntile_f16_w's order (idx_relu_wsum per n-tile), so the
+// same logits as wsm_score32_rows.
 template <int HP, class Epi>
 __device__ __forceinline__ void wsm_score32_one(const IndexerParams& p, Epi& epi, const WsmLane& ln, uint32_t keys,
                                                 uint32_t scales, uint32_t win, int base, int32_t t0, int count,
                                                 uint32_t mask, int log2_box, int64_t row0, int lane) {
   constexpr int KS = 4;  // k32 steps at D = 128
   constexpr int NT = HP / 8;
-  const int tig = lane & 3;
   float acc[NT][2][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -162,30 +191,14 @@ __device__ __forceinline__ void wsm_score32_one(const IndexerParams& p, Epi& epi
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) mma_k16_f16b<1>(acc[nt][mt], kk[mt], q[nt]);
   }
-  const int my_state = base + ln.ms;
-  const bool my_in = my_state < count;
-  const bool my_valid = my_in && ((mask >> (my_state >> log2_box)) & 1u);
-  const float my_scale = my_valid ? __uint_as_float(lds32(scales + 4 * my_state)) : 0.f;
-  const int32_t my_t = t0 + my_state;
+  const WsmState st = wsm_state(ln, scales, base, t0, count, mask, log2_box);
   float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const uint2 r = lds64(ln.w + 4 * (nt * 8));
-    const float wx = __uint_as_float(r.x), wy = __uint_as_float(r.y);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      part[mt][0] = fmaf(fmaxf(acc[nt][mt][0], 0.f), wx, part[mt][0]);
-      part[mt][0] = fmaf(fmaxf(acc[nt][mt][1], 0.f), wy, part[mt][0]);
-      part[mt][1] = fmaf(fmaxf(acc[nt][mt][2], 0.f), wx, part[mt][1]);
-      part[mt][1] = fmaf(fmaxf(acc[nt][mt][3], 0.f), wy, part[mt][1]);
-    }
+    idx_relu_wsum(acc[nt], make_float2(__uint_as_float(r.x), __uint_as_float(r.y)), part);
   }
-  const float v = idx_quad_reduce(part, tig);
-  if (my_in) {
-    const uint2 lh = lds64(win);  // row 0's lo, hi
-    const bool ok = my_valid && my_t >= static_cast<int32_t>(lh.x) && my_t < static_cast<int32_t>(lh.y);
-    epi.store(p, 0, my_state, my_t, ok ? v * my_scale : -INFINITY, row0, nullptr);
-  }
+  wsm_store(p, epi, st, win, 0, idx_quad_reduce(part, lane & 3), row0);
 }
 
 // Any number of query rows: the chunk's keys converted once, then per row one n-tile at a time.
@@ -194,7 +207,6 @@ __device__ __forceinline__ void wsm_score32_rows(const IndexerParams& p, Epi& ep
                                                  uint32_t scales, uint32_t win, int rows, int base, int32_t t0,
                                                  int count, uint32_t mask, int log2_box, int64_t row0, int lane) {
   constexpr int KS = 4;  // k32 steps at D = 128
-  const int tig = lane & 3;
   uint32_t kf[2][KS][kMmaARegs];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -205,14 +217,10 @@ __device__ __forceinline__ void wsm_score32_rows(const IndexerParams& p, Epi& ep
       mma_prepare_a(a, kf[mt][k]);
     }
   }
-  const int my_state = base + ln.ms;
-  const bool my_in = my_state < count;
-  const bool my_valid = my_in && ((mask >> (my_state >> log2_box)) & 1u);
-  const float my_scale = my_valid ? __uint_as_float(lds32(scales + 4 * my_state)) : 0.f;
-  const int32_t my_t = t0 + my_state;
+  const WsmState st = wsm_state(ln, scales, base, t0, count, mask, log2_box);
   const IdxQ16Lane ql{ln.q_lo, ln.q_hi};
   constexpr int NT = HP / 8;
-  auto row = [&](int j) {
+  for (int j = 0; j < rows; ++j) {
     float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     uint4 q[2][KS];
     idx_load_q16<128>(ql, j * HP, q[0]);
@@ -225,14 +233,8 @@ __device__ __forceinline__ void wsm_score32_rows(const IndexerParams& p, Epi& ep
         return make_float2(__uint_as_float(r.x), __uint_as_float(r.y));
       }, part);
     }
-    const float v = idx_quad_reduce(part, tig);
-    if (my_in) {
-      const uint2 lh = lds64(win + j * static_cast<uint32_t>(sizeof(detail::RowWindow)));  // lo, hi
-      const bool ok = my_valid && my_t >= static_cast<int32_t>(lh.x) && my_t < static_cast<int32_t>(lh.y);
-      epi.store(p, j, my_state, my_t, ok ? v * my_scale : -INFINITY, row0, nullptr);
-    }
-  };
-  for (int j = 0; j < rows; ++j) row(j);
+    wsm_store(p, epi, st, win, j, idx_quad_reduce(part, lane & 3), row0);
+  }
 }
 
 // Warp scores states [base, base + 32) of a stage (count states valid in it, mask: copied boxes).
