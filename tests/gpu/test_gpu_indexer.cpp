@@ -538,6 +538,33 @@ TEST(GpuIndexer, Fp8ManyRows) {
   run_case(c);
 }
 
+// The warp-specialized kernel's 64-state stages (kWsShortStage; by default for FP8, N = 1, H = 32
+// or 64 on block tables of 65..4096 states per SM), forced for every call here so that the small
+// cases take them too: page sizes from one 8-state copy box per stage to pages of four stages,
+// empty rows and partial pages, varlen rows, bad block-table entries, and rows long enough that
+// each ring wraps. The other kernels of on_each_kernel run as usual.
+TEST(GpuIndexer, ShortStages) {
+  SKIP_WITHOUT_GPU();
+  testutil::EnvScope st("DSATTN_WS_STAGE", "64");
+  uint64_t seed = 1700;
+  for (int S : {8, 16, 32, 64, 128, 256})
+    for (int H : {32, 64}) {
+      IdxCase c;
+      c.S = S; c.H = H; c.N = 1; c.B = 3; c.max_ctx = 2000; c.seed = ++seed;
+      run_case(c);
+    }
+  IdxCase c;
+  c.B = 5; c.N = 1; c.empty_row = true; c.max_ctx = 70; c.seed = ++seed;
+  run_case(c);
+  c = IdxCase{};
+  c.B = 4; c.lens = LensMode::kVarlen; c.bad_pages = 3; c.seed = ++seed;
+  run_case(c);
+  // ~375K states, ~2800 per CTA on an H200: ~15 tiles per ring of six stages, so each ring wraps.
+  c = IdxCase{};
+  c.B = 3; c.N = 1; c.S = 64; c.max_ctx = 250000; c.seed = ++seed;
+  run_case(c);
+}
+
 // Few partitions and no CTA split (DSATTN_INDEXER_SPLIT=1): each CTA streams hundreds of tiles, so
 // every pipeline stage is reused many times (mbarrier phases wrap) and groups change mid-stream.
 TEST(GpuIndexer, LongRunsPerCta) {

@@ -1,6 +1,7 @@
 // Host side of the warp-specialized Hopper logits kernel (indexer_ws.cuh): ring depth and launch.
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
@@ -44,15 +45,42 @@ int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem
   *smem = need(stages);
   return stages;
 }
+
+// paged_mqa_logits on the wgmma consumers with one 64-column Q block (N = 1, H = 32 or 64; FP8):
+// 64-state stages (kWsShortStage) where the block tables hold more than 64 and at most
+// kWsShortStageStatesPerSm states per SM, else the 256-state stages of ws_stage. A CTA then has 4x
+// the tiles (at 1 x 64K: 8 instead of 2), all three rings get work, and the last tile of a ring is
+// short. H200, FP8, S = 64, us, 256 / 64-state stages, same binary (states per SM in brackets):
+// H = 64: 1 x 32K (248) 7.3 / 6.7, 1 x 64K (496) 8.9 / 8.1, 1 x 128K (993) 13.1 / 10.6, 4 x 8K
+// (248) 7.2-7.3 / 6.7, 4 x 32K (993) 13.1 / 10.6, 1 x 256K (1986) 18.4 / 15.3-15.4, 8 x 32K (1986)
+// 18.3-18.6 / 17.2-17.5, 32 x 8K (1986) 18.4 / 17.4, 48 x 8K (2979) 23.1-23.3 / 21.7; level at 3971
+// (8 x 64K 27.0-27.3 / 26.6-27.4, 16 x 32K 27.2-27.4 / 26.9-27.3, 64 x 8K 27.7 / 27.1-27.3);
+// slower from ~6000 (96 x 8K 36.0-36.6 / 37.3, 16 x 64K 43.4-43.5 / 45.1-45.2, 32 x 32K 43.8-44.6
+// / 46.7), where the producer's per-stage work (~200 instructions) shows. H = 32: 1 x 32K 7.5 / 6.8,
+// 4 x 32K 13.6 / 11.0, 32 x 32K 44.4-44.5 / 47.7-48.2. At 62 states per SM (1 x 8K) a CTA has one
+// tile either way (5.4 / 5.5). DSATTN_WS_STAGE=64 / 256 forces either where the shape has the
+// kernel (benchmarks, tests).
+constexpr int64_t kWsShortStageStatesPerSm = 4096;
+bool ws_short_stage(const WgmmaShape& s, int nw, int64_t states_per_sm) {
+  if (s.fp4 != 0 || nw != 64 || s.q_rows * s.hp > 64 || (s.hp != 32 && s.hp != 64)) return false;
+  if (const char* env = std::getenv("DSATTN_WS_STAGE")) {
+    const int want = std::atoi(env);
+    if (want == kWsShortStage) return true;
+    if (want == 256) return false;
+  }
+  return states_per_sm > kWsShortStage && states_per_sm <= kWsShortStageStatesPerSm;
+}
 }  // namespace
 
-void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure, bool mma) {
+void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure, bool mma,
+                   int64_t states_per_sm) {
   if (!ws_applies(plan, mma)) return;
   const WgmmaShape& s = plan->shape;
   pure = topk && pure && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
   mma = mma && !topk && s.fp4 == 0;
   // The mma consumers' f16 Q takes twice the bytes: 128-state stages, so that a ring still has 3.
-  const int stage = mma ? 128 : ws_stage(s.q_rows, s.hp, topk && !pure);
+  int stage = mma ? 128 : ws_stage(s.q_rows, s.hp, topk && !pure);
+  if (!topk && !mma && ws_short_stage(s, plan->nw, states_per_sm)) stage = kWsShortStage;
   const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
                      : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
                             : WsTopkT<true>::smem_bytes(p, stage);
@@ -91,6 +119,13 @@ cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
   constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
+  if constexpr (std::is_same_v<Epi, WsLogits> && !kFp4) {  // short stages (ws_short_stage)
+    if (plan.nw == 64 && plan.ws_stage == kWsShortStage) {
+      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4>);
+      if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4>);
+      return cudaErrorInvalidValue;
+    }
+  }
   if (plan.nw == 64 && plan.ws_stage == kStage64) {
     if constexpr (Epi::kHpMin <= 16) {
       if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi, kFp4>);
