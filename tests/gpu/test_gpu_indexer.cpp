@@ -538,11 +538,12 @@ TEST(GpuIndexer, Fp8ManyRows) {
   run_case(c);
 }
 
-// The warp-specialized kernel's 64-state stages (kWsShortStage; by default for FP8, N = 1, H = 32
-// or 64 on block tables of 65..4096 states per SM), forced for every call here so that the small
-// cases take them too: page sizes from one 8-state copy box per stage to pages of four stages,
-// empty rows and partial pages, varlen rows, bad block-table entries, and rows long enough that
-// each ring wraps. The other kernels of on_each_kernel run as usual.
+// The warp-specialized kernel's 64-state stages (kWsShortStage; by default for N = 1, H = 32 or 64
+// on block tables of 65..4096 states per SM, MXFP4 up to 2048), forced for every call here so that
+// the small cases take them too: FP8 page sizes from one 8-state copy box per stage to pages of
+// four stages, MXFP4 at 32 and 64 states per page, empty rows and partial pages, varlen rows,
+// bad block-table entries, and rows long enough that each ring wraps. The other kernels of
+// on_each_kernel run as usual.
 TEST(GpuIndexer, ShortStages) {
   SKIP_WITHOUT_GPU();
   testutil::EnvScope st("DSATTN_WS_STAGE", "64");
@@ -551,6 +552,12 @@ TEST(GpuIndexer, ShortStages) {
     for (int H : {32, 64}) {
       IdxCase c;
       c.S = S; c.H = H; c.N = 1; c.B = 3; c.max_ctx = 2000; c.seed = ++seed;
+      run_case(c);
+    }
+  for (int S : {32, 64})
+    for (int H : {32, 64}) {
+      IdxCase c;
+      c.fmt = IndexerFormat::kMxfp4; c.S = S; c.H = H; c.N = 1; c.B = 3; c.max_ctx = 2000; c.seed = ++seed;
       run_case(c);
     }
   IdxCase c;
@@ -752,9 +759,11 @@ TEST(GpuIndexer, LongSingleRequest) {
 // Small cases for compute-sanitizer (memcheck + racecheck): every code path once.
 TEST(GpuIndexer, SanitizerSmall) {
   SKIP_WITHOUT_GPU();
-  std::vector<IdxCase> cs(8);
+  std::vector<IdxCase> cs(9);
   for (auto& c : cs) { c.B = 2; c.max_ctx = 150; c.H = 16; }
   cs[7].H = 64;  // one query row, 64 heads: the mma-ws kernel's k-outer path (wsm_score32_one)
+  cs[8].H = 64; cs[8].fmt = IndexerFormat::kMxfp4;  // MXFP4, one query row (with DSATTN_WS_STAGE=64:
+                                                     // the warp-specialized kernel's short stages)
   cs[0].N = 2;
   cs[1].S = 1; cs[1].max_ctx = 40;
   cs[2].pad_stride = 4; cs[2].bad_pages = 2; cs[2].S = 48;

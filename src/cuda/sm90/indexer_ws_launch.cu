@@ -46,8 +46,8 @@ int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem
   return stages;
 }
 
-// paged_mqa_logits on the wgmma consumers with one 64-column Q block (N = 1, H = 32 or 64; FP8):
-// 64-state stages (kWsShortStage) where the block tables hold more than 64 and at most
+// paged_mqa_logits on the wgmma consumers with one 64-column Q block (N = 1, H = 32 or 64; FP8 or
+// MXFP4): 64-state stages (kWsShortStage) where the block tables hold more than 64 and at most
 // kWsShortStageStatesPerSm states per SM, else the 256-state stages of ws_stage. A CTA then has 4x
 // the tiles (at 1 x 64K: 8 instead of 2), all three rings get work, and the last tile of a ring is
 // short. H200, FP8, S = 64, us, 256 / 64-state stages, same binary (states per SM in brackets):
@@ -58,17 +58,23 @@ int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem
 // slower from ~6000 (96 x 8K 36.0-36.6 / 37.3, 16 x 64K 43.4-43.5 / 45.1-45.2, 32 x 32K 43.8-44.6
 // / 46.7), where the producer's per-stage work (~200 instructions) shows. H = 32: 1 x 32K 7.5 / 6.8,
 // 4 x 32K 13.6 / 11.0, 32 x 32K 44.4-44.5 / 47.7-48.2. At 62 states per SM (1 x 8K) a CTA has one
-// tile either way (5.4 / 5.5). DSATTN_WS_STAGE=64 / 256 forces either where the shape has the
+// tile either way (5.4 / 5.5). MXFP4 (whose larger calls are bound by the key conversion, not by
+// memory) gains less and stops gaining sooner, so up to kWsShortStageStatesPerSmFp4: H = 64, us,
+// 1 x 32K (248) 8.4-8.5 / 7.7-7.8, 1 x 64K (496) 9.9 / 9.5-9.6, 4 x 8K 8.5 / 7.9, 4 x 32K (993)
+// 14.3 / 13.3-13.4, 4 x 64K (1986) 20.4-20.5 / 20.2, 32 x 8K (1986) 20.7-20.8 / 20.5-20.8; 32 x 32K
+// (7943) 58.2-58.3 / 60.7-60.9. DSATTN_WS_STAGE=64 / 256 forces either where the shape has the
 // kernel (benchmarks, tests).
 constexpr int64_t kWsShortStageStatesPerSm = 4096;
+constexpr int64_t kWsShortStageStatesPerSmFp4 = 2048;
 bool ws_short_stage(const WgmmaShape& s, int nw, int64_t states_per_sm) {
-  if (s.fp4 != 0 || nw != 64 || s.q_rows * s.hp > 64 || (s.hp != 32 && s.hp != 64)) return false;
+  if (nw != 64 || s.q_rows * s.hp > 64 || (s.hp != 32 && s.hp != 64)) return false;
   if (const char* env = std::getenv("DSATTN_WS_STAGE")) {
     const int want = std::atoi(env);
     if (want == kWsShortStage) return true;
     if (want == 256) return false;
   }
-  return states_per_sm > kWsShortStage && states_per_sm <= kWsShortStageStatesPerSm;
+  return states_per_sm > kWsShortStage &&
+         states_per_sm <= (s.fp4 != 0 ? kWsShortStageStatesPerSmFp4 : kWsShortStageStatesPerSm);
 }
 }  // namespace
 
@@ -119,7 +125,7 @@ cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
   constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
-  if constexpr (std::is_same_v<Epi, WsLogits> && !kFp4) {  // short stages (ws_short_stage)
+  if constexpr (std::is_same_v<Epi, WsLogits>) {  // short stages (ws_short_stage)
     if (plan.nw == 64 && plan.ws_stage == kWsShortStage) {
       if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4>);
       if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4>);
