@@ -538,12 +538,12 @@ TEST(GpuIndexer, Fp8ManyRows) {
   run_case(c);
 }
 
-// The warp-specialized kernel's 64-state stages (kWsShortStage; by default for N = 1, H = 32 or 64
-// on block tables of 65..4096 states per SM, MXFP4 up to 2048), forced for every call here so that
-// the small cases take them too: FP8 page sizes from one 8-state copy box per stage to pages of
-// four stages, MXFP4 at 32 and 64 states per page, empty rows and partial pages, varlen rows,
-// bad block-table entries, and rows long enough that each ring wraps. The other kernels of
-// on_each_kernel run as usual.
+// The warp-specialized kernel's 64-state stages (kWsShortStage; by default for N = 1 at 64 heads and
+// N <= 2 at 32, on block tables of 65..4096 states per SM, MXFP4 up to 2048), forced for every call
+// here so that the small cases take them too: FP8 page sizes from one 8-state copy box per stage
+// to pages of four stages, two rows at 32 heads, MXFP4 at 32 and 64 states per page, empty rows
+// and partial pages, varlen rows, bad block-table entries, and rows long enough that each ring
+// wraps. The other kernels of on_each_kernel run as usual.
 TEST(GpuIndexer, ShortStages) {
   SKIP_WITHOUT_GPU();
   testutil::EnvScope st("DSATTN_WS_STAGE", "64");
@@ -554,6 +554,11 @@ TEST(GpuIndexer, ShortStages) {
       c.S = S; c.H = H; c.N = 1; c.B = 3; c.max_ctx = 2000; c.seed = ++seed;
       run_case(c);
     }
+  for (int S : {32, 64}) {  // two query rows at 32 heads: one 64-column Q block too
+    IdxCase c;
+    c.S = S; c.H = 32; c.N = 2; c.B = 3; c.max_ctx = 2000; c.lens = LensMode::k1D; c.seed = ++seed;
+    run_case(c);
+  }
   for (int S : {32, 64})
     for (int H : {32, 64}) {
       IdxCase c;

@@ -61,7 +61,7 @@ constexpr int kWsProducerWarp = 4 * kWsConsumers;   // the first producer warp
 __host__ __device__ constexpr int ws_stage(int q_rows, int hp, bool staged) {
   return q_rows * hp <= 64 ? (staged ? 192 : 256) : 128;
 }
-// paged_mqa_logits' stages on small calls (plan_wgmma_ws; N = 1, H = 32 or 64).
+// paged_mqa_logits' stages on small calls (plan_wgmma_ws; one 64-column Q block, 32 or 64 heads).
 constexpr int kWsShortStage = 64;
 constexpr int kWsMaxStages = 18;
 constexpr int kWsMinStages = 2 * kWsConsumers;
