@@ -28,6 +28,12 @@ extern template struct WgmmaKernelOps<LogitsEpilogue>;
 
 namespace {
 
+// The states the block tables of a paged-decode call hold (0 for prefill): the kernel and tile size
+// rules of plan_logits and plan_indexer_config go by them per SM.
+int64_t block_table_states(const IndexerParams& p) {
+  return p.work.mode == detail::IndexerMode::kPaged ? int64_t(p.work.groups) * p.max_pages * p.states_per_page : 0;
+}
+
 constexpr int kMaxStages = 6;
 
 bool aligned(const void* ptr, int64_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
@@ -72,6 +78,10 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   int sms = 0, optin = 0;
   DSATTN_RETURN_IF_ERROR(device_limits(op, ex, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
+  // Both size rules below (the mma.sync consumers' kernel here, the warp-specialized wgmma kernel's
+  // stage length further on) go by the block tables' states per SM.
+  const bool paged = p->work.mode == detail::IndexerMode::kPaged;
+  const int64_t cap_states = block_table_states(*p);
   // The mma.sync kernels' large calls (FP8 paged decode) run the warp-specialized kernel with
   // mma.sync consumers: where it has code (sm_90a, sm_100a builds) and the call is the portable
   // path's (by default on sm_100; on sm_90 under DSATTN_INDEXER_KERNEL=portable, or mma-ws for any
@@ -88,8 +98,6 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
     int major = 0, dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    const bool paged = p->work.mode == detail::IndexerMode::kPaged;
-    const int64_t cap_states = paged ? int64_t(p->work.groups) * p->max_pages * p->states_per_page : 0;
     const bool large = cap_states >= kMmaWsStatesPerSm * sms;
     const bool portable_call = choice == IndexerKernelChoice::kPortable ||
                                (choice == IndexerKernelChoice::kAuto && major == 10);
@@ -107,10 +115,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   if (!plan->wg.use) DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
   if (plan->wg.use && !plan->wg.ws_mma) {
-    const int64_t states = p->work.mode == detail::IndexerMode::kPaged
-                               ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
-                               : -1;
-    plan_wgmma_ws(*p, budget, false, &plan->wg, false, false, states >= 0 ? states / std::max(sms, 1) : -1);
+    plan_wgmma_ws(*p, budget, false, &plan->wg, false, false, paged ? cap_states / std::max(sms, 1) : -1);
   }
   if (plan->wg.ws_stages > 0) {
     occ = 1;  // one CTA per SM; its producer warp walks the partition in stage-sized tiles
@@ -244,11 +249,8 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   // 4 x 32K 14.8-14.9 / 15.3, 1 x 64K H 32 8.2 / 8.5-8.6, next_n 2 level or better; but 1 x 32K
   // (one tile per SM) 6.9-7.0 / 6.7-6.8, so calls of one tile per SM or less keep 3 (BENCHMARKS.md,
   // 2026-12-03). Other archs keep the most stages that fit: not measured there.
-  // The states the block tables hold (0 for prefill, which neither this rule nor the large-call
-  // rule below takes).
-  const int64_t cap_states = p->work.mode == detail::IndexerMode::kPaged
-                                 ? int64_t(p->work.groups) * p->max_pages * p->states_per_page
-                                 : 0;
+  // (Prefill holds 0 states: neither this rule nor the large-call rule below takes it.)
+  const int64_t cap_states = block_table_states(*p);
   constexpr int64_t kFewTilesPerSm = 4;
   const bool few_tiles = warp_local && max_stages == 3 && sms > 0 && cap_states > int64_t(256) * sms &&
                          cap_states <= kFewTilesPerSm * 256 * sms;

@@ -48,26 +48,29 @@ int ws_ring(const WgmmaShape& s, int stage, size_t epi, int budget, size_t* smem
 
 // paged_mqa_logits on the wgmma consumers with one 64-column Q block (N = 1 at 64 heads, N <= 2 at
 // 32; FP8 or MXFP4): 64-state stages (kWsShortStage) where the block tables hold more than 64 and
-// at most kWsShortStageStatesPerSm states per SM, else the 256-state stages of ws_stage. A CTA then has 4x
-// the tiles (at 1 x 64K: 8 instead of 2), all three rings get work, and the last tile of a ring is
-// short. H200, FP8, S = 64, us, 256 / 64-state stages, same binary (states per SM in brackets):
-// H = 64: 1 x 32K (248) 7.3 / 6.7, 1 x 64K (496) 8.9 / 8.1, 1 x 128K (993) 13.1 / 10.6, 4 x 8K
-// (248) 7.2-7.3 / 6.7, 4 x 32K (993) 13.1 / 10.6, 1 x 256K (1986) 18.4 / 15.3-15.4, 8 x 32K (1986)
-// 18.3-18.6 / 17.2-17.5, 32 x 8K (1986) 18.4 / 17.4, 48 x 8K (2979) 23.1-23.3 / 21.7; level at 3971
-// (8 x 64K 27.0-27.3 / 26.6-27.4, 16 x 32K 27.2-27.4 / 26.9-27.3, 64 x 8K 27.7 / 27.1-27.3);
-// slower from ~6000 (96 x 8K 36.0-36.6 / 37.3, 16 x 64K 43.4-43.5 / 45.1-45.2, 32 x 32K 43.8-44.6
-// / 46.7), where the producer's per-stage work (~200 instructions) shows. H = 32: 1 x 32K 7.5 / 6.8,
-// 4 x 32K 13.6 / 11.0, 32 x 32K 44.4-44.5 / 47.7-48.2; N = 2: 1 x 32K 8.4 / 7.6, 1 x 64K 10.2 /
-// 9.3-9.4, 4 x 32K (993) 15.5-15.6 / 12.7-12.8, 4 x 64K (1986) 22.0-22.1 / 18.7-18.8, 32 x 8K
-// 21.8 / 20.2-20.3, 16 x 32K (3971) 33.5-33.6 / 32.2-32.3, 32 x 32K 53.8-54.1 / 56.6-56.7. (N = 2 at
-// 64 heads, a 128-column Q block, would need kernels of its own for smaller gains: 1 x 64K 11.0 /
-// 10.2, 4 x 32K 14.7 / 14.3, but 32 x 8K 22.7 / 23.3-23.4; not taken.) At 62 states per SM (1 x 8K) a CTA has one
-// tile either way (5.4 / 5.5). MXFP4 (whose larger calls are bound by the key conversion, not by
-// memory) gains less and stops gaining sooner, so up to kWsShortStageStatesPerSmFp4: H = 64, us,
-// 1 x 32K (248) 8.4-8.5 / 7.7-7.8, 1 x 64K (496) 9.9 / 9.5-9.6, 4 x 8K 8.5 / 7.9, 4 x 32K (993)
-// 14.3 / 13.3-13.4, 4 x 64K (1986) 20.4-20.5 / 20.2, 32 x 8K (1986) 20.7-20.8 / 20.5-20.8; 32 x 32K
-// (7943) 58.2-58.3 / 60.7-60.9. DSATTN_WS_STAGE=64 / 256 forces either where the shape has the
-// kernel (benchmarks, tests).
+// at most kWsShortStageStatesPerSm (MXFP4: kWsShortStageStatesPerSmFp4) states per SM, else the
+// 256-state stages of ws_stage. A CTA then has 4x the tiles (at 1 x 64K: 8 instead of 2), all
+// three rings get work, and the last tile of a ring is short. At 64 or fewer states per SM a CTA
+// has one tile either way (1 x 8K: 5.4 / 5.5 us).
+// H200, S = 64, us, 256 / 64-state stages, same binary (states per SM in brackets):
+//   FP8, H = 64: 1 x 32K (248) 7.3 / 6.7, 1 x 64K (496) 8.9 / 8.1, 1 x 128K (993) 13.1 / 10.6,
+//     4 x 8K (248) 7.2-7.3 / 6.7, 4 x 32K (993) 13.1 / 10.6, 1 x 256K (1986) 18.4 / 15.3-15.4,
+//     8 x 32K (1986) 18.3-18.6 / 17.2-17.5, 32 x 8K (1986) 18.4 / 17.4, 48 x 8K (2979) 23.1-23.3 /
+//     21.7; level at 3971 (8 x 64K 27.0-27.3 / 26.6-27.4, 16 x 32K 27.2-27.4 / 26.9-27.3, 64 x 8K
+//     27.7 / 27.1-27.3); slower from ~6000 (96 x 8K 36.0-36.6 / 37.3, 16 x 64K 43.4-43.5 /
+//     45.1-45.2, 32 x 32K 43.8-44.6 / 46.7), where the producer's per-stage work (~200
+//     instructions) shows.
+//   FP8, H = 32: 1 x 32K 7.5 / 6.8, 4 x 32K 13.6 / 11.0, 32 x 32K 44.4-44.5 / 47.7-48.2; N = 2:
+//     1 x 32K 8.4 / 7.6, 1 x 64K 10.2 / 9.3-9.4, 4 x 32K (993) 15.5-15.6 / 12.7-12.8, 4 x 64K
+//     (1986) 22.0-22.1 / 18.7-18.8, 32 x 8K 21.8 / 20.2-20.3, 16 x 32K (3971) 33.5-33.6 /
+//     32.2-32.3, 32 x 32K 53.8-54.1 / 56.6-56.7.
+//   MXFP4, H = 64 (larger calls bound by the key conversion, not by memory: it gains less and
+//     stops gaining sooner): 1 x 32K (248) 8.4-8.5 / 7.7-7.8, 1 x 64K (496) 9.9 / 9.5-9.6, 4 x 8K
+//     8.5 / 7.9, 4 x 32K (993) 14.3 / 13.3-13.4, 4 x 64K (1986) 20.4-20.5 / 20.2, 32 x 8K (1986)
+//     20.7-20.8 / 20.5-20.8; 32 x 32K (7943) 58.2-58.3 / 60.7-60.9.
+// Not taken: N = 2 at 64 heads (a 128-column Q block) would need kernels of its own for smaller
+// gains (1 x 64K 11.0 / 10.2, 4 x 32K 14.7 / 14.3, but 32 x 8K 22.7 / 23.3-23.4).
+// DSATTN_WS_STAGE=64 / 256 forces either where the shape has the kernel (benchmarks, tests).
 constexpr int64_t kWsShortStageStatesPerSm = 4096;
 constexpr int64_t kWsShortStageStatesPerSmFp4 = 2048;
 bool ws_short_stage(const WgmmaShape& s, int nw, int64_t states_per_sm) {
