@@ -37,6 +37,7 @@ struct Case {
   bool sorted = false;
   bool values = false;
   bool bounds = false;  // random per-row [start, end) bounds (else whole rows)
+  bool ends_only = false;  // with bounds: starts all 0 and not passed (only `ends`)
   bool slots = false;
   bool row_request = false;
   int next_n = 1;
@@ -71,7 +72,7 @@ Inputs make_inputs(const Case& c, Rng& rng, const std::vector<float>& values, co
   if (c.bounds) {
     for (int64_t r = 0; r < c.rows; ++r) {
       const int64_t len = lens.empty() ? rng.randint(0, c.width) : std::min<int64_t>(lens[r % lens.size()], c.width);
-      const int64_t s = rng.randint(0, c.width - len);
+      const int64_t s = c.ends_only ? 0 : rng.randint(0, c.width - len);
       in.starts.push_back(static_cast<int32_t>(s));
       in.ends.push_back(static_cast<int32_t>(s + len));
     }
@@ -99,7 +100,7 @@ TopkParams make_params(const Case& c, const Inputs& in, void* logits, void* star
   TopkParams p;
   p.logits = make_tensor_strided(logits, c.bf16 ? DType::kBF16 : DType::kF32, {c.rows, c.width}, {in.ld, 1}, dev);
   if (c.bounds) {
-    p.starts = make_tensor(starts, DType::kI32, {c.rows}, dev);
+    if (!c.ends_only) p.starts = make_tensor(starts, DType::kI32, {c.rows}, dev);
     p.ends = make_tensor(ends, DType::kI32, {c.rows}, dev);
   }
   p.k = c.k;
@@ -273,6 +274,36 @@ TEST(GpuTopk, LengthsAroundK) {
     c.bounds = true;
     c.values = true;
     run_case(c, normals(rng, c.rows * c.width), {0, 1, k - 1, k, k + 1, 2 * k, 3 * k, 2}, 200 + k);
+  }
+}
+
+// Rows bounded by `ends` alone start at 0, so the small and direct kernels load their keys up to
+// the width before they read the length (TopkRowBounds::early_keys, up to 128 rows): the states
+// past each row's end hold +inf and NaN, which must never be selected. Lengths around k, sorted
+// and unsorted output, values, f32 and bf16; 37 rows (early) and 150 (not).
+TEST(GpuTopk, EndsOnlyRowsIgnoreStatesPastTheEnd) {
+  Rng rng(14);
+  for (int64_t rows : {37, 150}) {
+    for (int k : {1, 512, 2048}) {
+      for (bool bf16 : {false, true}) {
+        Case c;
+        c.rows = rows;
+        c.width = 8000;
+        c.k = k;
+        c.bf16 = bf16;
+        c.bounds = true;
+        c.ends_only = true;
+        c.values = true;
+        c.sorted = k == 512;
+        const std::vector<int32_t> lens = {0, 1, k - 1, k, k + 1, 3000, 7999, 8000, 4097, 2 * k + 3};
+        std::vector<float> v = normals(rng, c.rows * c.width);
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const int64_t len = std::min<int64_t>(lens[r % lens.size()], c.width);
+          for (int64_t i = len; i < c.width; ++i) v[r * c.width + i] = (i % 3 == 0) ? kNaN : kInf;
+        }
+        run_case(c, v, lens, 1400 + 10 * k + bf16 + 2 * static_cast<int>(rows));
+      }
+    }
   }
 }
 
