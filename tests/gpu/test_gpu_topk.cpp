@@ -277,10 +277,10 @@ TEST(GpuTopk, LengthsAroundK) {
   }
 }
 
-// Rows bounded by `ends` alone start at 0, so the small and direct kernels load their keys up to
-// the width before they read the length (TopkRowBounds::early_keys, up to 128 rows): the states
-// past each row's end hold +inf and NaN, which must never be selected. Lengths around k, sorted
-// and unsorted output, values, f32 and bf16; 37 rows (early) and 150 (not).
+// Rows bounded by `ends` alone start at 0, so the small kernel (rows of <= 8192) loads their keys
+// up to the width before it reads the length (TopkRowBounds::early_keys, up to 128 rows): the
+// states past each row's end hold +inf and NaN, which must never be selected. Lengths around k,
+// sorted and unsorted output, values, f32 and bf16; 37 rows (early) and 150 (not).
 TEST(GpuTopk, EndsOnlyRowsIgnoreStatesPastTheEnd) {
   Rng rng(14);
   for (int64_t rows : {37, 150}) {
