@@ -115,7 +115,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   if (!plan->wg.use) DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
   if (plan->wg.use && !plan->wg.ws_mma) {
-    plan_wgmma_ws(*p, budget, false, &plan->wg, false, false, paged ? cap_states / std::max(sms, 1) : -1);
+    plan_wgmma_ws(*p, budget, false, &plan->wg, false, false, cap_states / std::max(sms, 1));
   }
   if (plan->wg.ws_stages > 0) {
     occ = 1;  // one CTA per SM; its producer warp walks the partition in stage-sized tiles

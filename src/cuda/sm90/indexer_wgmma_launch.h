@@ -60,10 +60,10 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 // every piece fits its buffer; plan->ws_pure says whether it was taken.
 // DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh (benchmark / test knob).
 // mma (logits only): indexer_ws_mma_kernel's ring (128-state stages, f16 Q), plan->ws_mma.
-// states_per_sm (logits, >= 0): the block tables' states per SM of the grid, for the choice of
-// 64-state stages (kWsShortStage) on small calls; -1 keeps ws_stage's.
+// states_per_sm (logits): the block tables' states per SM of the grid (0 for prefill), for the
+// choice of 64-state stages (kWsShortStage) on small calls; DSATTN_WS_STAGE overrides it.
 void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure = false,
-                   bool mma = false, int64_t states_per_sm = -1);
+                   bool mma = false, int64_t states_per_sm = 0);
 // The shapes with pure dense kernels (indexer_ws_launch.cu): a warpgroup's Q is one 64-column block
 // (NW = 64, 256-state stages) at 32 or 64 padded heads. The plan of paged_mqa_topk routes rows to
 // the dense-row merge by the same rule.
