@@ -883,6 +883,10 @@ TEST_P(GpuTopkSampled, KernelRows) {
     run_case(c, v, {}, 5102);
     c.sorted = true;
     run_case(c, v, {}, 5103);
+    c.sorted = false;  // unsorted indices only: written straight from the selection
+    c.values = false;
+    c.slots = false;
+    run_case(c, v, {}, 5104);
   }
   // Rows of every kind in one launch (short, all candidates, sampled, fallback: constant and NaN
   // rows; unaligned starts), f32 and bf16 (8192-state sample), at the device maximum and at the
@@ -935,7 +939,8 @@ INSTANTIATE_TEST_SUITE_P(Stream, GpuTopkSampled, ::testing::Values(1, 0),
 // key: a second level, then ties split by position), consecutive floats (candidates within ~4096
 // units in the last place: one level of exact keys), negative values, ascending runs of integers
 // (~20 ties at the k-th key: ranked by one warp), a constant row (fallback), a 0.25 grid; f32 and
-// bf16 (which takes the radix digits either way), unaligned starts.
+// bf16 (which takes the radix digits either way), unaligned starts; values, sorted output, and
+// unsorted indices only (the window selection's winners written straight to the output).
 TEST(GpuTopk, SampledKernelVariants) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   SampledEverywhere on;
@@ -973,6 +978,11 @@ TEST(GpuTopk, SampledKernelVariants) {
                5600 + seed + 2 * window + bf16);
       c.sorted = true;
       run_case(c, v, {}, 5700 + seed + 2 * window + bf16);
+      // Unsorted indices only: the window selection writes the winners straight to the output.
+      c.sorted = false;
+      c.values = false;
+      run_case(c, v, {65573, 65536, 40000, 30000, 16385, 9000, 8193, 2049, 65000, 50000, 0, 12345},
+               5800 + seed + 2 * window + bf16);
     }
   }
 }
