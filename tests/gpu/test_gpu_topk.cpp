@@ -987,6 +987,33 @@ TEST(GpuTopk, SampledKernelVariants) {
   }
 }
 
+// A small sampled-kernel launch for scripts/gpu_check.sh's compute-sanitizer step (tests named
+// *Sanitizer*): one row of each of the selection's exits and input kinds (normals: the window's
+// list; consecutive floats: its last digit; negative values: keys converted; a 0.05 grid: ties
+// ranked by position; constant: the exact fallback), unsorted indices only (the winners written
+// straight to the output) and sorted with values (through finish_row).
+TEST(GpuTopk, SampledSanitizerSmall) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  SampledEverywhere on;
+  Rng rng(58);
+  Case c;
+  c.rows = 5;
+  c.width = 20000;
+  c.k = 2048;
+  ASSERT_TRUE(device_plan(c.rows, c.width, c.k).sampled);
+  std::vector<float> v = normals(rng, c.rows * c.width);
+  for (int64_t i = 0; i < c.width; ++i) {
+    v[1 * c.width + i] = 1.0f + std::ldexp(static_cast<float>(i), -23);           // consecutive floats
+    v[2 * c.width + i] = -3.0f - std::fabs(v[2 * c.width + i]);                    // negative
+    v[3 * c.width + i] = std::round(v[3 * c.width + i] * 20.0f) / 20.0f;           // 0.05 grid
+    v[4 * c.width + i] = 0.75f;                                                     // constant
+  }
+  run_case(c, v, {}, 5900);
+  c.sorted = true;
+  c.values = true;
+  run_case(c, v, {}, 5901);
+}
+
 // The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows
 // emit 0..len-1, the others filter), sorted, values, bf16.
 TEST(GpuTopk, FilterPlanAroundK) {

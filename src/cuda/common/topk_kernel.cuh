@@ -438,12 +438,13 @@ __device__ __forceinline__ int winner_pos(uint32_t key, uint32_t T, int need, in
 // order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i whose
 // key is key_at(i). Run by `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch
 // of >= nwarps ints. Warp w owns a contiguous segment, so the output order is the position order.
-// Ends synced. key_at reads shared keys (select_in_order_by) or a global row (the filter's
-// stream_select_in_order); it is called twice per element.
+// Ends synced (sync_end false: not, for a caller that exits right after). key_at reads shared keys
+// (select_in_order_by) or a global row (the filter's stream_select_in_order); it is called twice
+// per element.
 template <typename KeyAt, typename IdxOf>
 __device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint32_t T, int need, int nwarps,
                                                       int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
-                                                      IdxOf idx_of) {
+                                                      IdxOf idx_of, bool sync_end = true) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned lt = (1u << lane) - 1u;
   const int seg = ((n + nwarps - 1) / nwarps + 31) & ~31;
@@ -480,16 +481,16 @@ __device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint3
     eq_before += __popc(eq_mask);
     sel_before += __popc(sel_mask);
   }
-  __syncthreads();
+  if (sync_end) __syncthreads();
 }
 
 // select_in_order_keyed over keys in shared memory.
 template <typename IdxOf>
 __device__ __forceinline__ void select_in_order_by(const uint32_t* keys, int n, uint32_t T, int need, int nwarps,
                                                    int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
-                                                   IdxOf idx_of) {
+                                                   IdxOf idx_of, bool sync_end = true) {
   select_in_order_keyed([&](int i) { return keys[i]; }, n, T, need, nwarps, warp_gt, warp_eq, out_key, out_idx,
-                        idx_of);
+                        idx_of, sync_end);
 }
 
 // select_in_order_by over the standalone top-k block: out_idx = the element's position.

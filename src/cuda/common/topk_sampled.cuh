@@ -175,7 +175,8 @@ __device__ __forceinline__ uint4 sample_load(const SampledRow<T>& g) {
 }
 
 // The lowest key that can be a candidate, from the sample (`raw`: this thread's sample_load), or 0
-// when the sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced.
+// when the sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced, except
+// where the first digit is the threshold (the stream that follows rewrites neither hist nor sh).
 // Rank r = 1.25 mu + 4 sqrt(mu) + 4 of the sample, mu = S k / len the sample states expected above
 // the row's k-th key (S = 4096 f32 / 8192 bf16).
 template <typename T>
@@ -210,8 +211,12 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   // (saves the second histogram's barriers; normal-like rows of 64K at k = 2048: ~4000 expected).
   const bool one_digit = static_cast<int64_t>(sh.above + static_cast<int>(hist[b1])) * g.len <=
                          static_cast<int64_t>(mcap) * kSample * 3 / 4;
+  // A usable first digit returns without a barrier: until the selection, which zeroes hist after
+  // the stream's barriers, nothing rewrites hist or sh (the stream writes the candidate arrays and
+  // ss only).
+  if (one_digit && b1 >= 8u) return b1 << 20;
   __syncthreads();  // sh and hist read by every thread
-  if (one_digit) return b1 >= 8u ? b1 << 20 : 0u;  // b1 < 8: the bin holds -inf / NaN keys
+  if (one_digit) return 0u;  // b1 < 8: the bin holds -inf / NaN keys (the fallback rewrites hist)
   static_assert(kBins2 == kTopkThreads, "one bin per thread");
   hist[tid] = 0;
 #pragma unroll
@@ -423,7 +428,9 @@ __device__ __forceinline__ void sampled_fallback(const T* __restrict__ src, int 
 // by s; each later level takes the next 12 bits of the k-th bin. It stops when the digits are
 // exhausted, when the k-th bin is needed whole (threshold: its lower bound - 1), or when the bin
 // holds at most kWindowList keys: one warp ranks them. `hist`: kBins1 words. Block-wide; starts
-// and ends synced.
+// synced, and ends with the results in every thread but not synced (threads may still read hist
+// and sh.bin / sh.above: select_in_order_by writes only sh.warp_gt / warp_eq before its barrier,
+// and its ordered write into sel_key, over hist, comes after it).
 __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, uint32_t lo, uint32_t* hist,
                                                  TopkShared& sh, SampledShared& ss, uint32_t* T_out, int* need_out) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
@@ -506,7 +513,6 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
     zero_bins1(hist);
     __syncthreads();
   }
-  __syncthreads();  // sh read by every thread before the caller's block routines rewrite it
 }
 
 // Two CTAs per SM where an SM holds 2048 threads (sm_80, sm_90, sm_100, sm_103: at most 32
@@ -570,7 +576,8 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
       // in sel_pos, no finish_row pass and barrier).
       const bool direct = out.indices_only(sorted);
       int* dst = direct ? out.indices + r * out.indices_ld : sel_pos;
-      select_in_order_by(cand_key, n, T_sel, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, dst, pos_of);
+      select_in_order_by(cand_key, n, T_sel, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, dst, pos_of,
+                         !direct);
       if (direct) return;
     } else {
       for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
