@@ -434,37 +434,18 @@ __device__ __forceinline__ int winner_pos(uint32_t key, uint32_t T, int need, in
   return pos;
 }
 
-// Writes the selected elements ({key > T} plus the first `need` with key == T, ties kept in position
-// order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i whose
-// key is key_at(i). Run by `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch
-// of >= nwarps ints. Warp w owns a contiguous segment, so the output order is the position order.
-// Ends synced (sync_end false: not, for a caller that exits right after). key_at reads shared keys
-// (select_in_order_by) or a global row (the filter's stream_select_in_order); it is called twice
-// per element.
+// The length of each warp's segment in select_in_order_keyed (a multiple of 32).
+__device__ __forceinline__ int select_segment(int n, int nwarps) { return ((n + nwarps - 1) / nwarps + 31) & ~31; }
+
+// select_in_order_keyed's ordered write of one warp's segment [lo, hi), given the keys > T and
+// == T in the segments before it. All 32 lanes together; no barrier.
 template <typename KeyAt, typename IdxOf>
-__device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint32_t T, int need, int nwarps,
-                                                      int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
-                                                      IdxOf idx_of, bool sync_end = true) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+__device__ __forceinline__ void select_in_order_write(KeyAt key_at, int lo, int hi, uint32_t T, int need,
+                                                      int gt_before, int eq_before, uint32_t* out_key,
+                                                      int* out_idx, IdxOf idx_of) {
+  const int lane = threadIdx.x & 31;
   const unsigned lt = (1u << lane) - 1u;
-  const int seg = ((n + nwarps - 1) / nwarps + 31) & ~31;
-  const int lo = warp * seg;
-  const int hi = min(n, lo + seg);
-  int n_gt = 0, n_eq = 0;
-  for (int base = lo; base < hi; base += 32) {
-    const int i = base + lane;
-    const uint32_t key = i < hi ? key_at(i) : 0u;
-    n_gt += __popc(__ballot_sync(0xffffffffu, i < hi && key > T));
-    n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == T));
-  }
-  if (lane == 0) {
-    warp_gt[warp] = n_gt;
-    warp_eq[warp] = n_eq;
-  }
-  __syncthreads();
-  // One warp reduction each (REDUX), not five shuffle-and-add steps.
-  int eq_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_eq[lane] : 0);
-  int sel_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_gt[lane] : 0) + min(eq_before, need);
+  int sel_before = gt_before + min(eq_before, need);
   for (int base = lo; base < hi; base += 32) {
     const int i = base + lane;
     const uint32_t key = i < hi ? key_at(i) : 0u;
@@ -481,6 +462,39 @@ __device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint3
     eq_before += __popc(eq_mask);
     sel_before += __popc(sel_mask);
   }
+}
+
+// Writes the selected elements ({key > T} plus the first `need` with key == T, ties kept in position
+// order) in position order to out_key / out_idx, with out_idx[pos] = idx_of(i) for element i whose
+// key is key_at(i). Run by `nwarps` warps (the whole block); warp_gt / warp_eq are shared scratch
+// of >= nwarps ints. Warp w owns a contiguous segment, so the output order is the position order.
+// Ends synced (sync_end false: not, for a caller that exits right after). key_at reads shared keys
+// (select_in_order_by) or a global row (the filter's stream_select_in_order); it is called twice
+// per element.
+template <typename KeyAt, typename IdxOf>
+__device__ __forceinline__ void select_in_order_keyed(KeyAt key_at, int n, uint32_t T, int need, int nwarps,
+                                                      int* warp_gt, int* warp_eq, uint32_t* out_key, int* out_idx,
+                                                      IdxOf idx_of, bool sync_end = true) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int seg = select_segment(n, nwarps);
+  const int lo = warp * seg;
+  const int hi = min(n, lo + seg);
+  int n_gt = 0, n_eq = 0;
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const uint32_t key = i < hi ? key_at(i) : 0u;
+    n_gt += __popc(__ballot_sync(0xffffffffu, i < hi && key > T));
+    n_eq += __popc(__ballot_sync(0xffffffffu, i < hi && key == T));
+  }
+  if (lane == 0) {
+    warp_gt[warp] = n_gt;
+    warp_eq[warp] = n_eq;
+  }
+  __syncthreads();
+  // One warp reduction each (REDUX), not five shuffle-and-add steps.
+  const int eq_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_eq[lane] : 0);
+  const int gt_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_gt[lane] : 0);
+  select_in_order_write(key_at, lo, hi, T, need, gt_before, eq_before, out_key, out_idx, idx_of);
   if (sync_end) __syncthreads();
 }
 

@@ -118,6 +118,7 @@ struct SampledShared {
   int cnt[2][kTopkWarps];  // candidates of each warp in a tile, by tile parity
   int list_n;              // window select: keys gathered from the k-th bin
   uint32_t list[kWindowList];
+  int list_i[kWindowList];  // the list's keys' candidate indices
 };
 
 // A row in the aligned space of 16-byte vectors: element a lives at abase[a]; the row is
@@ -430,10 +431,14 @@ __device__ __forceinline__ void sampled_fallback(const T* __restrict__ src, int 
 // holds at most kWindowList keys: one warp ranks them. `hist`: kBins1 words. Block-wide; starts
 // synced, and ends with the results in every thread but not synced (threads may still read hist
 // and sh.bin / sh.above: select_in_order_by writes only sh.warp_gt / warp_eq before its barrier,
-// and its ordered write into sel_key, over hist, comes after it).
-__device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, uint32_t lo, uint32_t* hist,
-                                                 TopkShared& sh, SampledShared& ss, uint32_t* T_out, int* need_out) {
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+// and its ordered write into sel_key, over hist, comes after it). Returns true on the list's exit,
+// with this warp's *gt_before / *eq_before (the keys > and == *T_out in the segments of
+// select_in_order_keyed before this warp's) for select_in_order_write; hist is not read after it
+// there, so the write may start at once.
+__device__ __forceinline__ bool window_threshold(uint32_t* keys, int n, int k, uint32_t lo, uint32_t* hist,
+                                                 TopkShared& sh, SampledShared& ss, uint32_t* T_out, int* need_out,
+                                                 int* gt_before, int* eq_before) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   uint32_t range;
   {
     zero_bins1(hist);
@@ -465,7 +470,9 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
   for (;;) {
     // Four keys per thread and step (tid, tid + 1024, ...): hist_add_v's warp-wide test of a shared
     // bin once per four keys, not hist_add's per key (~24 instructions per key and warp).
-    for (int base = 0; base < n; base += 4 * kTopkThreads) {
+    // A warp whose lowest key of a step lies past n has none in it (its keys are base + 1024 v +
+    // tid): it skips the step, histogram test included, instead of running it idle.
+    for (int base = 0; base + (tid & ~31) < n; base += 4 * kTopkThreads) {
       uint32_t bin[4];
       bool act[4];
 #pragma unroll
@@ -496,16 +503,36 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
       break;
     }
     if (cnt <= kWindowList) {
-      for (int base = 0; base < n; base += kTopkThreads) {
-        const int i = base + tid;
-        if (i < n && ((keys[i] - lo) >> s) == P) ss.list[atomicAdd(&ss.list_n, 1)] = keys[i];
+      // The bin's keys (with their indices) go to the list while each warp counts, over its
+      // segment of select_in_order_keyed's ordered write, the keys above the bin (all > T).
+      // Once one warp has ranked the list, every warp adds the list's keys > T and == T that
+      // lie in the segments before its own: the ordered write needs no counting pass.
+      const int seg = select_segment(n, kTopkWarps);
+      const int seg_lo = warp * seg, seg_hi = min(n, seg_lo + seg);
+      int n_above = 0;
+      for (int base = seg_lo; base < seg_hi; base += 32) {
+        const int i = base + lane;
+        const uint32_t q = i < seg_hi ? (keys[i] - lo) >> s : 0u;
+        n_above += __popc(__ballot_sync(0xffffffffu, i < seg_hi && q > P));
+        if (i < seg_hi && q == P) {
+          const int slot = atomicAdd(&ss.list_n, 1);
+          ss.list[slot] = keys[i];
+          ss.list_i[slot] = i;
+        }
       }
+      if (lane == 0) sh.warp_gt[warp] = n_above;
       __syncthreads();
       if (tid < 32) warp_rank_pick(ss.list, cnt, rem, &sh.bin, &sh.above);
       __syncthreads();
-      *T_out = sh.bin;
+      const uint32_t t = sh.bin;
+      const bool before = lane < cnt && ss.list_i[lane] < seg_lo;
+      const uint32_t lk = lane < cnt ? ss.list[lane] : 0u;
+      *gt_before = __reduce_add_sync(0xffffffffu, lane < warp ? sh.warp_gt[lane] : 0) +
+                   __popc(__ballot_sync(0xffffffffu, before && lk > t));
+      *eq_before = __popc(__ballot_sync(0xffffffffu, before && lk == t));
+      *T_out = t;
       *need_out = sh.above;
-      break;
+      return true;
     }
     sp = s;
     s = s > 12 ? s - 12 : 0;
@@ -513,6 +540,7 @@ __device__ __forceinline__ void window_threshold(uint32_t* keys, int n, int k, u
     zero_bins1(hist);
     __syncthreads();
   }
+  return false;
 }
 
 // Two CTAs per SM where an SM holds 2048 threads (sm_80, sm_90, sm_100, sm_103: at most 32
@@ -570,15 +598,24 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
     const auto pos_of = [&](int i) { return cand_pos[i]; };
     if (kWindow) {
       uint32_t T_sel;
-      int need;
-      window_threshold(cand_key, n, k, lo, region, sh, ss, &T_sel, &need);
+      int need, gt_before, eq_before;
+      const bool counted = window_threshold(cand_key, n, k, lo, region, sh, ss, &T_sel, &need, &gt_before, &eq_before);
       // Unsorted indices only: the winners' positions go straight to the output row (no staging
       // in sel_pos, no finish_row pass and barrier).
       const bool direct = out.indices_only(sorted);
       int* dst = direct ? out.indices + r * out.indices_ld : sel_pos;
-      select_in_order_by(cand_key, n, T_sel, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, dst, pos_of,
-                         !direct);
-      if (direct) return;
+      if (counted) {  // the list's exit: each warp's prefix is known
+        const int seg = select_segment(n, kTopkWarps);
+        const int seg_lo = static_cast<int>(threadIdx.x >> 5) * seg;
+        select_in_order_write([&](int i) { return cand_key[i]; }, seg_lo, min(n, seg_lo + seg), T_sel, need,
+                              gt_before, eq_before, sel_key, dst, pos_of);
+        if (direct) return;
+        __syncthreads();
+      } else {
+        select_in_order_by(cand_key, n, T_sel, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, dst, pos_of,
+                           !direct);
+        if (direct) return;
+      }
     } else {
       for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
       __syncthreads();
