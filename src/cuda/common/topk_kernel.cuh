@@ -439,13 +439,29 @@ __device__ __forceinline__ int select_segment(int n, int nwarps) { return ((n + 
 
 // select_in_order_keyed's ordered write of one warp's segment [lo, hi), given the keys > T and
 // == T in the segments before it. All 32 lanes together; no barrier.
-template <typename KeyAt, typename IdxOf>
+// kNoTies: a loop of its own for need == 0 (the winners are exactly the keys > T: one comparison
+// and one ballot per step), taken at run time.
+template <bool kNoTies = false, typename KeyAt, typename IdxOf>
 __device__ __forceinline__ void select_in_order_write(KeyAt key_at, int lo, int hi, uint32_t T, int need,
                                                       int gt_before, int eq_before, uint32_t* out_key,
                                                       int* out_idx, IdxOf idx_of) {
   const int lane = threadIdx.x & 31;
   const unsigned lt = (1u << lane) - 1u;
   int sel_before = gt_before + min(eq_before, need);
+  if (kNoTies && need == 0) {  // uniform
+    for (int base = lo; base < hi; base += 32) {
+      const int i = base + lane;
+      const bool sel = i < hi && key_at(i) > T;
+      const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
+      if (sel) {
+        const int pos = sel_before + __popc(sel_mask & lt);
+        out_key[pos] = key_at(i);
+        out_idx[pos] = idx_of(i);
+      }
+      sel_before += __popc(sel_mask);
+    }
+    return;
+  }
   for (int base = lo; base < hi; base += 32) {
     const int i = base + lane;
     const uint32_t key = i < hi ? key_at(i) : 0u;

@@ -524,14 +524,22 @@ __device__ __forceinline__ bool window_threshold(uint32_t* keys, int n, int k, u
       __syncthreads();
       if (tid < 32) warp_rank_pick(ss.list, cnt, rem, &sh.bin, &sh.above);
       __syncthreads();
-      const uint32_t t = sh.bin;
+      uint32_t t = sh.bin;
+      int nd = sh.above;
       const bool before = lane < cnt && ss.list_i[lane] < seg_lo;
       const uint32_t lk = lane < cnt ? ss.list[lane] : 0u;
+      // Every key equal to T lies in the list. When all of them win (distinct values: one), the
+      // winners are the keys >= T: T - 1 with need 0 (no wrap: T >= lo > 0) takes the ordered
+      // write's loop without ties.
+      if (nd == __popc(__ballot_sync(0xffffffffu, lane < cnt && lk == t))) {
+        t -= 1u;
+        nd = 0;
+      }
       *gt_before = __reduce_add_sync(0xffffffffu, lane < warp ? sh.warp_gt[lane] : 0) +
                    __popc(__ballot_sync(0xffffffffu, before && lk > t));
       *eq_before = __popc(__ballot_sync(0xffffffffu, before && lk == t));
       *T_out = t;
-      *need_out = sh.above;
+      *need_out = nd;
       return true;
     }
     sp = s;
@@ -607,8 +615,8 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
       if (counted) {  // the list's exit: each warp's prefix is known
         const int seg = select_segment(n, kTopkWarps);
         const int seg_lo = static_cast<int>(threadIdx.x >> 5) * seg;
-        select_in_order_write([&](int i) { return cand_key[i]; }, seg_lo, min(n, seg_lo + seg), T_sel, need,
-                              gt_before, eq_before, sel_key, dst, pos_of);
+        select_in_order_write<true>([&](int i) { return cand_key[i]; }, seg_lo, min(n, seg_lo + seg), T_sel, need,
+                                    gt_before, eq_before, sel_key, dst, pos_of);
         if (direct) return;
         __syncthreads();
       } else {
