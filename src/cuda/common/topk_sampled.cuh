@@ -67,10 +67,16 @@
 //      finish_row (sort on request, values, slot ids). The winners and the tie rule (smaller
 //      position first) are those of every other plan: the candidates hold every key >= the k-th.
 //      The kernel is issue-bound outside its stream (both CTAs of an SM select at about the same
-//      time), so the selection's instructions set its time: f32 rows with a positive threshold
-//      keep their candidates' float bits as keys (no conversion pass), and unsorted indices-only
-//      calls take the window's winners straight to the output (no finish_row pass): H200, k =
-//      2048, 1024 x 64K 112.0-112.1 -> 108.6-108.7 us, 2048 x 64K 206.4-206.5 -> 199.9-200.2.
+//      time), so the instructions that every warp runs there set its time: f32 rows with a
+//      positive threshold keep their candidates' float bits as keys (no conversion pass),
+//      unsorted indices-only calls take the window's winners straight to the output (no
+//      finish_row pass), the ordered write's counts come from the window's list pass, idle warps
+//      skip the window histogram's tail step, its first level adds without hist_add_v's test, and
+//      rows without ties at T take a loop without tie bookkeeping. H200, k = 2048, 1024 x 64K
+//      112.0-112.1 -> 105.6-105.7 us (57.0 -> 60.5-60.7 % of copy), 2048 x 64K 206.4 -> 195.2-195.4
+//      (BENCHMARKS.md, 2026-12-04 17:15-18:20). Instructions added in every warp cost more than a
+//      barrier saves: a find_bin whose every warp scanned the holding block itself, to drop its
+//      trailing barrier, was 2.4 us slower.
 //   4. fallback (a bad sample: fewer than k candidates, more than mcap, or a threshold among NaN /
 //      -inf): the exact radix select streams the row from global memory (four more reads; slow but
 //      exact, e.g. constant rows).
@@ -482,7 +488,16 @@ __device__ __forceinline__ bool window_threshold(uint32_t* keys, int n, int k, u
         act[v] = i < n && (sp == 32 || (d >> sp) == P);
         bin[v] = (d >> s) & (kBins1 - 1);
       }
-      hist_add_v<4>(hist, bin, act);
+      if (sp == 32) {
+        // The first level spreads the keys over the window's bins by construction: one atomic
+        // per key, without hist_add_v's test for a warp whose keys share one bin.
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          if (act[v]) atomicAdd(&hist[bin[v]], 1u);
+        }
+      } else {
+        hist_add_v<4>(hist, bin, act);
+      }
     }
     __syncthreads();
     find_bin<true>(hist, kBins1, rem, sh);  // the level holds >= rem keys: n >= k, later the bin's count
