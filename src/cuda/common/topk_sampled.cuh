@@ -544,8 +544,8 @@ __device__ __forceinline__ bool window_threshold(uint32_t* keys, int n, int k, u
       const bool before = lane < cnt && ss.list_i[lane] < seg_lo;
       const uint32_t lk = lane < cnt ? ss.list[lane] : 0u;
       // Every key equal to T lies in the list. When all of them win (distinct values: one), the
-      // winners are the keys >= T: T - 1 with need 0 (no wrap: T >= lo > 0) takes the ordered
-      // write's loop without ties.
+      // winners are the keys >= T: T - 1 with need 0 (no wrap: a candidate's key is at least
+      // kNanKey = 1) takes the ordered write's loop without ties.
       if (nd == __popc(__ballot_sync(0xffffffffu, lane < cnt && lk == t))) {
         t -= 1u;
         nd = 0;
