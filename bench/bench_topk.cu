@@ -30,7 +30,7 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L] [--grid G]\n"
       "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--cluster-v4-max N] [--cluster-gather 0|1]\n"
@@ -57,6 +57,7 @@ int topk_usage(int rc = 2) {
       "  default shapes: 1x8192 1x65536 128x32768 64x65536 1x1048576 1x4194304; default k 2048\n"
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --runs L: neighbouring values alike (runs of L share a component, correlation 0.64; default 1: independent)\n"
+      "  --grid G: values rounded to multiples of G (heavy ties; e.g. 1: a few distinct values above the k-th)\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
   return rc;
 }
@@ -122,6 +123,7 @@ int run_topk(const std::vector<std::string>& args) {
   long sms = 0;
   bool sorted = false, bf16 = false, flush = true;
   long long runs = 1;
+  float grid = 0.0f;
   std::vector<TopkShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -147,6 +149,9 @@ int run_topk(const std::vector<std::string>& args) {
     } else if (a == "--runs" && has_next) {
       runs = std::atoll(args[++i].c_str());
       if (runs < 1) return topk_usage();
+    } else if (a == "--grid" && has_next) {
+      grid = std::strtof(args[++i].c_str(), nullptr);
+      if (!(grid > 0.0f)) return topk_usage();
     } else if (a == "--shape" && has_next) {
       long long r = 0, w = 0;
       if (std::sscanf(args[++i].c_str(), "%lldx%lld", &r, &w) != 2 || r < 1 || w < 1) return topk_usage();
@@ -169,6 +174,7 @@ int run_topk(const std::vector<std::string>& args) {
   std::printf("topk k=%d %s%s, %s, median of %d; GB/s and %% copy from the graph time\n", k, bf16 ? "bf16" : "f32",
               sorted ? " sorted" : "", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
   if (runs > 1) std::printf("values: runs of %lld neighbours share a component (correlation 0.64)\n", runs);
+  if (grid > 0.0f) std::printf("values: rounded to multiples of %g (ties)\n", grid);
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%10s %9s %12s %10s %10s %8s %9s %12s  %s\n", "rows", "width", "logits MB", "eager us", "graph us",
               "GB/s", "% copy", "workspace MB", "plan");
@@ -180,7 +186,7 @@ int run_topk(const std::vector<std::string>& args) {
       std::fprintf(stderr, "out of memory for %lldx%lld\n", static_cast<long long>(s.rows), static_cast<long long>(s.width));
       return 1;
     }
-    fill_random(logits.p, n, bf16, 1234, runs);
+    fill_random(logits.p, n, bf16, 1234, runs, grid);
     TopkParams p;
     p.logits = make_tensor(logits.p, bf16 ? DType::kBF16 : DType::kF32, {s.rows, s.width}, Device::kCuda);
     p.indices = make_tensor(idx.p, DType::kI32, {s.rows, k}, Device::kCuda);

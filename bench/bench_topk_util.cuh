@@ -45,10 +45,12 @@ __device__ inline float bench_normal(uint64_t i, uint64_t seed) {
 
 // Approximately normal values. run > 1: neighbours alike, as scores of nearby states can be: each
 // run of `run` consecutive values shares a component (0.8 shared + 0.6 own, correlation 0.64).
-__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed, int64_t run) {
+// grid > 0: every value rounded to a multiple of grid (ties: a few distinct values near the top).
+__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed, int64_t run, float grid) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     float v = bench_normal(i, seed);
     if (run > 1) v = 0.8f * bench_normal(i / static_cast<uint64_t>(run), seed ^ 0x5bd1e995ull) + 0.6f * v;
+    if (grid > 0.0f) v = rintf(v / grid) * grid;
     if (bf16) {
       static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(v);
     } else {
@@ -57,9 +59,9 @@ __global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed,
   }
 }
 
-inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234, int64_t run = 1) {
+inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234, int64_t run = 1, float grid = 0.0f) {
   if (n == 0) return;
-  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed, run);
+  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed, run, grid);
 }
 
 __global__ void bench_empty_kernel() {}
