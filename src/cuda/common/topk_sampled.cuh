@@ -85,6 +85,7 @@
 // then (sel_key, sel_pos). The candidates' keys are written after the stream, in place of their
 // float bits.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -181,14 +182,25 @@ __device__ __forceinline__ uint4 sample_load(const SampledRow<T>& g) {
   return __ldg(reinterpret_cast<const uint4*>(g.abase) + sample_vec(g));
 }
 
+// The sample rank of sampled_threshold for rows of len states, computed on the host for a launch's
+// full-width rows (the kernel's full_rank), so that its warps skip the float math (the kernel is
+// issue-bound there). The same formula in exact arithmetic; a margin either way, not a result.
+inline int sampled_full_rank(int elem_bytes, int k, int len) {
+  const int V = 16 / elem_bytes;
+  const int sample = kTopkThreads * V;
+  const double mu = static_cast<double>(sample) * k / len;
+  int rank = static_cast<int>(std::ceil(1.25 * mu + 4.0 * std::sqrt(mu) + 4.0));
+  return rank < sample - V ? rank : sample - V;
+}
+
 // The lowest key that can be a candidate, from the sample (`raw`: this thread's sample_load), or 0
 // when the sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced, except
 // where the first digit is the threshold (the stream that follows rewrites neither hist nor sh).
 // Rank r = 1.25 mu + 4 sqrt(mu) + 4 of the sample, mu = S k / len the sample states expected above
 // the row's k-th key (S = 4096 f32 / 8192 bf16).
 template <typename T>
-__device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRow<T>& g, int k, int mcap, uint32_t* hist,
-                                                      TopkShared& sh) {
+__device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRow<T>& g, int k, int mcap, int full_len,
+                                                      int full_rank, uint32_t* hist, TopkShared& sh) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   constexpr int kSample = kTopkThreads * V;
   const int tid = static_cast<int>(threadIdx.x);
@@ -208,9 +220,14 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   __syncthreads();
   // Approximate division and square root (a margin, not a result; the same on every run): the
   // IEEE forms cost ~30 instructions in every warp of an issue-bound kernel.
-  const float mu = __fdividef(static_cast<float>(kSample) * static_cast<float>(k), static_cast<float>(g.len));
-  int rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * (mu * rsqrtf(mu)) + 4.0f));
-  rank = rank < kSample - V ? rank : kSample - V;
+  int rank;
+  if (g.len == full_len) {
+    rank = full_rank;  // the launch's full-width rows: computed once on the host (sampled_full_rank)
+  } else {
+    const float mu = __fdividef(static_cast<float>(kSample) * static_cast<float>(k), static_cast<float>(g.len));
+    rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * (mu * rsqrtf(mu)) + 4.0f));
+    rank = rank < kSample - V ? rank : kSample - V;
+  }
   find_bin<true>(hist, kBins1, rank, sh);
   const uint32_t b1 = sh.bin;
   const int rem = rank - sh.above;
@@ -585,8 +602,8 @@ __device__ __forceinline__ bool window_threshold(uint32_t* keys, int n, int k, u
 template <typename T, bool kWindow, bool kPipe, bool kMinMcap>
 __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_MIN_BLOCKS)
     topk_sampled_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
-                        int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, int l2_ahead, bool sorted,
-                        TopkOutputs out) {
+                        int64_t ld, TopkRowBounds rb, int k, int k_pad, int mcap, int l2_ahead, int full_len,
+                        int full_rank, bool sorted, TopkOutputs out) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
   __shared__ TopkShared sh;
@@ -610,7 +627,7 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
   if (l2_ahead > 0) sampled_prefetch(g, 0, l2_ahead * E * kTopkThreads, threadIdx.x == 0);
   const bool all = len <= mcap;
   uint32_t lo = 0u;
-  if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, region, sh);
+  if (!all) lo = sampled_threshold(sample_load(g), g, k, mcap, full_len, full_rank, region, sh);
   int n = -1;
   if (all || lo != 0u) {
     constexpr int kPosWords = kMinMcap ? kSampledMinMcap : 0;
