@@ -71,10 +71,11 @@
 //      positive threshold keep their candidates' float bits as keys (no conversion pass),
 //      unsorted indices-only calls take the window's winners straight to the output (no
 //      finish_row pass), the ordered write's counts come from the window's list pass, idle warps
-//      skip the window histogram's tail step, its first level adds without hist_add_v's test, and
-//      rows without ties at T take a loop without tie bookkeeping. H200, k = 2048, 1024 x 64K
-//      112.0-112.1 -> 105.6-105.7 us (57.0 -> 60.5-60.7 % of copy), 2048 x 64K 206.4 -> 195.2-195.4
-//      (BENCHMARKS.md, 2026-12-04 17:15-18:20). Instructions added in every warp cost more than a
+//      skip the window histogram's tail step, its first level adds without hist_add_v's test,
+//      rows without ties at T take a loop without tie bookkeeping, and full-width rows take their
+//      sample rank from the host. H200, k = 2048, 1024 x 64K 112.0-112.1 -> 105.2-105.4 us (57.0
+//      -> 60.8-60.9 % of copy), 2048 x 64K 206.4 -> 194.4-195.1 (BENCHMARKS.md, 2026-12-04
+//      17:15-18:50). Instructions added in every warp cost more than a
 //      barrier saves: a find_bin whose every warp scanned the holding block itself, to drop its
 //      trailing barrier, was 2.4 us slower.
 //   4. fallback (a bad sample: fewer than k candidates, more than mcap, or a threshold among NaN /
