@@ -309,7 +309,7 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
     // Rows as wide as the launch (topk's without bounds, most with them) take the sample rank
     // computed here; the fused route's rows (paged bounds) compute theirs (full_len -1: none).
     const int full_len = rb.paged || rb.width <= plan.s_mcap ? -1 : rb.width;
-    const int full_rank = full_len > 0 ? sampled_full_rank(static_cast<int>(sizeof(T)), plan.k, full_len) : 0;
+    const int full_rank = full_len > 0 ? sample_rank(static_cast<int>(sizeof(T)), plan.k, full_len) : 0;
     return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
                                   logits, ld, rb, plan.k, plan.k_pad, plan.s_mcap, plan.s_l2_ahead, full_len, full_rank,
                                   sorted, out),

@@ -75,9 +75,9 @@
 //      rows without ties at T take a loop without tie bookkeeping, and full-width rows take their
 //      sample rank from the host. H200, k = 2048, 1024 x 64K 112.0-112.1 -> 105.2-105.4 us (57.0
 //      -> 60.8-60.9 % of copy), 2048 x 64K 206.4 -> 194.4-195.1 (BENCHMARKS.md, 2026-12-04
-//      17:15-18:50). Instructions added in every warp cost more than a
-//      barrier saves: a find_bin whose every warp scanned the holding block itself, to drop its
-//      trailing barrier, was 2.4 us slower.
+//      17:15-18:50). Instructions added in every warp cost more than a barrier saves: a find_bin
+//      whose every warp scanned the holding block itself, to drop its trailing barrier, was 2.4 us
+//      slower.
 //   4. fallback (a bad sample: fewer than k candidates, more than mcap, or a threshold among NaN /
 //      -inf): the exact radix select streams the row from global memory (four more reads; slow but
 //      exact, e.g. constant rows).
@@ -183,22 +183,30 @@ __device__ __forceinline__ uint4 sample_load(const SampledRow<T>& g) {
   return __ldg(reinterpret_cast<const uint4*>(g.abase) + sample_vec(g));
 }
 
-// The sample rank of sampled_threshold for rows of len states, computed on the host for a launch's
-// full-width rows (the kernel's full_rank), so that its warps skip the float math (the kernel is
-// issue-bound there). The same formula in exact arithmetic; a margin either way, not a result.
-inline int sampled_full_rank(int elem_bytes, int k, int len) {
+// sampled_threshold's sample rank for rows of len states of elem_bytes each: r = 1.25 mu +
+// 4 sqrt(mu) + 4, mu = S k / len (S: the sample's states), at most S less one vector. A margin, not
+// a result, the same on every run. On the device with approximate division and square root (the
+// IEEE forms cost ~30 instructions in every warp of an issue-bound kernel); on the host, for a
+// launch's full-width rows (the kernel's full_rank, so that its warps skip the float math), in
+// exact arithmetic.
+__host__ __device__ __forceinline__ int sample_rank(int elem_bytes, int k, int len) {
   const int V = 16 / elem_bytes;
   const int sample = kTopkThreads * V;
+#ifdef __CUDA_ARCH__
+  const float mu = __fdividef(static_cast<float>(sample) * static_cast<float>(k), static_cast<float>(len));
+  const int rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * (mu * rsqrtf(mu)) + 4.0f));
+#else
   const double mu = static_cast<double>(sample) * k / len;
-  int rank = static_cast<int>(std::ceil(1.25 * mu + 4.0 * std::sqrt(mu) + 4.0));
+  const int rank = static_cast<int>(std::ceil(1.25 * mu + 4.0 * std::sqrt(mu) + 4.0));
+#endif
   return rank < sample - V ? rank : sample - V;
 }
 
 // The lowest key that can be a candidate, from the sample (`raw`: this thread's sample_load), or 0
 // when the sample's threshold lies among NaN / -inf (fallback). Block-wide; ends synced, except
 // where the first digit is the threshold (the stream that follows rewrites neither hist nor sh).
-// Rank r = 1.25 mu + 4 sqrt(mu) + 4 of the sample, mu = S k / len the sample states expected above
-// the row's k-th key (S = 4096 f32 / 8192 bf16).
+// The sample's rank-r key (sample_rank; mu = S k / len is the sample states expected above the
+// row's k-th key, S = 4096 f32 / 8192 bf16).
 template <typename T>
 __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRow<T>& g, int k, int mcap, int full_len,
                                                       int full_rank, uint32_t* hist, TopkShared& sh) {
@@ -219,16 +227,8 @@ __device__ __forceinline__ uint32_t sampled_threshold(uint4 raw, const SampledRo
   __syncthreads();  // hist zeroed
   hist_add_v<V>(hist, bin, act);
   __syncthreads();
-  // Approximate division and square root (a margin, not a result; the same on every run): the
-  // IEEE forms cost ~30 instructions in every warp of an issue-bound kernel.
-  int rank;
-  if (g.len == full_len) {
-    rank = full_rank;  // the launch's full-width rows: computed once on the host (sampled_full_rank)
-  } else {
-    const float mu = __fdividef(static_cast<float>(kSample) * static_cast<float>(k), static_cast<float>(g.len));
-    rank = static_cast<int>(ceilf(1.25f * mu + 4.0f * (mu * rsqrtf(mu)) + 4.0f));
-    rank = rank < kSample - V ? rank : kSample - V;
-  }
+  // The launch's full-width rows take the rank computed once on the host.
+  const int rank = g.len == full_len ? full_rank : sample_rank(static_cast<int>(sizeof(T)), k, g.len);
   find_bin<true>(hist, kBins1, rank, sh);
   const uint32_t b1 = sh.bin;
   const int rem = rank - sh.above;
@@ -650,13 +650,12 @@ __global__ void __launch_bounds__(kTopkThreads, kPipe ? 1 : DSATTN_TOPK_SAMPLED_
         const int seg_lo = static_cast<int>(threadIdx.x >> 5) * seg;
         select_in_order_write<true>([&](int i) { return cand_key[i]; }, seg_lo, min(n, seg_lo + seg), T_sel, need,
                                     gt_before, eq_before, sel_key, dst, pos_of);
-        if (direct) return;
-        __syncthreads();
       } else {
         select_in_order_by(cand_key, n, T_sel, need, kTopkWarps, sh.warp_gt, sh.warp_eq, sel_key, dst, pos_of,
-                           !direct);
-        if (direct) return;
+                           false);
       }
+      if (direct) return;
+      __syncthreads();  // sel_key / sel_pos complete for finish_row
     } else {
       for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) region[i] = 0;
       __syncthreads();
