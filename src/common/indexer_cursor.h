@@ -42,14 +42,25 @@ struct IdxCursor {
     sub = sub_;
     rot = 0;
     const int64_t G = p.work.groups;
+    bool ranged = false;  // glo / ghi of group 0 known here (no schedule)
     if (p.meta != nullptr) {
       const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
       g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
     } else {
       // One group and no schedule (paged_mqa_logits at batch 1): the schedule's boundaries
       // computed here, partition `part` of P starting at unit floor(part * U / P) of the group's U
-      // units, the last one ending at (G, 0).
-      const int64_t U = G >= 1 ? detail::indexer_group_units(p.work, 0) : 0;
+      // units, the last one ending at (G, 0). The group's range is kept (uend below), so the first
+      // next() does not read the lengths and walk the rows again, and fast_count() holds from the
+      // first tile on. Every step here is on the critical path of a batch-1 call: on an H200 the
+      // warp-specialized kernel's producer warp issued its first copy ~4.8 us after its start at
+      // 1 x 64K, one warp's serial instructions for the most part (its walk of the first batch
+      // took 2.0 us of that, 1.2 with the range kept; BENCHMARKS.md, 2026-12-04).
+      int64_t U = 0;
+      if (G >= 1) {
+        detail::indexer_group_range(p.work, 0, &glo, &ghi);
+        U = (int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+        ranged = true;
+      }
       const int64_t parts = p.partitions > 0 ? p.partitions : 1;
       g = 0;
       u = static_cast<int32_t>(detail::indexer_partition_start(part, U, parts));
@@ -65,6 +76,7 @@ struct IdxCursor {
     if (ge > G) { ge = static_cast<int32_t>(G); ue = 0; }
     if (u < 0) u = 0;
     uend = -1;
+    if (ranged && g == 0 && (g < ge || (g == ge && u < ue))) set_uend();  // next_any's entry into group 0
     tile_units = p.tile_states / detail::kIndexerUnit;
     limit = static_cast<int32_t>(p.state_limit < INT32_MAX ? p.state_limit : INT32_MAX);
   }
@@ -111,14 +123,18 @@ struct IdxCursor {
     u = u0 + tile_units < uend ? u0 + tile_units : uend;
     rot = sub + 1 == split ? 0 : sub + 1;
   }
+  // The end unit of group g inside this partition, from the group's range [glo, ghi).
+  DSATTN_CURSOR_FN void set_uend() {
+    const int32_t units = static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
+    uend = (g == ge) ? (ue < units ? ue : units) : units;
+  }
   // Next tile of the partition.
   template <class P>
   DSATTN_CURSOR_FN bool next_any(const P& p, IdxTile* t) {
     while (g < ge || (g == ge && u < ue && g < p.work.groups)) {
       if (uend < 0) {
         detail::indexer_group_range(p.work, g, &glo, &ghi);
-        const int32_t units = static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
-        uend = (g == ge) ? (ue < units ? ue : units) : units;
+        set_uend();
       }
       if (u >= uend) { ++g; u = 0; uend = -1; continue; }
       const int32_t u1 = u + tile_units < uend ? u + tile_units : uend;
