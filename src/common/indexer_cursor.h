@@ -58,7 +58,7 @@ struct IdxCursor {
       int64_t U = 0;
       if (G >= 1) {
         detail::indexer_group_range(p.work, 0, &glo, &ghi);
-        U = (int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit;
+        U = range_units();
         ranged = true;
       }
       const int64_t parts = p.partitions > 0 ? p.partitions : 1;
@@ -123,9 +123,13 @@ struct IdxCursor {
     u = u0 + tile_units < uend ? u0 + tile_units : uend;
     rot = sub + 1 == split ? 0 : sub + 1;
   }
-  // The end unit of group g inside this partition, from the group's range [glo, ghi).
+  // Units in the current group's range [glo, ghi).
+  DSATTN_CURSOR_FN int32_t range_units() const {
+    return static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
+  }
+  // The end unit of group g inside this partition, from the group's range.
   DSATTN_CURSOR_FN void set_uend() {
-    const int32_t units = static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
+    const int32_t units = range_units();
     uend = (g == ge) ? (ue < units ? ue : units) : units;
   }
   // Next tile of the partition.
