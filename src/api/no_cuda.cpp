@@ -14,7 +14,7 @@ bool available() { return false; }
 int num_sms() { return 0; }
 int stream_sms(void*) { return 0; }
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
-Status paged_mqa_logits(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return no_cuda("paged_mqa_logits"); }
+Status paged_mqa_logits(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&, bool) { return no_cuda("paged_mqa_logits"); }
 Status schedule_metadata(const ScheduleMetadataParams&, const detail::PagedIndexerProblem&, const Exec&) { return no_cuda("schedule_metadata"); }
 size_t mqa_logits_workspace(const MqaLogitsParams&, const detail::MqaProblem&, const Exec&) { return 0; }
 Status mqa_logits(const MqaLogitsParams&, const detail::MqaProblem&, const Exec&) { return no_cuda("mqa_logits"); }

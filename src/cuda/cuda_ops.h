@@ -18,7 +18,10 @@ int stream_sms(void* stream);
 int sm_share(void* stream, int device_sms);
 
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
-Status paged_mqa_logits(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
+// trigger_next: the scoring kernel lets the next PDL launch be scheduled at its start (the fused
+// op's logits route, when its top-k is a launch of few CTAs; see run_logits_route).
+Status paged_mqa_logits(const PagedMqaLogitsParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                        bool trigger_next = false);
 Status schedule_metadata(const ScheduleMetadataParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex);
 
 size_t mqa_logits_workspace(const MqaLogitsParams& p, const detail::MqaProblem& pb, const Exec& ex);

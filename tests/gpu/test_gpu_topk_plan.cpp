@@ -264,6 +264,56 @@ TEST(GpuTopkPlan, FusedRouteSwitch) {
   EXPECT_EQ(fused_route_mode("", true), FusedRouteMode::kWhereItFits);
 }
 
+TEST(GpuTopkPlan, LogitsRouteEarlyTrigger) {
+  // paged_mqa_topk's logits route lets its top-k be scheduled at the scoring kernel's start only
+  // where the top-k's first launch has 1..8 CTAs (fused_route.h). Plans as the route makes them
+  // (rows in L2), with cluster launch: 1 x 64K a cluster of 8 CTAs (8 keys per thread), 1 x 32K
+  // one of 8 (4 keys per thread, a CTA per 4096 positions), 1 x 8K one CTA (keys in registers);
+  // 2 x 64K and 4 x 16K 16 CTAs; one 4M row the filter plan (a memset first: no trigger), or
+  // without it 93 chunk CTAs.
+  using cuda::logits_route_early_trigger;
+  using cuda::topk_first_ctas;
+  TopkPlan p;
+  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p, true).ok());
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(topk_first_ctas(p, 1), 8);
+  EXPECT_TRUE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  ASSERT_TRUE(plan_topk(1, 32768, 2048, kH200Cluster, &p, true).ok());
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(topk_first_ctas(p, 1), 8);
+  EXPECT_TRUE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  ASSERT_TRUE(plan_topk(1, 8192, 2048, kH200Cluster, &p, true).ok());
+  EXPECT_TRUE(p.direct);
+  EXPECT_EQ(p.cluster, 0);
+  EXPECT_EQ(topk_first_ctas(p, 1), 1);
+  EXPECT_TRUE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  ASSERT_TRUE(plan_topk(2, 65536, 2048, kH200Cluster, &p, true).ok());
+  EXPECT_EQ(topk_first_ctas(p, 2), 16);
+  EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 2)));
+  ASSERT_TRUE(plan_topk(4, 16384, 2048, kH200Cluster, &p, true).ok());
+  EXPECT_EQ(p.cluster, 4);
+  EXPECT_EQ(topk_first_ctas(p, 4), 16);
+  EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 4)));
+  {
+    FilterMinWidth on(262144);
+    ASSERT_TRUE(plan_topk(1, 4194304, 2048, kH200Cluster, &p, true).ok());
+    EXPECT_TRUE(p.filter);
+    EXPECT_EQ(topk_first_ctas(p, 1), 0);
+    EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  }
+  {
+    FilterMinWidth off(0);
+    ASSERT_TRUE(plan_topk(1, 4194304, 2048, kH200, &p, true).ok());
+    EXPECT_FALSE(p.filter);
+    EXPECT_EQ(p.chunks, 93);
+    EXPECT_EQ(topk_first_ctas(p, 1), 93);
+    EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  }
+  EXPECT_FALSE(logits_route_early_trigger(0));
+  EXPECT_TRUE(logits_route_early_trigger(cuda::kEarlyTriggerMaxTopkCtas));
+  EXPECT_FALSE(logits_route_early_trigger(cuda::kEarlyTriggerMaxTopkCtas + 1));
+}
+
 TEST(GpuTopkPlan, RejectsOutOfRangeK) {
   TopkPlan p;
   EXPECT_FALSE(plan_topk(1, 100, 0, kH200, &p).ok());

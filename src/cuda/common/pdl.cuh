@@ -13,9 +13,11 @@
 //   - pdl_trigger() may come anywhere: the next PDL-launched kernel may then be scheduled once
 //     every CTA of this grid has called it or exited. It says nothing about memory: the next
 //     kernel still waits for this one's completion. The schedule and top-k kernels call it first
-//     thing; the scoring kernels do not call it at all, because the top-k kernels after the logits
-//     were then placed on the SMs as they freed up, two CTAs on each of the first (H200, 32 x 32K
-//     logits + topk: 86 -> 93 us).
+//     thing; the scoring kernels do not call it by default, because the top-k kernels after the
+//     logits were then placed on the SMs as they freed up, two CTAs on each of the first (H200,
+//     32 x 32K logits + topk: 86 -> 93 us). The fused op's logits route asks the warp-specialized
+//     scoring kernel for it where its top-k is a launch of at most 8 CTAs (kWsEarlyTrigger,
+//     fused_route.h).
 // A PDL launch after something other than a kernel (a memset, a copy, an event) is ordinary
 // stream order; so is any launch when DSATTN_PDL=0 (benchmarks compare both) or before sm_90.
 #pragma once

@@ -166,6 +166,15 @@ TopkTuning& topk_tuning();
 Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim, TopkPlan* plan,
                  bool rows_in_l2 = false);
 
+// CTAs of the plan's first kernel over `rows` rows; 0 for the filter plan, which begins with a
+// memset (no PDL launch after the kernel before it).
+inline int64_t topk_first_ctas(const TopkPlan& plan, int64_t rows) {
+  if (plan.filter) return 0;
+  if (plan.cluster > 0) return rows * plan.cluster;
+  if (plan.sampled || plan.direct) return rows;
+  return rows * plan.chunks;
+}
+
 // Plans only the merge of `cand_n` candidates per row (fused path): levels + final_n.
 Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& lim, TopkPlan* plan);
 

@@ -5,6 +5,7 @@
 // only, "1": the logits route where it fits, "force": the logits route wherever the top-k can plan
 // it; tests and benchmarks). Host code, no CUDA.
 #pragma once
+#include <cstdint>
 #include <cstring>
 
 namespace dsattn {
@@ -19,6 +20,22 @@ inline FusedRouteMode fused_route_mode(const char* env, bool logits_route) {
     if (std::strcmp(env, "0") == 0) return FusedRouteMode::kStreaming;
   }
   return logits_route ? FusedRouteMode::kWhereItFits : FusedRouteMode::kAuto;
+}
+
+// Whether the logits route's scoring kernel lets its top-k be scheduled at its start
+// (paged_mqa_logits' trigger_next, the warp-specialized kernels' kWsEarlyTrigger), given the CTAs
+// of the top-k's first launch (topk_first_ctas; 0: not a kernel launch). Where that launch has at
+// most kEarlyTriggerMaxTopkCtas CTAs, they are placed as the scoring CTAs free their SMs, without
+// the launch's own latency after the last one. H200, k = 2048, FP8, H = 64, S = 64, beside the
+// binary before it in one call, two rounds, us (per call / back to back): 1 x 64K (a cluster of
+// 8) 25.1 -> 24.1 / 19.4 -> 19.1, 1 x 32K (a cluster of 8 at 4 keys per thread) 22.3 -> 21.2 /
+// 16.2-16.3 -> 15.9-16.0, 1 x 8K (one CTA) 16.0 -> 15.5 / 12.0-12.1 -> 11.6-11.7. Larger launches
+// were not measured with it (2 x 64K and 4 x 16K, 16 CTAs, stay level without it): the scoring
+// kernels do not trigger by default because a top-k of many CTAs then landed two to an SM on the
+// first SMs to free up (pdl.cuh).
+constexpr int64_t kEarlyTriggerMaxTopkCtas = 8;
+inline bool logits_route_early_trigger(int64_t topk_first_ctas) {
+  return topk_first_ctas > 0 && topk_first_ctas <= kEarlyTriggerMaxTopkCtas;
 }
 
 }  // namespace cuda

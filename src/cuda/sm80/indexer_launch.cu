@@ -159,10 +159,11 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   return Status::Ok();
 }
 
+// trigger_next: see paged_mqa_logits (the warp-specialized kernels only).
 Status launch_logits(const char* op, const LogitsPlan& plan, const IndexerParams& p, IndexerFormat fmt, int D,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool trigger_next = false) {
   if (plan.wg.ws_stages > 0) {
-    return cuda_status(launch_indexer_ws(plan.wg, p, plan.grid, stream), op, "indexer_ws_kernel launch");
+    return cuda_status(launch_indexer_ws(plan.wg, p, plan.grid, stream, trigger_next), op, "indexer_ws_kernel launch");
   }
   if (plan.wg.use) {
     return cuda_status(WgmmaKernelOps<LogitsEpilogue>::launch(plan.wg, p, LogitsEpilogue{}, plan.grid, stream), op,
@@ -424,7 +425,8 @@ size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams& a, const detail::P
   return plan.workspace;
 }
 
-Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                        bool trigger_next) {
   const char* op = "paged_mqa_logits";
   if (pb.rows == 0) return Status::Ok();
   IndexerParams p;
@@ -456,7 +458,7 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
   } else {
     p.meta = a.schedule.ptr<const int32_t>();
   }
-  return launch_logits(op, plan, p, a.cache.format, pb.head_dim, stream);
+  return launch_logits(op, plan, p, a.cache.format, pb.head_dim, stream, trigger_next);
 }
 
 Status schedule_metadata(const ScheduleMetadataParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {

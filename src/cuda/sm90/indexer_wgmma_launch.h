@@ -69,7 +69,9 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
 // the dense-row merge by the same rule.
 inline bool ws_pure_shape(const WgmmaShape& s) { return s.q_rows * s.hp <= 64 && s.hp >= 32; }
 // paged_mqa_logits on it (grid: one CTA per schedule partition, p.split CTAs each).
-cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream);
+// trigger_next: the kernel calls pdl_trigger() at its start (kWsEarlyTrigger).
+cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream,
+                              bool trigger_next = false);
 // Whether paged_mqa_topk's scoring on it writes dense pieces (WsTopkT<true> in indexer_ws.cuh):
 // at 64 padded heads, where the merge needs no row histogram (H200, k = 2048, same run: H = 64
 // 128 x 32K 239 -> 225 us, 128 x 64K 450 -> 435, N = 2 64 x 16K 131 -> 126.5; but H = 32 128 x 32K

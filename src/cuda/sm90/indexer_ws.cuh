@@ -137,6 +137,11 @@ constexpr int kWsBatchedGroupLoad = 16;
 //       group's Q is at most 8 KiB (see ws_produce).
 constexpr int kWsTouchGroup = 64;
 constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer lane, never read
+//   kWsEarlyTrigger (not in the default bits; a launch adds it: launch_indexer_ws' trigger_next):
+//       the kernel calls pdl_trigger() first thing, so the next PDL launch is scheduled at once and
+//       its CTAs are placed as the scoring CTAs free their SMs (the fused logits route's top-k of
+//       at most 8 CTAs; fused_route.h has the measurements).
+constexpr int kWsEarlyTrigger = 128;
 
 // kWsTouchGroup: group g's Q (16-byte aligned rows; D = 128: 4 sectors of 32 bytes per head row),
 // weight and length sectors into L1. dummy: this lane's 16-byte scratch (kWsTouchScratch).
@@ -653,7 +658,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int stages = s.stages;
   const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, epi.smem_bytes(p, kStage), kFp4);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // No pdl_trigger(): see pdl.cuh.
+  // No pdl_trigger() unless the launch asks for it (kWsEarlyTrigger): see pdl.cuh.
+  if ((s.producer & kWsEarlyTrigger) != 0) pdl_trigger();
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       mbar_init(smem_u32(smem + L.full) + 8 * i, 1);

@@ -166,14 +166,15 @@ cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true>(plan, fn) : with_ws_kernel_fmt<Epi, false>(plan, fn);
 }
 
-// opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given.
+// opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given. extra: producer
+// option bits added to ws_producer_flags() (kWsEarlyTrigger).
 template <class Epi>
 cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream,
-                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}) {
+                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0) {
   WgmmaShape s = plan.shape;
   s.stages = plan.ws_stages;
   s.tile = plan.ws_stage;
-  s.producer = ws_producer_flags();
+  s.producer = ws_producer_flags() | extra;
   return with_ws_kernel<Epi>(plan, [&](auto kern) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
     if (e != cudaSuccess) return e;
@@ -207,12 +208,14 @@ cudaError_t with_ws_mma_kernel(const WgmmaPlan& plan, Fn&& fn) {
 }
 }  // namespace
 
-cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream) {
+cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream,
+                              bool trigger_next) {
+  const int extra = trigger_next ? kWsEarlyTrigger : 0;
   if (plan.ws_mma) {
     WgmmaShape s = plan.shape;
     s.stages = plan.ws_stages;
     s.tile = plan.ws_stage;
-    s.producer = ws_producer_flags();
+    s.producer = ws_producer_flags() | extra;
     return with_ws_mma_kernel(plan, [&](auto kern) {
       cudaError_t e =
           cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
@@ -221,7 +224,7 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
                         plan.maps, p, s, WsLogits{});
     });
   }
-  return launch_ws(plan, p, WsLogits{}, grid, stream);
+  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra);
 }
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,

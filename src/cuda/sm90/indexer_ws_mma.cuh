@@ -331,6 +331,7 @@ __global__ void __launch_bounds__(kWsmThreads, 1)
   const int stages = s.stages;
   const WsSmemLayout L = ws_smem_layout(stages, kStage, s.q_rows, HP, epi.smem_bytes(p, kStage), false, true);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if ((s.producer & kWsEarlyTrigger) != 0) pdl_trigger();  // as indexer_ws_kernel
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       mbar_init(smem_u32(smem + L.full) + 8 * i, 1);
