@@ -166,15 +166,21 @@ cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
   return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true>(plan, fn) : with_ws_kernel_fmt<Epi, false>(plan, fn);
 }
 
-// opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given. extra: producer
-// option bits added to ws_producer_flags() (kWsEarlyTrigger).
-template <class Epi>
-cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream,
-                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0) {
+// The warp-specialized kernels' shape argument for `plan`: its ring, and the producer's options
+// (ws_producer_flags(), plus `extra` bits such as kWsEarlyTrigger).
+WgmmaShape ws_shape(const WgmmaPlan& plan, int extra) {
   WgmmaShape s = plan.shape;
   s.stages = plan.ws_stages;
   s.tile = plan.ws_stage;
   s.producer = ws_producer_flags() | extra;
+  return s;
+}
+
+// opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given. extra: see ws_shape.
+template <class Epi>
+cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream,
+                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0) {
+  const WgmmaShape s = ws_shape(plan, extra);
   return with_ws_kernel<Epi>(plan, [&](auto kern) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
     if (e != cudaSuccess) return e;
@@ -212,10 +218,7 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
                               bool trigger_next) {
   const int extra = trigger_next ? kWsEarlyTrigger : 0;
   if (plan.ws_mma) {
-    WgmmaShape s = plan.shape;
-    s.stages = plan.ws_stages;
-    s.tile = plan.ws_stage;
-    s.producer = ws_producer_flags() | extra;
+    const WgmmaShape s = ws_shape(plan, extra);
     return with_ws_mma_kernel(plan, [&](auto kern) {
       cudaError_t e =
           cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
