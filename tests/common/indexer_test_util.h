@@ -10,12 +10,15 @@
 //    (0xFF: E4M3 NaN values, NaN fp32 scales, NaN UE8M0 exponents), so a stray read shows up as NaN.
 //  * ref_logit: the SPEC §3.1 formula in double on decoded values (a reference independent of src/).
 //  * make_paged_case: a whole random decode problem (cache, q, weights, lengths, varlen or not) with
-//    PagedCase::args() giving the op inputs and PagedCase::ref(r, t) the reference logit.
+//    PagedCase::args() giving the op inputs and PagedCase::ref(r, t) the reference logit;
+//    ref_rows(case): every row's reference logits at once, on all hardware threads.
+//  * parallel_items: fn(i) for i in [0, n) on all hardware threads (reference loops).
 //  * check_logits_row / check_topk_row: gtest-free checkers for outputs of any backend.
 //  * view(): TensorViews over std::vectors.
 //  * EnvScope: an environment variable (the ops' tuning knobs, read per call) set for a scope.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +27,8 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "dsattn/codecs.h"
@@ -292,6 +297,29 @@ inline PagedCacheHost build_paged_cache(const std::vector<std::vector<float>>& k
   return c;
 }
 
+// ---------------------------------------------------------------- threads
+// fn(i) for every i in [0, n), each exactly once, on `threads` threads (0: the hardware's; the
+// calling thread is one of them), items handed out one at a time (their costs differ: rows of
+// different lengths). fn must be safe to call concurrently. For the tests' reference loops, whose
+// double-precision dot products (H x D multiply-adds in one dependent chain per head: ~10 us per
+// state at H = 64, D = 128) made up most of the GPU tests' time when run on one thread.
+template <class Fn>
+void parallel_items(int64_t n, Fn&& fn, int threads = 0) {
+  if (n <= 0) return;
+  int T = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  if (T < 1) T = 1;
+  if (T > n) T = static_cast<int>(n);
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(T - 1));
+  for (int t = 1; t < T; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+}
+
 // ---------------------------------------------------------------- reference
 // SPEC §3.1 in double on decoded values: scale * sum_h w[h] * relu(sum_d q[h, d] * k[d]).
 // q [H, D], w [H], k [D]. relu keeps NaN (a NaN key poisons the logit instead of vanishing).
@@ -422,6 +450,30 @@ inline PagedCase make_paged_case(const PagedCaseSpec& spec) {
   c.weights = rng.normals(static_cast<size_t>(c.rows * H));
   c.max_context = (L.empty() ? 0 : *std::max_element(L.begin(), L.end())) + spec.extra_width;
   return c;
+}
+
+// Every row's reference logits (PagedCase::ref of states [0, row_ctx[r])) as float, computed once
+// in chunks of kRefChunk states on parallel_items' threads: a test that checks several routes or
+// kernels against the same case computes them once instead of once per check.
+constexpr int64_t kRefChunk = 2048;
+inline std::vector<std::vector<float>> ref_rows(const PagedCase& c, int threads = 0) {
+  std::vector<std::vector<float>> out(static_cast<size_t>(c.rows));
+  std::vector<std::pair<int64_t, int64_t>> items;  // (row, first state)
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const int64_t len = c.row_ctx[static_cast<size_t>(r)];
+    out[static_cast<size_t>(r)].resize(static_cast<size_t>(len));
+    for (int64_t t0 = 0; t0 < len; t0 += kRefChunk) items.emplace_back(r, t0);
+  }
+  parallel_items(
+      static_cast<int64_t>(items.size()),
+      [&](int64_t i) {
+        const int64_t r = items[static_cast<size_t>(i)].first, t0 = items[static_cast<size_t>(i)].second;
+        std::vector<float>& row = out[static_cast<size_t>(r)];
+        const int64_t t1 = std::min<int64_t>(t0 + kRefChunk, static_cast<int64_t>(row.size()));
+        for (int64_t t = t0; t < t1; ++t) row[static_cast<size_t>(t)] = static_cast<float>(c.ref(r, t));
+      },
+      threads);
+  return out;
 }
 
 // ---------------------------------------------------------------- checkers (gtest-free)

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dsattn/codecs.h"
@@ -282,13 +283,22 @@ void build_case(const IdxCase& c, HostIdx* h) {
 }
 
 // Reference logits [R, width] (NaN = "not defined": positions >= ctx when not cleaning).
+// Rows in chunks of testutil::kRefChunk states on all hardware threads (testutil::parallel_items):
+// every case runs once per kernel, each time with its reference.
 std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> out(size_t(h.R) * h.width, kNegInf);
-  std::vector<double> k(c.D);
+  std::vector<std::pair<int, int>> items;  // (row, first state)
   for (int r = 0; r < h.R; ++r) {
+    const int64_t end = std::min<int64_t>(h.row_ctx[r], h.width);
+    for (int64_t t0 = 0; t0 < end; t0 += testutil::kRefChunk) items.emplace_back(r, static_cast<int>(t0));
+  }
+  testutil::parallel_items(static_cast<int64_t>(items.size()), [&](int64_t i) {
+    const int r = items[size_t(i)].first, t0 = items[size_t(i)].second;
     const int b = h.row_req[r];
-    for (int t = 0; t < h.row_ctx[r] && t < h.width; ++t) {
+    const int64_t end = std::min<int64_t>({int64_t(h.row_ctx[r]), int64_t(h.width), t0 + testutil::kRefChunk});
+    std::vector<double> k(c.D);
+    for (int t = t0; t < end; ++t) {
       const int pi = t / c.S;
       const int64_t page = pi < h.max_pages ? h.block_table[size_t(b) * h.max_pages + pi] : -1;
       if (!deq_key(c, h, page, t % c.S, k.data())) continue;  // out-of-range page: -inf
@@ -301,7 +311,7 @@ std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
       }
       out[size_t(r) * h.width + t] = acc;
     }
-  }
+  });
   return out;
 }
 

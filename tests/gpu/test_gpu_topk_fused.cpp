@@ -272,18 +272,19 @@ void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut*
   }
 }
 
-// The fused outputs against the reference, the unfused outputs and the block table.
-void check_fused(const FusedCase& c, const PagedCase& pc, const TopkOut& fused, const TopkOut& unfused) {
+// The fused outputs against the reference (refs: testutil::ref_rows(pc), computed once per case
+// for all the routes checked against it), the unfused outputs and the block table.
+void check_fused(const FusedCase& c, const PagedCase& pc, const std::vector<std::vector<float>>& refs,
+                 const TopkOut& fused, const TopkOut& unfused) {
   const int S = c.spec.states_per_page;
   int bad = 0;
+  ASSERT_EQ(static_cast<int64_t>(refs.size()), pc.rows);
   for (int64_t r = 0; r < pc.rows && bad < 4; ++r) {
     const int64_t len = pc.row_ctx[static_cast<size_t>(r)];
-    std::vector<float> ref(static_cast<size_t>(len));
+    const std::vector<float>& ref = refs[static_cast<size_t>(r)];
+    ASSERT_EQ(static_cast<int64_t>(ref.size()), len) << "row " << r;
     double amax = 0.0;
-    for (int64_t t = 0; t < len; ++t) {
-      ref[static_cast<size_t>(t)] = static_cast<float>(pc.ref(r, t));
-      amax = std::max(amax, std::fabs(static_cast<double>(ref[static_cast<size_t>(t)])));
-    }
+    for (int64_t t = 0; t < len; ++t) amax = std::max(amax, std::fabs(static_cast<double>(ref[static_cast<size_t>(t)])));
     const int32_t* fi = fused.idx.data() + r * c.k;
     const std::string err = testutil::check_topk_row(ref.data(), len, c.k, fi, 2e-4 * amax);
     if (!err.empty()) {
@@ -346,6 +347,7 @@ void run_fused_case(const FusedCase& c) {
   TopkOut unfused;
   run_unfused(c, pc, g, &unfused);
   if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<std::vector<float>> refs = testutil::ref_rows(pc);
   // The routes of the op on the same inputs: streaming candidates through the collector and the
   // merges (DSATTN_FUSED_LOGITS=0), logits in the workspace + the top-k kernels (=force), both
   // with the resident route off (DSATTN_FUSED_RESIDENT=0); then the defaults, where up to six
@@ -362,7 +364,7 @@ void run_fused_case(const FusedCase& c) {
       run_fused(c, pc, g, &fused);
     }
     if (::testing::Test::HasFatalFailure()) return;
-    check_fused(c, pc, fused, unfused);
+    check_fused(c, pc, refs, fused, unfused);
   }
   {  // The call's own switch (no environment override): the logits route where it fits.
     SCOPED_TRACE("PagedMqaTopkParams::logits_route");
@@ -370,7 +372,7 @@ void run_fused_case(const FusedCase& c) {
     TopkOut fused;
     run_fused(c, pc, g, &fused, true);
     if (::testing::Test::HasFatalFailure()) return;
-    check_fused(c, pc, fused, unfused);
+    check_fused(c, pc, refs, fused, unfused);
   }
 }
 
@@ -1042,7 +1044,7 @@ TEST(GpuFusedTopk, ResidentRouteCallSwitch) {
   c.resident_route = false;
   run_fused(c, pc, g, &off);
   if (::testing::Test::HasFatalFailure()) return;
-  check_fused(c, pc, off, on);  // the reference, and the same indices, slot ids and scores as `on`
+  check_fused(c, pc, testutil::ref_rows(pc), off, on);  // the reference, and the same outputs as `on`
 }
 
 // The ops on a green context's stream with half the SMs (SGLang-style SM partitioning; under MPS
@@ -1096,13 +1098,14 @@ TEST(GpuFusedTopk, GreenContextSmShare) {
     run_unfused(cg, pc, g, &unfused_green);
     if (::testing::Test::HasFatalFailure()) return;
     EXPECT_EQ(unfused_green.idx, unfused_full.idx) << "paged_mqa_logits + topk on the green stream";
+    const std::vector<std::vector<float>> refs = testutil::ref_rows(pc);
     for (bool resident : {true, false}) {
       SCOPED_TRACE(resident ? "resident route allowed" : "resident route off");
       cg.resident_route = resident;
       TopkOut fused;
       run_fused(cg, pc, g, &fused);
       if (::testing::Test::HasFatalFailure()) return;
-      check_fused(cg, pc, fused, unfused_full);
+      check_fused(cg, pc, refs, fused, unfused_full);
     }
   }
 }
