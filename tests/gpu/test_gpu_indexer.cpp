@@ -427,13 +427,24 @@ void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& 
   EXPECT_LE(rel, tol) << c.name();
 }
 
-void run_case_on(const IdxCase& c);
+// One kernel's run of a case built (and its reference computed) once for all the kernels it runs
+// on: build_case does not depend on c.kernel.
+void run_case_on(const IdxCase& c, const HostIdx& h, const std::vector<double>& ref);
 
-void run_case(const IdxCase& c0) { on_each_kernel(c0, run_case_on); }
+void run_case(const IdxCase& c0) {
+  HostIdx h;
+  build_case(c0, &h);
+  const std::vector<double> ref = reference(c0, h);
+  on_each_kernel(c0, [&](const IdxCase& c) { run_case_on(c, h, ref); });
+}
 
 void run_case_on(const IdxCase& c) {
   HostIdx h;
   build_case(c, &h);
+  run_case_on(c, h, reference(c, h));
+}
+
+void run_case_on(const IdxCase& c, const HostIdx& h, const std::vector<double>& ref) {
   DevIdx d;
   upload(h, d, c.bf16);
   const PagedMqaLogitsParams p = make_params(c, h, d);
@@ -443,7 +454,7 @@ void run_case_on(const IdxCase& c) {
   ASSERT_TRUE(s.ok()) << c.name() << ": " << s.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name();
   const std::vector<float> got = download_logits(c, h, d);
-  check_logits(c, h, got, reference(c, h));
+  check_logits(c, h, got, ref);
   for (int rep = 0; rep < c.reps; ++rep) {
     ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
     ASSERT_TRUE(run_paged(c, h, d, p).ok());
