@@ -204,6 +204,29 @@ inline QueryHost make_query(IndexerFormat f, int64_t rows, int heads, int head_d
   return q;
 }
 
+// ---------------------------------------------------------------- threads
+// fn(i) for every i in [0, n), each exactly once, on `threads` threads (0: the hardware's; the
+// calling thread is one of them), items handed out one at a time (their costs differ: rows of
+// different lengths). fn must be safe to call concurrently. For the tests' reference loops, whose
+// double-precision dot products (H x D multiply-adds in one dependent chain per head: ~10 us per
+// state at H = 64, D = 128) made up most of the GPU tests' time when run on one thread.
+template <class Fn>
+void parallel_items(int64_t n, Fn&& fn, int threads = 0) {
+  if (n <= 0) return;
+  int T = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  if (T < 1) T = 1;
+  if (T > n) T = static_cast<int>(n);
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(T - 1));
+  for (int t = 1; t < T; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+}
+
 // ---------------------------------------------------------------- paged cache
 struct PagedCacheOptions {
   IndexerFormat format = IndexerFormat::kFp8;
@@ -268,11 +291,23 @@ inline PagedCacheHost build_paged_cache(const std::vector<std::vector<float>>& k
   if (opt.shuffle_pages) rng.shuffle(phys);
   size_t next = 0;
   const int64_t scale_off = indexer_scale_offset(opt.format, S, D);
+  std::vector<std::pair<int64_t, int64_t>> items;  // (request, first state) of kQuantChunk states
+  constexpr int64_t kQuantChunk = 1024;
   for (int64_t b = 0; b < c.batch; ++b) {
     const int64_t L = c.lengths[static_cast<size_t>(b)];
     for (int64_t i = 0; i < (L + S - 1) / S; ++i) c.block_table[static_cast<size_t>(b * c.max_pages + i)] = phys[next++];
-    std::vector<float> vals(static_cast<size_t>(L * D)), scales(static_cast<size_t>(L));
-    for (int64_t t = 0; t < L; ++t) {
+    c.key_values.emplace_back(static_cast<size_t>(L * D));
+    c.key_scales.emplace_back(static_cast<size_t>(L));
+    for (int64_t t0 = 0; t0 < L; t0 += kQuantChunk) items.emplace_back(b, t0);
+  }
+  // Each state's codes and scale go to their own bytes of their page: the states are quantized on
+  // parallel_items' threads (no random numbers are drawn here, so the case is the same).
+  parallel_items(static_cast<int64_t>(items.size()), [&](int64_t i) {
+    const int64_t b = items[static_cast<size_t>(i)].first, t0 = items[static_cast<size_t>(i)].second;
+    const int64_t t1 = std::min(t0 + kQuantChunk, c.lengths[static_cast<size_t>(b)]);
+    std::vector<float>& vals = c.key_values[static_cast<size_t>(b)];
+    std::vector<float>& scales = c.key_scales[static_cast<size_t>(b)];
+    for (int64_t t = t0; t < t1; ++t) {
       uint8_t* page = c.pages.data() + c.page_of(b, t) * c.page_stride;
       const int64_t s = t % S;
       const float* x = keys[static_cast<size_t>(b)].data() + t * D;
@@ -291,33 +326,8 @@ inline PagedCacheHost build_paged_cache(const std::vector<std::vector<float>>& k
         scales[static_cast<size_t>(t)] = 1.0f;
       }
     }
-    c.key_values.push_back(std::move(vals));
-    c.key_scales.push_back(std::move(scales));
-  }
+  });
   return c;
-}
-
-// ---------------------------------------------------------------- threads
-// fn(i) for every i in [0, n), each exactly once, on `threads` threads (0: the hardware's; the
-// calling thread is one of them), items handed out one at a time (their costs differ: rows of
-// different lengths). fn must be safe to call concurrently. For the tests' reference loops, whose
-// double-precision dot products (H x D multiply-adds in one dependent chain per head: ~10 us per
-// state at H = 64, D = 128) made up most of the GPU tests' time when run on one thread.
-template <class Fn>
-void parallel_items(int64_t n, Fn&& fn, int threads = 0) {
-  if (n <= 0) return;
-  int T = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  if (T < 1) T = 1;
-  if (T > n) T = static_cast<int>(n);
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i = next++; i < n; i = next++) fn(i);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(T - 1));
-  for (int t = 1; t < T; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& th : pool) th.join();
 }
 
 // ---------------------------------------------------------------- reference

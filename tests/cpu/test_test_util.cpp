@@ -1,6 +1,7 @@
 // The test utilities' thread helpers (tests/common/indexer_test_util.h), which the GPU tests use for
-// their references and which only run on a GPU machine there: parallel_items hands out every item
-// exactly once, and ref_rows equals PagedCase::ref state by state, on one thread and on several.
+// their references and cases and which only run on a GPU machine there: parallel_items hands out
+// every item exactly once, ref_rows equals PagedCase::ref state by state, on one thread and on
+// several, and a case built on several threads is the same every time.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -50,6 +51,28 @@ TEST(TestUtil, RefRowsEqualRefStateByState) {
             << "row " << r << " state " << t << ", threads " << threads;
       }
     }
+  }
+}
+
+// The cache's states are quantized on several threads (build_paged_cache): the same spec gives the
+// same bytes and decoded values every time, FP8 and MXFP4 alike.
+TEST(TestUtil, PagedCaseIsDeterministic) {
+  for (const IndexerFormat f : {IndexerFormat::kFp8, IndexerFormat::kMxfp4}) {
+    PagedCaseSpec spec;
+    spec.format = f;
+    spec.batch = 4;
+    spec.heads = 4;
+    spec.head_dim = 128;
+    spec.states_per_page = 32;
+    spec.lengths = {3000, 0, 1025, 77};
+    spec.seed = 11;
+    const PagedCase a = make_paged_case(spec), b = make_paged_case(spec);
+    ASSERT_EQ(a.cache.pages, b.cache.pages);
+    ASSERT_EQ(a.cache.block_table, b.cache.block_table);
+    ASSERT_EQ(a.cache.key_values, b.cache.key_values);
+    ASSERT_EQ(a.cache.key_scales, b.cache.key_scales);
+    ASSERT_EQ(a.cache.key_values.size(), 4u);
+    ASSERT_EQ(a.cache.key_values[0].size(), size_t(3000 * 128));
   }
 }
 
