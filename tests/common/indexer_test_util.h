@@ -12,7 +12,8 @@
 //  * make_paged_case: a whole random decode problem (cache, q, weights, lengths, varlen or not) with
 //    PagedCase::args() giving the op inputs and PagedCase::ref(r, t) the reference logit;
 //    ref_rows(case): every row's reference logits at once, on all hardware threads.
-//  * parallel_items: fn(i) for i in [0, n) on all hardware threads (reference loops).
+//  * parallel_items: fn(i) for i in [0, n) on all hardware threads (reference loops, cache
+//    quantization).
 //  * check_logits_row / check_topk_row: gtest-free checkers for outputs of any backend.
 //  * view(): TensorViews over std::vectors.
 //  * EnvScope: an environment variable (the ops' tuning knobs, read per call) set for a scope.
@@ -209,7 +210,8 @@ inline QueryHost make_query(IndexerFormat f, int64_t rows, int heads, int head_d
 // calling thread is one of them), items handed out one at a time (their costs differ: rows of
 // different lengths). fn must be safe to call concurrently. For the tests' reference loops, whose
 // double-precision dot products (H x D multiply-adds in one dependent chain per head: ~10 us per
-// state at H = 64, D = 128) made up most of the GPU tests' time when run on one thread.
+// state at H = 64, D = 128) made up most of the GPU tests' time when run on one thread, and for
+// the quantization of the test caches (build_paged_cache).
 template <class Fn>
 void parallel_items(int64_t n, Fn&& fn, int threads = 0) {
   if (n <= 0) return;

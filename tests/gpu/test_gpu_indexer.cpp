@@ -283,8 +283,8 @@ void build_case(const IdxCase& c, HostIdx* h) {
 }
 
 // Reference logits [R, width] (NaN = "not defined": positions >= ctx when not cleaning).
-// Rows in chunks of testutil::kRefChunk states on all hardware threads (testutil::parallel_items):
-// every case runs once per kernel, each time with its reference.
+// Rows in chunks of testutil::kRefChunk states on all hardware threads (testutil::parallel_items);
+// run_case computes it once per case for all the kernels the case runs on.
 std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> out(size_t(h.R) * h.width, kNegInf);
