@@ -83,6 +83,8 @@ fi
 
 step gpu_tests gpu_tests.log "$BIN/dsattn_gpu_tests" --gtest_filter="$TEST_FILTER"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$OUT/gpu_tests.log" | head -20
+# The slowest tests (ms), to keep the suite within one device call.
+grep -E "^\[ +OK \]" "$OUT/gpu_tests.log" | sed -E 's/.*\] ([^ ]+) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -8
 step gpu_tests_no_pdl gpu_tests_no_pdl.log env DSATTN_PDL=0 "$BIN/dsattn_gpu_tests" \
   --gtest_filter='*GraphReplay*:*GpuTopkCluster.KernelRows*:GpuFusedTopk.Fp8DecodeLengthsAroundK:GpuFusedTopk.ResidentGraphNewLengths*'
 
