@@ -12,8 +12,8 @@
 //  * make_paged_case: a whole random decode problem (cache, q, weights, lengths, varlen or not) with
 //    PagedCase::args() giving the op inputs and PagedCase::ref(r, t) the reference logit;
 //    ref_rows(case): every row's reference logits at once, on all hardware threads.
-//  * parallel_items: fn(i) for i in [0, n) on all hardware threads (reference loops, cache
-//    quantization).
+//  * parallel_items / parallel_chunks: fn(i) for i in [0, n), or fn(row, t0, t1) over runs of each
+//    row's states, on all hardware threads (reference loops, cache quantization).
 //  * check_logits_row / check_topk_row: gtest-free checkers for outputs of any backend.
 //  * view(): TensorViews over std::vectors.
 //  * EnvScope: an environment variable (the ops' tuning knobs, read per call) set for a scope.
@@ -229,6 +229,23 @@ void parallel_items(int64_t n, Fn&& fn, int threads = 0) {
   for (std::thread& th : pool) th.join();
 }
 
+// fn(r, t0, t1) over every row r < rows cut into runs [t0, t1) of at most `chunk` states of its
+// [0, len(r)), the runs on parallel_items' threads.
+template <class LenFn, class Fn>
+void parallel_chunks(int64_t rows, LenFn&& len, int64_t chunk, Fn&& fn, int threads = 0) {
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (row, first state)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t0 = 0, L = len(r); t0 < L; t0 += chunk) runs.emplace_back(r, t0);
+  }
+  parallel_items(
+      static_cast<int64_t>(runs.size()),
+      [&](int64_t i) {
+        const int64_t r = runs[static_cast<size_t>(i)].first, t0 = runs[static_cast<size_t>(i)].second;
+        fn(r, t0, std::min(t0 + chunk, static_cast<int64_t>(len(r))));
+      },
+      threads);
+}
+
 // ---------------------------------------------------------------- paged cache
 struct PagedCacheOptions {
   IndexerFormat format = IndexerFormat::kFp8;
@@ -293,20 +310,17 @@ inline PagedCacheHost build_paged_cache(const std::vector<std::vector<float>>& k
   if (opt.shuffle_pages) rng.shuffle(phys);
   size_t next = 0;
   const int64_t scale_off = indexer_scale_offset(opt.format, S, D);
-  std::vector<std::pair<int64_t, int64_t>> items;  // (request, first state) of kQuantChunk states
-  constexpr int64_t kQuantChunk = 1024;
   for (int64_t b = 0; b < c.batch; ++b) {
     const int64_t L = c.lengths[static_cast<size_t>(b)];
     for (int64_t i = 0; i < (L + S - 1) / S; ++i) c.block_table[static_cast<size_t>(b * c.max_pages + i)] = phys[next++];
     c.key_values.emplace_back(static_cast<size_t>(L * D));
     c.key_scales.emplace_back(static_cast<size_t>(L));
-    for (int64_t t0 = 0; t0 < L; t0 += kQuantChunk) items.emplace_back(b, t0);
   }
-  // Each state's codes and scale go to their own bytes of their page: the states are quantized on
-  // parallel_items' threads (no random numbers are drawn here, so the case is the same).
-  parallel_items(static_cast<int64_t>(items.size()), [&](int64_t i) {
-    const int64_t b = items[static_cast<size_t>(i)].first, t0 = items[static_cast<size_t>(i)].second;
-    const int64_t t1 = std::min(t0 + kQuantChunk, c.lengths[static_cast<size_t>(b)]);
+  // Each state's codes and scale go to their own bytes of their page: the states are quantized in
+  // runs of 1024 on parallel_chunks' threads (no random numbers are drawn here, so the case is the
+  // same).
+  const auto request_len = [&](int64_t b) { return c.lengths[static_cast<size_t>(b)]; };
+  parallel_chunks(c.batch, request_len, 1024, [&](int64_t b, int64_t t0, int64_t t1) {
     std::vector<float>& vals = c.key_values[static_cast<size_t>(b)];
     std::vector<float>& scales = c.key_scales[static_cast<size_t>(b)];
     for (int64_t t = t0; t < t1; ++t) {
@@ -465,24 +479,17 @@ inline PagedCase make_paged_case(const PagedCaseSpec& spec) {
 }
 
 // Every row's reference logits (PagedCase::ref of states [0, row_ctx[r])) as float, computed once
-// in chunks of kRefChunk states on parallel_items' threads: a test that checks several routes or
+// in runs of kRefChunk states on parallel_chunks' threads: a test that checks several routes or
 // kernels against the same case computes them once instead of once per check.
 constexpr int64_t kRefChunk = 2048;
 inline std::vector<std::vector<float>> ref_rows(const PagedCase& c, int threads = 0) {
   std::vector<std::vector<float>> out(static_cast<size_t>(c.rows));
-  std::vector<std::pair<int64_t, int64_t>> items;  // (row, first state)
-  for (int64_t r = 0; r < c.rows; ++r) {
-    const int64_t len = c.row_ctx[static_cast<size_t>(r)];
-    out[static_cast<size_t>(r)].resize(static_cast<size_t>(len));
-    for (int64_t t0 = 0; t0 < len; t0 += kRefChunk) items.emplace_back(r, t0);
-  }
-  parallel_items(
-      static_cast<int64_t>(items.size()),
-      [&](int64_t i) {
-        const int64_t r = items[static_cast<size_t>(i)].first, t0 = items[static_cast<size_t>(i)].second;
-        std::vector<float>& row = out[static_cast<size_t>(r)];
-        const int64_t t1 = std::min<int64_t>(t0 + kRefChunk, static_cast<int64_t>(row.size()));
-        for (int64_t t = t0; t < t1; ++t) row[static_cast<size_t>(t)] = static_cast<float>(c.ref(r, t));
+  for (int64_t r = 0; r < c.rows; ++r) out[static_cast<size_t>(r)].resize(static_cast<size_t>(c.row_ctx[static_cast<size_t>(r)]));
+  const auto row_len = [&](int64_t r) { return c.row_ctx[static_cast<size_t>(r)]; };
+  parallel_chunks(
+      c.rows, row_len, kRefChunk,
+      [&](int64_t r, int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) out[static_cast<size_t>(r)][static_cast<size_t>(t)] = static_cast<float>(c.ref(r, t));
       },
       threads);
   return out;

@@ -11,7 +11,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dsattn/codecs.h"
@@ -283,22 +282,16 @@ void build_case(const IdxCase& c, HostIdx* h) {
 }
 
 // Reference logits [R, width] (NaN = "not defined": positions >= ctx when not cleaning).
-// Rows in chunks of testutil::kRefChunk states on all hardware threads (testutil::parallel_items);
+// Rows in runs of testutil::kRefChunk states on all hardware threads (testutil::parallel_chunks);
 // run_case computes it once per case for all the kernels the case runs on.
 std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> out(size_t(h.R) * h.width, kNegInf);
-  std::vector<std::pair<int, int>> items;  // (row, first state)
-  for (int r = 0; r < h.R; ++r) {
-    const int64_t end = std::min<int64_t>(h.row_ctx[r], h.width);
-    for (int64_t t0 = 0; t0 < end; t0 += testutil::kRefChunk) items.emplace_back(r, static_cast<int>(t0));
-  }
-  testutil::parallel_items(static_cast<int64_t>(items.size()), [&](int64_t i) {
-    const int r = items[size_t(i)].first, t0 = items[size_t(i)].second;
-    const int b = h.row_req[r];
-    const int64_t end = std::min<int64_t>({int64_t(h.row_ctx[r]), int64_t(h.width), t0 + testutil::kRefChunk});
+  const auto row_len = [&](int64_t r) { return std::min<int64_t>(h.row_ctx[size_t(r)], h.width); };
+  testutil::parallel_chunks(h.R, row_len, testutil::kRefChunk, [&](int64_t r, int64_t t0, int64_t t1) {
+    const int b = h.row_req[size_t(r)];
     std::vector<double> k(c.D);
-    for (int t = t0; t < end; ++t) {
+    for (int t = static_cast<int>(t0); t < t1; ++t) {  // states < 2^31
       const int pi = t / c.S;
       const int64_t page = pi < h.max_pages ? h.block_table[size_t(b) * h.max_pages + pi] : -1;
       if (!deq_key(c, h, page, t % c.S, k.data())) continue;  // out-of-range page: -inf
