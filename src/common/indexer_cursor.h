@@ -125,7 +125,7 @@ struct IdxCursor {
   }
   // Units in the current group's range [glo, ghi).
   DSATTN_CURSOR_FN int32_t range_units() const {
-    return static_cast<int32_t>((int64_t(ghi) - glo + detail::kIndexerUnit - 1) / detail::kIndexerUnit);
+    return static_cast<int32_t>(detail::indexer_range_units(glo, ghi));
   }
   // The end unit of group g inside this partition, from the group's range.
   DSATTN_CURSOR_FN void set_uend() {

@@ -134,10 +134,15 @@ DSATTN_HD void indexer_group_range(const IndexerWork& w, int64_t g, int32_t* glo
   *ghi = hi;
 }
 
+// Schedule units covering the states [lo, hi) (lo <= hi).
+DSATTN_HD int64_t indexer_range_units(int32_t lo, int32_t hi) {
+  return (int64_t(hi) - lo + kIndexerUnit - 1) / kIndexerUnit;
+}
+
 DSATTN_HD int64_t indexer_group_units(const IndexerWork& w, int64_t g) {
   int32_t lo, hi;
   indexer_group_range(w, g, &lo, &hi);
-  return (int64_t(hi) - lo + kIndexerUnit - 1) / kIndexerUnit;
+  return indexer_range_units(lo, hi);
 }
 
 // Metadata layout (i32): [P, G, unit, magic] then P + 1 (group, unit) pairs: partition p works on
