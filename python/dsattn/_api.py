@@ -102,11 +102,12 @@ def _run(fn, args: dict, ex: dict, like) -> None:
     _call(fn, args, ex, False)
 
 
-def _out(given, shape, dtype, like, dummy: bool = False):
-    """The caller's output, or a new one allocated like `like`. (dummy: for *_workspace_size
-    queries, which validate the full call and so need every output; pass the outputs you will use
-    to avoid the temporary allocation.)"""
+def _out(op, arg, given, shape, dtype, like, dummy: bool = False):
+    """The caller's output `arg` (it must be writable), or a new one allocated like `like`. (dummy:
+    for *_workspace_size queries, which validate the full call and so need every output; pass the
+    outputs you will use to avoid the temporary allocation.)"""
     if given is not None:
+        _arrays.check_output(op, arg, given)
         return _arrays.prep(given)
     return _arrays.empty(tuple(max(int(s), 0) for s in shape), dtype, like)
 
@@ -152,7 +153,7 @@ def _paged_mqa_logits(q, weights, cache, block_table, context_lens, q_scales, ro
     if max_context is None:
         max_context = _dim(block_table, 1) * int(cache.states_per_page)
     rows = _rows(q, row_request is not None)
-    args["logits"] = _out(logits, (rows, max_context), _logits_dtype(op, logits_dtype), q, dummy)
+    args["logits"] = _out(op, "logits", logits, (rows, max_context), _logits_dtype(op, logits_dtype), q, dummy)
     args["clean"] = bool(clean)
     return args
 
@@ -189,10 +190,10 @@ def _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, r
     args = _paged_common(op, q, weights, cache, block_table, context_lens, q_scales, row_request, schedule)
     rows = _rows(q, row_request is not None)
     args["k"] = int(k)
-    args["indices"] = _out(indices, (rows, k), "int32", q, dummy)
-    args["values"] = (_out(values, (rows, k), "float32", q, dummy)
+    args["indices"] = _out(op, "indices", indices, (rows, k), "int32", q, dummy)
+    args["values"] = (_out(op, "values", values, (rows, k), "float32", q, dummy)
                       if values is not None or return_values else None)
-    args["slot_ids"] = (_out(slot_ids, (rows, k), "int32", q, dummy)
+    args["slot_ids"] = (_out(op, "slot_ids", slot_ids, (rows, k), "int32", q, dummy)
                         if slot_ids is not None or return_slot_ids else None)
     args["sorted"] = bool(sorted)
     args["logits_route"] = bool(logits_route)
@@ -297,7 +298,8 @@ def _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compr
     args = dict(format=_fmt(op, INDEXER_FORMATS, format, "format"), q=_arrays.prep(q),
                 q_scales=_arrays.prep(q_scales), weights=_arrays.prep(weights), k=_arrays.prep(k),
                 k_scales=_arrays.prep(k_scales), ks=_arrays.prep(ks), ke=_arrays.prep(ke),
-                logits=_out(logits, (_dim(q, 0), width or 0), _logits_dtype(op, logits_dtype), q, dummy),
+                logits=_out(op, "logits", logits, (_dim(q, 0), width or 0), _logits_dtype(op, logits_dtype), q,
+                            dummy),
                 compressed=bool(compressed), clean=bool(clean))
     return args
 
@@ -334,12 +336,12 @@ def _topk(logits, k, starts, ends, indices, values, return_values, sorted, block
         _arrays.check_array(op, name, x, req)
     rows = _dim(logits, 0)
     return dict(logits=_arrays.prep(logits), starts=_arrays.prep(starts), ends=_arrays.prep(ends), k=int(k),
-                indices=_out(indices, (rows, k), "int32", logits, dummy),
-                values=(_out(values, (rows, k), "float32", logits, dummy)
+                indices=_out(op, "indices", indices, (rows, k), "int32", logits, dummy),
+                values=(_out(op, "values", values, (rows, k), "float32", logits, dummy)
                         if values is not None or return_values else None),
                 sorted=bool(sorted), block_table=_arrays.prep(block_table), row_request=_arrays.prep(row_request),
                 next_n=int(next_n), states_per_page=int(states_per_page),
-                slot_ids=(_out(slot_ids, (rows, k), "int32", logits, dummy)
+                slot_ids=(_out(op, "slot_ids", slot_ids, (rows, k), "int32", logits, dummy)
                           if slot_ids is not None or block_table is not None else None))
 
 
@@ -398,8 +400,8 @@ def _sparse_mla_decode(q, cache, indices, sm_scale, topk_length, extra_cache, ex
                 extra_pages=e_pages, extra_format=e_fmt, extra_tokens_per_page=e_tpp,
                 extra_page_stride_bytes=e_stride, extra_indices=_arrays.prep(extra_indices),
                 extra_topk_length=_arrays.prep(extra_topk_length), attn_sink=_arrays.prep(attn_sink),
-                sm_scale=float(sm_scale), out=_out(out, (b, s, h, _DV), "bfloat16", q, dummy),
-                lse=_out(lse, (b, s, h), "float32", q, dummy))
+                sm_scale=float(sm_scale), out=_out(op, "out", out, (b, s, h, _DV), "bfloat16", q, dummy),
+                lse=_out(op, "lse", lse, (b, s, h), "float32", q, dummy))
 
 
 def sparse_mla_decode(q, cache: LatentCache, indices, *, sm_scale: float, topk_length=None, extra_cache=None,
@@ -436,8 +438,8 @@ def _sparse_mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, o
     m, h = _dim(q, 0), _dim(q, 1)
     return dict(q=_arrays.prep(q), kv=_arrays.prep(kv), indices=_arrays.prep(indices),
                 topk_length=_arrays.prep(topk_length), attn_sink=_arrays.prep(attn_sink), sm_scale=float(sm_scale),
-                d_v=int(d_v), out=_out(out, (m, h, d_v), "bfloat16", q, dummy),
-                lse=_out(lse, (m, h), "float32", q, dummy))
+                d_v=int(d_v), out=_out(op, "out", out, (m, h, d_v), "bfloat16", q, dummy),
+                lse=_out(op, "lse", lse, (m, h), "float32", q, dummy))
 
 
 def sparse_mla_prefill(q, kv, indices, *, sm_scale: float, topk_length=None, attn_sink=None, d_v: int = _DV,
@@ -470,6 +472,7 @@ def write_indexer_cache(k, slot_mapping, cache: IndexerCache, *, backend="auto",
         raise TypeError(f"{op}: cache expected dsattn.IndexerCache, got {type(cache).__name__}")
     _arrays.check_array(op, "k", k)
     _arrays.check_array(op, "slot_mapping", slot_mapping)
+    _arrays.check_output(op, "cache.pages", cache.pages)
     args = dict(k=_arrays.prep(k), slot_mapping=_arrays.prep(slot_mapping))
     args.update(cache._args(op))
     ex = _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes)
@@ -485,6 +488,7 @@ def write_latent_cache(kv, slot_mapping, cache: LatentCache, *, backend="auto", 
         raise TypeError(f"{op}: cache expected dsattn.LatentCache, got {type(cache).__name__}")
     _arrays.check_array(op, "kv", kv)
     _arrays.check_array(op, "slot_mapping", slot_mapping)
+    _arrays.check_output(op, "cache.pages", cache.pages)
     pages, fmt, tpp, stride = cache._args(op)
     args = dict(kv=_arrays.prep(kv), slot_mapping=_arrays.prep(slot_mapping), cache_pages=pages,
                 cache_format=fmt, tokens_per_page=tpp, page_stride_bytes=stride)

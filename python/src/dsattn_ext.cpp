@@ -135,6 +135,12 @@ TensorView opt_view(const char* op, const char* arg, const std::optional<A>& a, 
 template <class A>
 TensorView pages_view(const char* op, const char* arg, const std::optional<A>& a, int64_t* page_stride_bytes) {
   TensorView v = opt_view(op, arg, a);
+  if (a && v.ndim < 2) {  // the page stride would come from a dimension that is not the page's
+    raise(Status(Code::kInvalidArgument, std::string(op) + ": " + arg +
+                                             " rank expected >= 2 ([num_pages, page_bytes], or [num_pages, ...] with "
+                                             "dense inner dimensions), got " +
+                                             std::to_string(v.ndim) + " (shape " + dsattn::shape_str(v) + ")"));
+  }
   if (v.ndim >= 2) {
     int64_t expect = 1;
     bool dense = true;

@@ -41,7 +41,10 @@ Status not_implemented(const char* op, const char* fmt, ...) {
 }
 
 Status check_present(const char* op, const char* arg, const TensorView& t) {
-  if (t.ndim <= 0) return invalid(op, "%s is required but was not given", arg);
+  if (t.ndim <= 0) {
+    if (t.ndim == 0 && t.data != nullptr) return invalid(op, "%s rank expected >= 1, got a 0-d tensor (a scalar)", arg);
+    return invalid(op, "%s is required but was not given", arg);
+  }
   if (t.ndim > kMaxDims) return invalid(op, "%s ndim expected <= %d, got %d", arg, kMaxDims, t.ndim);
   for (int i = 0; i < t.ndim; ++i) {
     if (t.shape[i] < 0) return invalid(op, "%s shape %s has a negative dimension", arg, shape_str(t).c_str());

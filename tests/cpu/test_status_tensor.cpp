@@ -42,6 +42,10 @@ TEST(Validate, MessagesNameOpArgExpectedAndGiven) {
   TensorView null_data = make_tensor(nullptr, DType::kF32, {2, 2});
   s = detail::check_tensor("topk", "logits", null_data, DType::kF32, {2, 2});
   EXPECT_EQ(s.message, "topk: logits data pointer is null for shape [2, 2]");
+  // A 0-d tensor (data, no dimensions) was given: not "missing".
+  TensorView scalar = make_tensor(buf, DType::kF32, {});
+  s = detail::check_tensor("topk", "logits", scalar, DType::kF32, {2, 2});
+  EXPECT_EQ(s.message, "topk: logits rank expected >= 1, got a 0-d tensor (a scalar)");
 }
 
 TEST(Validate, BackendResolution) {

@@ -1,0 +1,102 @@
+"""Randomized bad arguments through the Python binding, on the CPU backend: one argument of a valid
+call of paged_mqa_logits, paged_mqa_topk, topk or write_indexer_cache replaced by another dtype,
+order, view (transposed, reversed, strided, more or fewer dimensions, empty), a 0-d array, a list,
+a string, None, a read-only array where the op writes, or a byte-swapped array. Every call must
+succeed or raise TypeError / ValueError whose message starts with the op's name (byte-swapped
+arrays, 0-d arrays and read-only outputs always raise, naming the argument); it must not crash the
+interpreter, write into a read-only array, or write into any input."""
+
+import numpy as np
+import pytest
+
+import dsattn
+from cases import indexer_case
+
+
+def _variants(x, rng):
+    """Replacements for the array x (each a (name, value) pair)."""
+    out = [("list", x.tolist()), ("string", "abc"), ("none", None), ("0-d", np.array(5, x.dtype)),
+           ("empty", x[:0]), ("extra dim", x[None]), ("flat", x.reshape(-1)), ("reversed", x[::-1])]
+    for dt in (np.float64, np.float16, np.int8, np.int64, np.uint16, np.bool_, np.complex64):
+        out.append((f"as {np.dtype(dt).name}", x.astype(dt)))
+    if x.ndim >= 2:
+        out += [("transposed", x.T), ("fortran", np.asfortranarray(x)), ("strided", x[..., ::2]),
+                ("first row", x[0])]
+    if x.dtype.itemsize > 1:
+        out.append(("byte-swapped", x.astype(x.dtype.newbyteorder())))
+    ro = x.copy()
+    ro.setflags(write=False)
+    out.append(("read-only", ro))
+    return out
+
+
+def _calls(c):
+    """The ops' valid calls on case c: name -> (function of a dict of arrays, the arrays, the
+    arguments it writes)."""
+    rows = c.weights.shape[0]
+    width = c.block_table.shape[1] * c.S
+    logits = np.random.default_rng(5).standard_normal((rows, width)).astype(np.float32)
+    k_new = np.random.default_rng(6).standard_normal((3, c.D)).astype(np.float32)
+
+    def cache(a):
+        return dsattn.IndexerCache(a["pages"], c.S, c.D)
+
+    def paged_logits(a):
+        return dsattn.paged_mqa_logits(a["q"], a["weights"], cache(a), a["block_table"], a["context_lens"],
+                                       logits=a["logits"], max_context=width, backend="cpu")
+
+    def paged_topk(a):
+        return dsattn.paged_mqa_topk(a["q"], a["weights"], cache(a), a["block_table"], a["context_lens"], 8,
+                                     indices=a["indices"], backend="cpu")
+
+    def topk(a):
+        return dsattn.topk(a["logits"], 8, starts=a["starts"], ends=a["ends"], indices=a["indices"],
+                           values=a["values"], backend="cpu")
+
+    def writer(a):
+        return dsattn.write_indexer_cache(a["k"], a["slot_mapping"], cache(a), backend="cpu")
+
+    paged = dict(q=c.q, weights=c.weights, pages=c.pages, block_table=c.block_table, context_lens=c.context_lens)
+    return {
+        "paged_mqa_logits": (paged_logits, dict(paged, logits=np.zeros((rows, width), np.float32)), {"logits"}),
+        "paged_mqa_topk": (paged_topk, dict(paged, indices=np.zeros((rows, 8), np.int32)), {"indices"}),
+        "topk": (topk, dict(logits=logits, starts=np.zeros(rows, np.int32), ends=np.full(rows, width, np.int32),
+                            indices=np.zeros((rows, 8), np.int32), values=np.zeros((rows, 8), np.float32)),
+                 {"indices", "values"}),
+        "write_indexer_cache": (writer, dict(k=k_new, slot_mapping=np.array([0, 5, -1], np.int32), pages=c.pages.copy()),
+                                {"pages"}),
+    }
+
+
+@pytest.mark.parametrize("op", ["paged_mqa_logits", "paged_mqa_topk", "topk", "write_indexer_cache"])
+def test_bad_arguments_raise_naming_the_op(op):
+    c = indexer_case(seed=3, B=2, N=1, H=8, D=64, S=16, lens=(20, 35))
+    fn, arrays, written = _calls(c)[op]
+    fn({k: v.copy() for k, v in arrays.items()})  # the unmutated call is valid
+    rng = np.random.default_rng(11)
+    failed = 0
+    for name in arrays:
+        for what, bad in _variants(arrays[name], rng):
+            a = {k: v.copy() for k, v in arrays.items()}
+            a[name] = bad
+            before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in a.items()}
+            arg = "cache.pages" if name == "pages" else name
+            try:
+                fn(a)
+            except (TypeError, ValueError) as e:
+                failed += 1
+                assert str(e).startswith(op + ": "), f"{op}: {name} {what}: the message does not name the op: {e}"
+                if what == "byte-swapped":
+                    assert f"{op}: {arg} byte order expected native" in str(e), str(e)
+                if what == "read-only" and name in written:
+                    assert f"{op}: {arg} expected a writable array, got a read-only one" in str(e), str(e)
+            else:
+                assert what not in ("byte-swapped", "0-d") and not (what == "read-only" and name in written), \
+                    f"{op}: {name} {what} was accepted"
+            for k, v in a.items():
+                if not isinstance(v, np.ndarray) or v.dtype.kind == "c":
+                    continue
+                if k not in written or not v.flags.writeable:
+                    assert np.array_equal(v, before[k], equal_nan=v.dtype.kind == "f"), \
+                        f"{op}: {name} {what}: {k} was written ({'read-only' if not v.flags.writeable else 'input'})"
+    assert failed > 0
