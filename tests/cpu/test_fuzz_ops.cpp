@@ -103,7 +103,6 @@ struct Slot {
 // A call under test: its tensor arguments rebound into Regions, and the scalar mutations the op's
 // generator registered.
 struct Trial {
-  const char* op = "";
   std::deque<Region> regions;
   std::vector<Slot> slots;
   std::vector<std::function<void(Rng&)>> scalar_mutations;
@@ -279,7 +278,6 @@ void fuzz(const char* op, const Maker& make, int trials, uint64_t seed) {
   int ran = 0, skipped = 0, ok = 0;
   for (int it = 0; it < trials; ++it) {
     Trial t;
-    t.op = op;
     const std::function<Status()> call = make(rng, t);
     // The unmutated call is valid.
     if (it % 16 == 0) {
