@@ -1,5 +1,6 @@
 """Randomized bad arguments through the Python binding, on the CPU backend: one argument of a valid
-call of paged_mqa_logits, paged_mqa_topk, topk or write_indexer_cache replaced by another dtype,
+call of paged_mqa_logits, paged_mqa_topk, topk, write_indexer_cache, sparse_mla_decode or
+schedule_metadata replaced by another dtype,
 order, view (transposed, reversed, strided, more or fewer dimensions, empty), a 0-d array, a list,
 a string, None, a read-only array where the op writes, or a byte-swapped array. Every call must
 succeed or raise TypeError / ValueError whose message starts with the op's name (byte-swapped
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import dsattn
-from cases import indexer_case
+from cases import indexer_case, mla_case
 
 
 def _variants(x, rng):
@@ -56,8 +57,26 @@ def _calls(c):
     def writer(a):
         return dsattn.write_indexer_cache(a["k"], a["slot_mapping"], cache(a), backend="cpu")
 
+    m = mla_case(seed=4, B=2, Sq=1, Hq=16, topk=8, P=4, num_pages=4, sink=True)
+    b, sq, hq = m.q.shape[:3]
+
+    def mla_decode(a):
+        return dsattn.sparse_mla_decode(a["q"], dsattn.LatentCache(a["pages"], m.P, m.fmt), a["indices"],
+                                        sm_scale=m.sm_scale, topk_length=a["topk_length"], attn_sink=a["attn_sink"],
+                                        out=a["out"], lse=a["lse"], backend="cpu")
+
+    def schedule(a):
+        return dsattn.schedule_metadata(a["context_lens"], states_per_page=c.S, num_sms=4, metadata=a["metadata"],
+                                        backend="cpu")
+
     paged = dict(q=c.q, weights=c.weights, pages=c.pages, block_table=c.block_table, context_lens=c.context_lens)
     return {
+        "sparse_mla_decode": (mla_decode, dict(q=m.q, pages=m.pages, indices=m.indices, topk_length=m.topk_length,
+                                               attn_sink=m.attn_sink, out=np.zeros((b, sq, hq, 512), np.uint16),
+                                               lse=np.zeros((b, sq, hq), np.float32)), {"out", "lse"}),
+        "schedule_metadata": (schedule, dict(context_lens=c.context_lens,
+                                             metadata=np.zeros(dsattn.schedule_metadata_size(4), np.int32)),
+                              {"metadata"}),
         "paged_mqa_logits": (paged_logits, dict(paged, logits=np.zeros((rows, width), np.float32)), {"logits"}),
         "paged_mqa_topk": (paged_topk, dict(paged, indices=np.zeros((rows, 8), np.int32)), {"indices"}),
         "topk": (topk, dict(logits=logits, starts=np.zeros(rows, np.int32), ends=np.full(rows, width, np.int32),
@@ -68,7 +87,8 @@ def _calls(c):
     }
 
 
-@pytest.mark.parametrize("op", ["paged_mqa_logits", "paged_mqa_topk", "topk", "write_indexer_cache"])
+@pytest.mark.parametrize("op", ["paged_mqa_logits", "paged_mqa_topk", "topk", "write_indexer_cache",
+                                "sparse_mla_decode", "schedule_metadata"])
 def test_bad_arguments_raise_naming_the_op(op):
     c = indexer_case(seed=3, B=2, N=1, H=8, D=64, S=16, lens=(20, 35))
     fn, arrays, written = _calls(c)[op]
