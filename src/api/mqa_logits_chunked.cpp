@@ -1,8 +1,12 @@
 // mqa_logits_chunked: prefill logits in row chunks that fit a caller buffer (bounded memory).
-// Each chunk is a plain mqa_logits call (same validation and backends) on row slices.
+// Each chunk is a plain mqa_logits call (same backends) on row slices. The whole call is validated
+// first, as this op's: a chunk's own checks see only its slices, whose first dimension the slicing
+// sets (ks / ke / weights shorter than q passed them, and their rows past the end were read), and
+// would report errors as mqa_logits' with the chunk's row numbers.
 #include <algorithm>
 #include <cstdint>
 
+#include "api/indexer_args.h"
 #include "api/validate.h"
 #include "dsattn/ops.h"
 
@@ -24,7 +28,7 @@ struct Plan {
   int64_t rows = 0, width = 0, chunk_rows = 0;
 };
 
-Status plan(const MqaLogitsChunkedParams& p, Plan* out) {
+Status plan(const MqaLogitsChunkedParams& p, const Exec& ex, Plan* out) {
   const MqaLogitsParams& b = p.base;
   DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "q", b.q));
   DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "k", b.k));
@@ -41,6 +45,16 @@ Status plan(const MqaLogitsChunkedParams& p, Plan* out) {
     return detail::invalid(kOp, "chunk_buffer_bytes expected >= %zu (one row of %lld logits), got %zu", row_bytes,
                            static_cast<long long>(W), p.chunk_buffer_bytes);
   }
+  // The whole call, its logits [rows, W] standing for the chunks' (never accessed here).
+  MqaLogitsParams whole = b;
+  whole.logits = make_tensor(p.chunk_buffer, p.logits_dtype, {std::max<int64_t>(b.q.shape[0], 0), W}, b.q.device,
+                             b.q.device_id);
+  detail::MqaProblem pb;
+  DSATTN_RETURN_IF_ERROR(detail::validate_mqa(kOp, whole, &pb));
+  Backend be;
+  DSATTN_RETURN_IF_ERROR(detail::resolve_backend(
+      kOp, ex, {&b.q, &b.q_scales, &b.weights, &b.k, &b.k_scales, &b.ks, &b.ke, &whole.logits}, &be));
+  if (be == Backend::kCpu) DSATTN_RETURN_IF_ERROR(detail::check_mqa_host_values(kOp, whole, pb));
   out->rows = b.q.shape[0];
   out->width = W;
   out->chunk_rows = fit >= 8 ? fit / 8 * 8 : fit;  // whole 8-row groups when possible
@@ -63,7 +77,7 @@ MqaLogitsParams chunk_params(const MqaLogitsChunkedParams& p, const Plan& pl, in
 Status mqa_logits_chunked_workspace(const MqaLogitsChunkedParams& p, const Exec& ex, size_t* bytes) {
   if (bytes == nullptr) return detail::invalid(kOp, "bytes (workspace size output) is a null pointer");
   Plan pl;
-  DSATTN_RETURN_IF_ERROR(plan(p, &pl));
+  DSATTN_RETURN_IF_ERROR(plan(p, ex, &pl));
   *bytes = 0;
   if (pl.rows == 0) return Status::Ok();
   return mqa_logits_workspace(chunk_params(p, pl, 0, std::min(pl.chunk_rows, pl.rows)), ex, bytes);
@@ -71,7 +85,7 @@ Status mqa_logits_chunked_workspace(const MqaLogitsChunkedParams& p, const Exec&
 
 Status mqa_logits_chunked(const MqaLogitsChunkedParams& p, const Exec& ex) {
   Plan pl;
-  DSATTN_RETURN_IF_ERROR(plan(p, &pl));
+  DSATTN_RETURN_IF_ERROR(plan(p, ex, &pl));
   if (!p.on_chunk) return detail::invalid(kOp, "on_chunk callback is required");
   for (int64_t r0 = 0; r0 < pl.rows; r0 += pl.chunk_rows) {
     const int64_t n = std::min(pl.chunk_rows, pl.rows - r0);

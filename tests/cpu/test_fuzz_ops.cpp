@@ -98,6 +98,7 @@ struct Slot {
   std::string name;
   TensorView* v;
   Region* r;
+  bool view_fixed;  // a raw buffer standing in as a view: its view is not mutated
 };
 
 // A call under test: its tensor arguments rebound into Regions, and the scalar mutations the op's
@@ -107,7 +108,7 @@ struct Trial {
   std::vector<Slot> slots;
   std::vector<std::function<void(Rng&)>> scalar_mutations;
 
-  void bind(const char* name, TensorView* v, bool out) {
+  void bind(const char* name, TensorView* v, bool out, bool view_fixed = false) {
     regions.emplace_back();
     Region& r = regions.back();
     r.out = out;
@@ -119,7 +120,7 @@ struct Trial {
       std::memcpy(r.mem.data() + pad, static_cast<const uint8_t*>(v->data) + s.lo, static_cast<size_t>(len));
     }
     if (v->defined()) v->data = r.mem.data() + pad - s.lo;
-    slots.push_back(Slot{name, v, &r});
+    slots.push_back(Slot{name, v, &r, view_fixed});
   }
   // Every present CPU view fits its buffer.
   bool fits() const {
@@ -300,7 +301,7 @@ void fuzz(const char* op, const Maker& make, int trials, uint64_t seed) {
       if (kind < 7 && !sl.r->out) {
         mutate_content(sl, rng);
         what += " content(" + sl.name + ")";
-      } else {
+      } else if (!sl.view_fixed) {
         mutate_view(sl, rng);
         what += " view(" + sl.name + ")";
       }
@@ -831,6 +832,80 @@ TEST(FuzzOps, MqaLogits) {
     return std::function<Status()>([p] { return mqa_logits(*p, testutil::cpu_exec(2)); });
   };
   fuzz("mqa_logits", make, 3000, 909);
+}
+
+// mqa_logits_chunked: the mqa_logits call above, in row chunks through a caller buffer (its
+// bytes, the width, the logits dtype mutated too). The callback checks that every chunk's view lies
+// inside the buffer and that the chunks cover the rows once, in order.
+TEST(FuzzOps, MqaLogitsChunked) {
+  auto make = [](Rng& rng, Trial& t) {
+    MqaHolder h;  // its bytes are copied into the trial by bind()
+    auto p = std::make_shared<MqaLogitsChunkedParams>();
+    MqaLogitsParams& b = p->base;
+    const int H = 8, D = 32;
+    const int64_t M = 1 + static_cast<int64_t>(rng.next() % 20), Nk = 1 + static_cast<int64_t>(rng.next() % 40);
+    b.format = IndexerFormat::kFp8;
+    h.q = testutil::make_query(b.format, M, H, D, rng.normals(static_cast<size_t>(M * H * D)));
+    b.q = h.q.q_view(M, 0);
+    h.w = rng.normals(static_cast<size_t>(M * H));
+    b.weights = make_tensor(h.w.data(), DType::kF32, {M, H});
+    h.k.resize(static_cast<size_t>(Nk * D));
+    for (auto& x : h.k) x = codec::f32_to_e4m3(rng.normal());
+    b.k = make_tensor(h.k.data(), DType::kF8E4M3, {Nk, D});
+    for (int64_t i = 0; i < Nk; ++i) h.k_scales_f.push_back(1.0f);
+    b.k_scales = make_tensor(h.k_scales_f.data(), DType::kF32, {Nk});
+    int64_t widest = 1;
+    for (int64_t m = 0; m < M; ++m) {
+      const int32_t a = below(rng, Nk + 1);
+      h.ks.push_back(a);
+      h.ke.push_back(a + below(rng, Nk - a + 1));
+      widest = std::max<int64_t>(widest, h.ke.back() - a);
+    }
+    b.ks = make_tensor(h.ks.data(), DType::kI32, {M});
+    b.ke = make_tensor(h.ke.data(), DType::kI32, {M});
+    b.compressed = rng.next() % 2 == 0;
+    p->width = b.compressed ? widest : 0;
+    p->logits_dtype = rng.next() % 2 ? DType::kBF16 : DType::kF32;
+    const int64_t W = b.compressed ? widest : Nk;
+    const int64_t rows_fit = 1 + static_cast<int64_t>(rng.next() % 10);
+    h.logits.assign(static_cast<size_t>(rows_fit * W), 0.0f);  // the chunk buffer (4 bytes per logit: fits bf16 too)
+    auto buf = std::make_shared<TensorView>(make_tensor(h.logits.data(), DType::kU8, {rows_fit * W * 4}));
+    t.bind("q", &b.q, false);
+    t.bind("weights", &b.weights, false);
+    t.bind("k", &b.k, false);
+    t.bind("k_scales", &b.k_scales, false);
+    t.bind("ks", &b.ks, false);
+    t.bind("ke", &b.ke, false);
+    t.bind("chunk_buffer", buf.get(), true, /*view_fixed=*/true);
+    auto bytes = std::make_shared<size_t>(static_cast<size_t>(rows_fit * W) * dtype_size(p->logits_dtype));
+    t.scalar_mutations.push_back([bytes](Rng& r) { *bytes = r.next() % 2 ? *bytes / 2 : 1; });
+    t.scalar_mutations.push_back(
+        [p](Rng& r) { p->width = r.next() % 2 ? p->width - 1 : static_cast<int64_t>(hostile_i32(r)); });
+    t.scalar_mutations.push_back([p](Rng&) { p->logits_dtype = DType::kI32; });
+    t.scalar_mutations.push_back([p](Rng&) { p->base.compressed = !p->base.compressed; });
+    return std::function<Status()>([p, buf, bytes] {
+      p->chunk_buffer = buf->data;
+      p->chunk_buffer_bytes = std::min<size_t>(*bytes, static_cast<size_t>(buf->shape[0]));
+      int64_t next = 0;
+      bool inside = true;
+      p->on_chunk = [&](int64_t row0, int64_t rows, const TensorView& v) {
+        const uint8_t* lo = static_cast<const uint8_t*>(buf->data);
+        const uint8_t* d = static_cast<const uint8_t*>(v.data);
+        const int64_t span = v.shape[0] * v.strides[0] * static_cast<int64_t>(dtype_size(v.dtype));
+        inside = inside && row0 == next && rows > 0 && d >= lo &&
+                 d + span <= lo + static_cast<int64_t>(p->chunk_buffer_bytes);
+        next = row0 + rows;
+        return Status::Ok();
+      };
+      const Status s = mqa_logits_chunked(*p, testutil::cpu_exec(2));
+      p->on_chunk = nullptr;
+      if (s.ok() && (!inside || next != p->base.q.shape[0])) {
+        return Status(Code::kInternal, "mqa_logits_chunked: chunks outside the buffer or not covering the rows");
+      }
+      return s;
+    });
+  };
+  fuzz("mqa_logits_chunked", make, 3000, 1010);
 }
 
 }  // namespace

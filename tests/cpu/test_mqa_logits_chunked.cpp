@@ -111,5 +111,40 @@ TEST(MqaLogitsChunked, RejectsBadArguments) {
   EXPECT_NE(s.message.find("width expected > 0"), std::string::npos) << s.message;
 }
 
+// The whole call is validated before the first chunk, as this op's: ks / ke / weights with fewer
+// rows than q were sliced into chunks whose checks they passed, and their rows past the end were
+// read (AddressSanitizer: scripts/cpu_asan.sh); errors of the chunk checks named mqa_logits, and
+// their row numbers were the chunk's.
+TEST(MqaLogitsChunked, ValidatesTheWholeCallUpFront) {
+  Prefill f(false);
+  std::vector<float> buf(8 * 40);
+  MqaLogitsChunkedParams c;
+  c.base = f.p;
+  c.chunk_buffer = buf.data();
+  c.chunk_buffer_bytes = buf.size() * sizeof(float);
+  int chunks = 0;
+  c.on_chunk = [&](int64_t, int64_t, const TensorView&) {
+    ++chunks;
+    return Status::Ok();
+  };
+  c.base.ks = make_tensor(f.ks.data(), DType::kI32, {f.M - 5});  // 16 rows for 21 queries
+  Status s = mqa_logits_chunked(c, Exec{});
+  EXPECT_EQ(s.message, "mqa_logits_chunked: ks shape expected [21], got [16]");
+  c.base.ks = f.p.ks;
+  c.base.weights = make_tensor(f.w.data(), DType::kF32, {f.M - 1, f.H});
+  s = mqa_logits_chunked(c, Exec{});
+  EXPECT_EQ(s.message, "mqa_logits_chunked: weights shape expected [21, 8], got [20, 8]");
+  c.base.weights = f.p.weights;
+  f.ke[17] = f.Nk + 1;  // row 17 (the third chunk's second row) past the keys
+  s = mqa_logits_chunked(c, Exec{});
+  EXPECT_EQ(s.message, "mqa_logits_chunked: row 17 window [2, 41) expected 0 <= ks <= ke <= 40");
+  EXPECT_EQ(chunks, 0);  // nothing ran before the errors
+  size_t bytes = 1;
+  f.ke[17] = f.Nk;
+  c.base.ke = make_tensor(f.ke.data(), DType::kI32, {f.M, 1});
+  s = mqa_logits_chunked_workspace(c, Exec{}, &bytes);
+  EXPECT_EQ(s.message, "mqa_logits_chunked: ke shape expected [21], got [21, 1]");
+}
+
 }  // namespace
 }  // namespace dsattn
