@@ -297,8 +297,17 @@ def _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compr
         if not compressed:
             width = _dim(k, 0)
         elif width is None:
-            # max(ke - ks), read back with the inputs' framework (a host sync on GPU arrays).
-            width = int((ke - ks).max()) if _dim(ks, 0) > 0 else 0
+            # max(ke - ks), read back with the inputs' framework (a host sync on GPU arrays). Where
+            # ks / ke are not two 1-D arrays of one length and integer type, 0: the C++ checks then
+            # say what is wrong with them (numpy's broadcast error would not name the op).
+            width = 0
+            shape_s, shape_e = tuple(getattr(ks, "shape", ())), tuple(getattr(ke, "shape", ()))
+            kinds = {getattr(getattr(x, "dtype", None), "kind", "i") for x in (ks, ke)}  # torch: no .kind
+            if len(shape_s) == 1 and shape_s == shape_e and shape_s[0] > 0 and kinds <= {"i", "u"}:
+                try:
+                    width = max(int((ke - ks).max()), 0)
+                except (TypeError, ValueError, RuntimeError):
+                    width = 0
     args = dict(format=_fmt(op, INDEXER_FORMATS, format, "format"), q=_arrays.prep(q),
                 q_scales=_arrays.prep(q_scales), weights=_arrays.prep(weights), k=_arrays.prep(k),
                 k_scales=_arrays.prep(k_scales), ks=_arrays.prep(ks), ke=_arrays.prep(ke),

@@ -69,8 +69,40 @@ def _calls(c):
         return dsattn.schedule_metadata(a["context_lens"], states_per_page=c.S, num_sms=4, metadata=a["metadata"],
                                         backend="cpu")
 
+    # Prefill: the paged case's first request as the key array, rows' windows into it.
+    rng = np.random.default_rng(7)
+    nk = 30
+    pq = c.q.reshape(-1, c.q.shape[-2], c.q.shape[-1])
+    pk = rng.integers(0, 120, (nk, c.D)).astype(np.uint8)  # small E4M3 codes
+    ks = rng.integers(0, nk // 2, rows).astype(np.int32)
+    ke = (ks + rng.integers(0, nk // 2, rows)).astype(np.int32)
+
+    def mqa(a):
+        # compressed, width left to the binding (it reads max(ke - ks) back itself)
+        return dsattn.mqa_logits(a["q"], a["weights"], a["k"], a["k_scales"], a["ks"], a["ke"], compressed=True,
+                                 backend="cpu")
+
+    def mla_prefill(a):
+        return dsattn.sparse_mla_prefill(a["q"], a["kv"], a["indices"], sm_scale=0.05, out=a["out"], lse=a["lse"],
+                                         backend="cpu")
+
+    mq = np.random.default_rng(8).integers(0, 0x3f80, (2, 16, 512)).astype(np.uint16)  # bf16 bits, |x| < 1
+    mkv = np.random.default_rng(9).integers(0, 0x3f80, (5, 512)).astype(np.uint16)
+    midx = np.array([[0, 4, -1], [2, 2, 1]], np.int32)
+
+    def latent_writer(a):
+        return dsattn.write_latent_cache(a["kv"], a["slot_mapping"], dsattn.LatentCache(a["pages"], m.P, m.fmt),
+                                         backend="cpu")
+
     paged = dict(q=c.q, weights=c.weights, pages=c.pages, block_table=c.block_table, context_lens=c.context_lens)
     return {
+        "mqa_logits": (mqa, dict(q=pq, weights=c.weights, k=pk, k_scales=np.ones(nk, np.float32), ks=ks, ke=ke),
+                       set()),
+        "sparse_mla_prefill": (mla_prefill, dict(q=mq, kv=mkv, indices=midx, out=np.zeros((2, 16, 512), np.uint16),
+                                                 lse=np.zeros((2, 16), np.float32)), {"out", "lse"}),
+        "write_latent_cache": (latent_writer, dict(kv=np.random.default_rng(10).standard_normal((2, 512))
+                                                   .astype(np.float32), slot_mapping=np.array([1, -1], np.int32),
+                                                   pages=m.pages.copy()), {"pages"}),
         "sparse_mla_decode": (mla_decode, dict(q=m.q, pages=m.pages, indices=m.indices, topk_length=m.topk_length,
                                                attn_sink=m.attn_sink, out=np.zeros((b, sq, hq, 512), np.uint16),
                                                lse=np.zeros((b, sq, hq), np.float32)), {"out", "lse"}),
@@ -88,7 +120,8 @@ def _calls(c):
 
 
 @pytest.mark.parametrize("op", ["paged_mqa_logits", "paged_mqa_topk", "topk", "write_indexer_cache",
-                                "sparse_mla_decode", "schedule_metadata"])
+                                "sparse_mla_decode", "schedule_metadata", "mqa_logits", "sparse_mla_prefill",
+                                "write_latent_cache"])
 def test_bad_arguments_raise_naming_the_op(op):
     c = indexer_case(seed=3, B=2, N=1, H=8, D=64, S=16, lens=(20, 35))
     fn, arrays, written = _calls(c)[op]
