@@ -74,6 +74,9 @@ Status validate_topk_outputs(const char* op, int k, int64_t rows, const TensorVi
 Status validate_mqa(const char* op, const MqaLogitsParams& p, MqaProblem* out);
 // Host-only: 0 <= ks[m] <= ke[m] <= Nk and, when compressed, ke[m] - ks[m] <= W.
 Status check_mqa_host_values(const char* op, const MqaLogitsParams& p, const MqaProblem& pb);
+// validate_mqa, then the backend of its tensors (mqa_logits' calls, and mqa_logits_chunked's
+// whole call before its chunks); defined in mqa_logits.cpp.
+Status prepare_mqa(const char* op, const MqaLogitsParams& p, const Exec& ex, MqaProblem* pb, Backend* be);
 
 }  // namespace detail
 }  // namespace dsattn

@@ -50,10 +50,8 @@ Status plan(const MqaLogitsChunkedParams& p, const Exec& ex, Plan* out) {
   whole.logits = make_tensor(p.chunk_buffer, p.logits_dtype, {std::max<int64_t>(b.q.shape[0], 0), W}, b.q.device,
                              b.q.device_id);
   detail::MqaProblem pb;
-  DSATTN_RETURN_IF_ERROR(detail::validate_mqa(kOp, whole, &pb));
   Backend be;
-  DSATTN_RETURN_IF_ERROR(detail::resolve_backend(
-      kOp, ex, {&b.q, &b.q_scales, &b.weights, &b.k, &b.k_scales, &b.ks, &b.ke, &whole.logits}, &be));
+  DSATTN_RETURN_IF_ERROR(detail::prepare_mqa(kOp, whole, ex, &pb, &be));
   if (be == Backend::kCpu) DSATTN_RETURN_IF_ERROR(detail::check_mqa_host_values(kOp, whole, pb));
   out->rows = b.q.shape[0];
   out->width = W;

@@ -775,54 +775,64 @@ struct MqaHolder {
   std::vector<int32_t> k_scales_i, ks, ke;
 };
 
+// The inputs of a valid mqa_logits call (all but logits): 1..max_rows query rows (H = 8, D = 32)
+// over 1..40 keys, FP8 or (when mxfp4_too, a third of the time) MXFP4, each row's window inside
+// the keys. Bound into t (q_scales where present). Returns the widest window (at least 1).
+int64_t mqa_inputs(Rng& rng, MqaHolder& h, MqaLogitsParams* p, int64_t max_rows, bool mxfp4_too, Trial& t) {
+  const IndexerFormat f = mxfp4_too && rng.next() % 3 == 0 ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
+  const int H = 8, D = 32;
+  const int64_t M = 1 + static_cast<int64_t>(rng.next() % static_cast<uint64_t>(max_rows));
+  const int64_t Nk = 1 + static_cast<int64_t>(rng.next() % 40);
+  p->format = f;
+  h.q = testutil::make_query(f, M, H, D, rng.normals(static_cast<size_t>(M * H * D)));
+  p->q = h.q.q_view(M, 0);
+  p->q_scales = h.q.scales_view(M, 0);
+  h.w = rng.normals(static_cast<size_t>(M * H));
+  p->weights = make_tensor(h.w.data(), DType::kF32, {M, H});
+  if (f == IndexerFormat::kFp8) {
+    h.k.resize(static_cast<size_t>(Nk * D));
+    for (auto& b : h.k) b = codec::f32_to_e4m3(rng.normal());
+    p->k = make_tensor(h.k.data(), DType::kF8E4M3, {Nk, D});
+    for (int64_t i = 0; i < Nk; ++i) h.k_scales_f.push_back(0.5f + static_cast<float>(rng.uniform()));
+    p->k_scales = make_tensor(h.k_scales_f.data(), DType::kF32, {Nk});
+  } else {
+    h.k.resize(static_cast<size_t>(Nk * D / 2));
+    for (auto& b : h.k) b = static_cast<uint8_t>(rng.next());
+    p->k = make_tensor(h.k.data(), DType::kU8, {Nk, D / 2});
+    for (int64_t i = 0; i < Nk; ++i) h.k_scales_i.push_back(0x7f7f7f7f);
+    p->k_scales = make_tensor(h.k_scales_i.data(), DType::kI32, {Nk});
+  }
+  int64_t widest = 1;
+  for (int64_t m = 0; m < M; ++m) {
+    const int32_t a = below(rng, Nk + 1);
+    const int32_t b = a + below(rng, Nk - a + 1);
+    h.ks.push_back(a);
+    h.ke.push_back(b);
+    widest = std::max<int64_t>(widest, b - a);
+  }
+  p->ks = make_tensor(h.ks.data(), DType::kI32, {M});
+  p->ke = make_tensor(h.ke.data(), DType::kI32, {M});
+  t.bind("q", &p->q, false);
+  if (p->q_scales.defined()) t.bind("q_scales", &p->q_scales, false);
+  t.bind("weights", &p->weights, false);
+  t.bind("k", &p->k, false);
+  t.bind("k_scales", &p->k_scales, false);
+  t.bind("ks", &p->ks, false);
+  t.bind("ke", &p->ke, false);
+  return widest;
+}
+
 TEST(FuzzOps, MqaLogits) {
   auto make = [](Rng& rng, Trial& t) {
     MqaHolder h;  // its bytes are copied into the trial by bind()
     auto p = std::make_shared<MqaLogitsParams>();
-    const IndexerFormat f = rng.next() % 3 == 0 ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
-    const int H = 8, D = 32;
-    const int64_t M = 1 + static_cast<int64_t>(rng.next() % 4), Nk = 1 + static_cast<int64_t>(rng.next() % 40);
-    p->format = f;
-    h.q = testutil::make_query(f, M, H, D, rng.normals(static_cast<size_t>(M * H * D)));
-    p->q = h.q.q_view(M, 0);
-    p->q_scales = h.q.scales_view(M, 0);
-    h.w = rng.normals(static_cast<size_t>(M * H));
-    p->weights = make_tensor(h.w.data(), DType::kF32, {M, H});
-    if (f == IndexerFormat::kFp8) {
-      h.k.resize(static_cast<size_t>(Nk * D));
-      for (auto& b : h.k) b = codec::f32_to_e4m3(rng.normal());
-      p->k = make_tensor(h.k.data(), DType::kF8E4M3, {Nk, D});
-      for (int64_t i = 0; i < Nk; ++i) h.k_scales_f.push_back(0.5f + static_cast<float>(rng.uniform()));
-      p->k_scales = make_tensor(h.k_scales_f.data(), DType::kF32, {Nk});
-    } else {
-      h.k.resize(static_cast<size_t>(Nk * D / 2));
-      for (auto& b : h.k) b = static_cast<uint8_t>(rng.next());
-      p->k = make_tensor(h.k.data(), DType::kU8, {Nk, D / 2});
-      for (int64_t i = 0; i < Nk; ++i) h.k_scales_i.push_back(0x7f7f7f7f);
-      p->k_scales = make_tensor(h.k_scales_i.data(), DType::kI32, {Nk});
-    }
-    int64_t widest = 0;
-    for (int64_t m = 0; m < M; ++m) {
-      const int32_t a = below(rng, Nk + 1);
-      const int32_t b = a + below(rng, Nk - a + 1);
-      h.ks.push_back(a);
-      h.ke.push_back(b);
-      widest = std::max<int64_t>(widest, b - a);
-    }
-    p->ks = make_tensor(h.ks.data(), DType::kI32, {M});
-    p->ke = make_tensor(h.ke.data(), DType::kI32, {M});
+    const int64_t widest = mqa_inputs(rng, h, p.get(), 4, /*mxfp4_too=*/true, t);
+    const int64_t M = p->q.shape[0];
     p->compressed = rng.next() % 2 == 0;
-    const int64_t W = p->compressed ? std::max<int64_t>(widest, 1) + static_cast<int64_t>(rng.next() % 3) : Nk;
+    const int64_t W = p->compressed ? widest + static_cast<int64_t>(rng.next() % 3) : p->k.shape[0];
     h.logits.assign(static_cast<size_t>(M * W), 0.0f);
     p->logits = make_tensor(h.logits.data(), DType::kF32, {M, W});
     p->clean = rng.next() % 2 == 0;
-    t.bind("q", &p->q, false);
-    if (p->q_scales.defined()) t.bind("q_scales", &p->q_scales, false);
-    t.bind("weights", &p->weights, false);
-    t.bind("k", &p->k, false);
-    t.bind("k_scales", &p->k_scales, false);
-    t.bind("ks", &p->ks, false);
-    t.bind("ke", &p->ke, false);
     t.bind("logits", &p->logits, true);
     t.scalar_mutations.push_back([p](Rng&) {
       p->format = p->format == IndexerFormat::kFp8 ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
@@ -842,40 +852,14 @@ TEST(FuzzOps, MqaLogitsChunked) {
     MqaHolder h;  // its bytes are copied into the trial by bind()
     auto p = std::make_shared<MqaLogitsChunkedParams>();
     MqaLogitsParams& b = p->base;
-    const int H = 8, D = 32;
-    const int64_t M = 1 + static_cast<int64_t>(rng.next() % 20), Nk = 1 + static_cast<int64_t>(rng.next() % 40);
-    b.format = IndexerFormat::kFp8;
-    h.q = testutil::make_query(b.format, M, H, D, rng.normals(static_cast<size_t>(M * H * D)));
-    b.q = h.q.q_view(M, 0);
-    h.w = rng.normals(static_cast<size_t>(M * H));
-    b.weights = make_tensor(h.w.data(), DType::kF32, {M, H});
-    h.k.resize(static_cast<size_t>(Nk * D));
-    for (auto& x : h.k) x = codec::f32_to_e4m3(rng.normal());
-    b.k = make_tensor(h.k.data(), DType::kF8E4M3, {Nk, D});
-    for (int64_t i = 0; i < Nk; ++i) h.k_scales_f.push_back(1.0f);
-    b.k_scales = make_tensor(h.k_scales_f.data(), DType::kF32, {Nk});
-    int64_t widest = 1;
-    for (int64_t m = 0; m < M; ++m) {
-      const int32_t a = below(rng, Nk + 1);
-      h.ks.push_back(a);
-      h.ke.push_back(a + below(rng, Nk - a + 1));
-      widest = std::max<int64_t>(widest, h.ke.back() - a);
-    }
-    b.ks = make_tensor(h.ks.data(), DType::kI32, {M});
-    b.ke = make_tensor(h.ke.data(), DType::kI32, {M});
+    const int64_t widest = mqa_inputs(rng, h, &b, 20, /*mxfp4_too=*/false, t);
     b.compressed = rng.next() % 2 == 0;
     p->width = b.compressed ? widest : 0;
     p->logits_dtype = rng.next() % 2 ? DType::kBF16 : DType::kF32;
-    const int64_t W = b.compressed ? widest : Nk;
+    const int64_t W = b.compressed ? widest : b.k.shape[0];
     const int64_t rows_fit = 1 + static_cast<int64_t>(rng.next() % 10);
     h.logits.assign(static_cast<size_t>(rows_fit * W), 0.0f);  // the chunk buffer (4 bytes per logit: fits bf16 too)
     auto buf = std::make_shared<TensorView>(make_tensor(h.logits.data(), DType::kU8, {rows_fit * W * 4}));
-    t.bind("q", &b.q, false);
-    t.bind("weights", &b.weights, false);
-    t.bind("k", &b.k, false);
-    t.bind("k_scales", &b.k_scales, false);
-    t.bind("ks", &b.ks, false);
-    t.bind("ke", &b.ke, false);
     t.bind("chunk_buffer", buf.get(), true, /*view_fixed=*/true);
     auto bytes = std::make_shared<size_t>(static_cast<size_t>(rows_fit * W) * dtype_size(p->logits_dtype));
     t.scalar_mutations.push_back([bytes](Rng& r) { *bytes = r.next() % 2 ? *bytes / 2 : 1; });
