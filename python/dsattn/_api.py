@@ -73,7 +73,6 @@ def _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes) -> dic
     if backend not in _arrays.BACKENDS:
         raise ValueError(f"{op}: backend expected one of auto, cpu, cuda, got {backend!r}")
     if workspace is not None:
-        _arrays.check_array(op, "workspace", workspace)
         _arrays.check_output(op, "workspace", workspace)
     return dict(backend=_arrays.BACKENDS[backend], stream=_arrays.stream_handle(stream),
                 workspace=_arrays.prep(workspace), num_threads=int(num_threads),
@@ -276,7 +275,6 @@ def schedule_metadata(context_lens, *, states_per_page: int, next_n: int = 1, ro
     if metadata is None:
         metadata = _arrays.empty((schedule_metadata_size(n),), "int32", context_lens)
     else:
-        _arrays.check_array(op, "metadata", metadata)
         _arrays.check_output(op, "metadata", metadata)
     args = dict(context_lens=_arrays.prep(context_lens), row_request=_arrays.prep(row_request),
                 next_n=int(next_n), states_per_page=int(states_per_page), num_sms=n,

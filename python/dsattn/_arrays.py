@@ -57,19 +57,15 @@ def check_array(op: str, arg: str, x, required: bool = True) -> None:
     if not is_array(x):
         raise TypeError(f"{op}: {arg} expected an array (numpy / torch / cupy / jax, anything with "
                         f"__dlpack__), got {type(x).__name__}")
-    _check_native(op, arg, x)
-
-
-def _check_native(op: str, arg: str, x) -> None:
     # DLPack carries native byte order only; the extension would refuse the array without naming it.
     if isinstance(x, np.ndarray) and not x.dtype.isnative:
         raise ValueError(f"{op}: {arg} byte order expected native, got {x.dtype.str!r} ({x.dtype.name})")
 
 
 def check_output(op: str, arg: str, x) -> None:
-    """An array the op writes into: native byte order, and writable (a read-only numpy array is a
+    """An array the op writes into: check_array's checks, and writable (a read-only numpy array is a
     TypeError, as the extension's own refusal is, but naming the argument)."""
-    _check_native(op, arg, x)
+    check_array(op, arg, x)
     if isinstance(x, np.ndarray) and not x.flags.writeable:
         raise TypeError(f"{op}: {arg} expected a writable array, got a read-only one")
 
