@@ -7,7 +7,12 @@
 #include <cstring>
 #include <vector>
 
+#include "dsattn/ops.h"
 #include "dsattn/tensor.h"
+
+#ifndef DSATTN_HAS_SM90A
+#define DSATTN_HAS_SM90A 0
+#endif
 
 #define DSATTN_TEST_CUDA(expr)                                                          \
   do {                                                                                  \
@@ -53,6 +58,17 @@ class DevBuf {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// An sm_90 device and a build with sm_90a code: the Hopper (wgmma) kernels, and paged_mqa_topk's
+// resident route, exist here.
+inline bool hopper() {
+  if (!DSATTN_HAS_SM90A || !cuda_available()) return false;
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
 
 inline TensorView dev_tensor(const DevBuf& b, DType t, std::initializer_list<int64_t> shape) {
   return make_tensor(b.get(), t, shape, Device::kCuda, 0);

@@ -29,24 +29,20 @@
 #include "common/indexer_test_util.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
 #include "gpu/topk_test_util.h"
 
 namespace dsattn {
 namespace {
 
+using test::hopper;
 using testing_gpu::DeviceBuffer;
+using testing_gpu::GpuInputs;
 using testutil::EnvScope;
 using testutil::Rng;
 
 constexpr int64_t kGuard = 64;             // guard words on each side of an output
 constexpr uint32_t kGuardWord = 0x7b7b7b7bu;
-
-bool hopper() {
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  return major == 9;
-}
 
 // A device output of n 4-byte words between guard words; view() is the n words.
 struct Guarded {
@@ -201,8 +197,7 @@ struct HostileCase {
   bool sorted = false;
   std::vector<int64_t> row_len;  // each row's length as the kernels read it (negative: 0)
   std::vector<bool> row_dead;    // varlen row whose row_request is outside the batch: no states
-  DeviceBuffer q, qs, w, pages, bt, lens, rr;
-  PagedIndexerArgs args;
+  GpuInputs g;
 };
 
 void make_hostile(Rng& rng, HostileCase* h, int max_batch) {
@@ -277,26 +272,7 @@ void make_hostile(Rng& rng, HostileCase* h, int max_batch) {
     h->row_len[static_cast<size_t>(r)] = std::max<int64_t>(L, 0);
   }
   // Upload (the host never reads these values on the CUDA backend).
-  PagedIndexerArgs a = pc.args();
-  auto up = [](const TensorView& v, DeviceBuffer* d, TensorView* out) {
-    *out = v;
-    if (!v.defined()) return;
-    const size_t n = static_cast<size_t>(v.numel()) * dtype_size(v.dtype);
-    d->alloc(n);
-    if (n > 0) {
-      ASSERT_TRUE(d->upload(v.data, n));
-    }
-    out->data = d->ptr;
-    out->device = Device::kCuda;
-  };
-  h->args = a;
-  up(a.q, &h->q, &h->args.q);
-  up(a.q_scales, &h->qs, &h->args.q_scales);
-  up(a.weights, &h->w, &h->args.weights);
-  up(a.cache.pages, &h->pages, &h->args.cache.pages);
-  up(a.block_table, &h->bt, &h->args.block_table);
-  up(a.context_lens, &h->lens, &h->args.context_lens);
-  up(a.row_request, &h->rr, &h->args.row_request);
+  testing_gpu::upload_case(pc, &h->g);
 }
 
 // paged_mqa_topk on the current route: the indices (guards checked), the same bytes when run again.
@@ -307,7 +283,7 @@ std::vector<int32_t> run_topk(HostileCase& h, const std::string& route) {
   val.alloc(R * h.k);
   slots.alloc(R * h.k);
   PagedMqaTopkParams p;
-  static_cast<PagedIndexerArgs&>(p) = h.args;
+  static_cast<PagedIndexerArgs&>(p) = h.g.args;
   p.k = h.k;
   p.sorted = h.sorted;
   p.indices = make_tensor(idx.data(), DType::kI32, {R, h.k}, Device::kCuda);
@@ -403,7 +379,7 @@ void logits_twice(HostileCase& h) {
   Guarded out;
   out.alloc(R * W);
   PagedMqaLogitsParams p;
-  static_cast<PagedIndexerArgs&>(p) = h.args;
+  static_cast<PagedIndexerArgs&>(p) = h.g.args;
   p.logits = make_tensor(out.data(), DType::kF32, {R, W}, Device::kCuda);
   p.clean = true;
   Exec ex;

@@ -24,14 +24,11 @@ namespace dsattn {
 namespace {
 
 using test::DevBuf;
+using test::hopper;
 namespace codec = dsattn::codec;
 
 #define SKIP_WITHOUT_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
-
-#ifndef DSATTN_HAS_SM90A
-#define DSATTN_HAS_SM90A 0
-#endif
 
 // The indexer kernel a call runs on (DSATTN_INDEXER_KERNEL, read per call): nullptr = default.
 // "wgmma-tiles": the Hopper kernel without its warp-specialized logits variant
@@ -53,16 +50,6 @@ struct KernelEnv {
     unsetenv("DSATTN_INDEXER_WS");
   }
 };
-
-// An sm_90 device and a build with sm_90a code: the Hopper (wgmma) kernel exists here.
-bool hopper() {
-  if (!DSATTN_HAS_SM90A || !cuda_available()) return false;
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
 
 // Kernels a case runs on: where the Hopper kernel exists, the cases it takes run forced onto it
 // ("wgmma" fails loudly if it declines; paged logits then run the warp-specialized variant), again

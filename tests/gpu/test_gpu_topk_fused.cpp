@@ -29,26 +29,11 @@ namespace dsattn {
 namespace {
 
 using testing_gpu::DeviceBuffer;
+using testing_gpu::GpuInputs;
+using testing_gpu::upload_case;
 using testutil::EnvScope;
 using testutil::PagedCase;
 using testutil::PagedCaseSpec;
-
-// A device copy of a contiguous host tensor, same shape and strides.
-struct DevTensor {
-  DeviceBuffer buf;
-  TensorView view;
-};
-void to_device(const TensorView& h, DevTensor* d) {
-  if (!h.defined()) return;
-  const size_t bytes = static_cast<size_t>(h.numel()) * dtype_size(h.dtype);
-  d->buf.alloc(bytes);
-  if (bytes > 0) {
-    ASSERT_TRUE(d->buf.upload(h.data, bytes));
-  }
-  d->view = h;
-  d->view.data = d->buf.ptr;
-  d->view.device = Device::kCuda;
-}
 
 struct FusedCase {
   PagedCaseSpec spec;
@@ -63,30 +48,6 @@ struct FusedCase {
   bool resident_route = true;  // PagedMqaTopkParams::resident_route
   void* stream = nullptr;      // Exec::stream of every call (run_fused without a graph, run_unfused)
 };
-
-struct GpuInputs {
-  DevTensor q, qs, w, pages, bt, lens, rr;
-  PagedIndexerArgs args;
-};
-
-void upload_case(PagedCase& pc, GpuInputs* g) {
-  PagedIndexerArgs h = pc.args();
-  to_device(h.q, &g->q);
-  to_device(h.q_scales, &g->qs);
-  to_device(h.weights, &g->w);
-  to_device(h.cache.pages, &g->pages);
-  to_device(h.block_table, &g->bt);
-  to_device(h.context_lens, &g->lens);
-  to_device(h.row_request, &g->rr);
-  g->args = h;
-  g->args.q = g->q.view;
-  g->args.q_scales = g->qs.view;
-  g->args.weights = g->w.view;
-  g->args.cache.pages = g->pages.view;
-  g->args.block_table = g->bt.view;
-  g->args.context_lens = g->lens.view;
-  g->args.row_request = g->rr.view;
-}
 
 struct TopkOut {
   std::vector<int32_t> idx, slots;

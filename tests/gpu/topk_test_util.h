@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/indexer_test_util.h"
 #include "cuda/common/topk_plan.h"
 #include "dsattn/ops.h"
 
@@ -53,6 +54,48 @@ struct DeviceBuffer {
   bool upload(const void* src, size_t n) { return cudaMemcpy(ptr, src, n, cudaMemcpyHostToDevice) == cudaSuccess; }
   bool download(void* dst, size_t n) const { return cudaMemcpy(dst, ptr, n, cudaMemcpyDeviceToHost) == cudaSuccess; }
 };
+
+// A device copy of a contiguous host tensor, same shape and strides.
+struct DevTensor {
+  DeviceBuffer buf;
+  TensorView view;
+};
+inline void to_device(const TensorView& h, DevTensor* d) {
+  if (!h.defined()) return;
+  const size_t bytes = static_cast<size_t>(h.numel()) * dtype_size(h.dtype);
+  d->buf.alloc(bytes);
+  if (bytes > 0) {
+    ASSERT_TRUE(d->buf.upload(h.data, bytes));
+  }
+  d->view = h;
+  d->view.data = d->buf.ptr;
+  d->view.device = Device::kCuda;
+}
+
+// A paged indexer case's inputs on the device; args point at them (the cache descriptor's other
+// fields as on the host).
+struct GpuInputs {
+  DevTensor q, qs, w, pages, bt, lens, rr;
+  PagedIndexerArgs args;
+};
+inline void upload_case(testutil::PagedCase& pc, GpuInputs* g) {
+  PagedIndexerArgs h = pc.args();
+  to_device(h.q, &g->q);
+  to_device(h.q_scales, &g->qs);
+  to_device(h.weights, &g->w);
+  to_device(h.cache.pages, &g->pages);
+  to_device(h.block_table, &g->bt);
+  to_device(h.context_lens, &g->lens);
+  to_device(h.row_request, &g->rr);
+  g->args = h;
+  g->args.q = g->q.view;
+  g->args.q_scales = g->qs.view;
+  g->args.weights = g->w.view;
+  g->args.cache.pages = g->pages.view;
+  g->args.block_table = g->bt.view;
+  g->args.context_lens = g->lens.view;
+  g->args.row_request = g->rr.view;
+}
 
 // Ranking used by SPEC §3.3 (larger first, NaN lowest, ties to the smaller index). Written
 // independently of the library's CPU reference.
