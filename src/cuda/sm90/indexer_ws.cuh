@@ -125,7 +125,8 @@ constexpr int kWsEvictFirst = 1, kWsLateFetch = 2, kWsFastCursor = 4, kWsFirstBa
 constexpr int kWsBatchedGroupLoad = 16;
 //   kWsTouchGroup (for epilogues with kTouch): when the producer has issued the first tile of a
 //       group other than its previous tile's, it pulls the group's Q, weight and length sectors
-//       into the SM's L1, so that the consumer's wg_load_group, ~2.3 us later, hits L1. Why
+//       into the SM's L1 with cp.async.ca copies into a scratch of the epilogue (16 bytes per
+//       lane, never read), so that the consumer's wg_load_group, ~2.3 us later, hits L1. Why
 //       (H200, %globaltimer per warpgroup, 32 x 32K and 128 x 8K): at a group change the next
 //       tile's keys were usually there already (median wait 0.2 us), and the warpgroup then idled
 //       1.7-1.9 us (median) in wg_load_group, whose loads queue behind the SM's key copies; the
@@ -134,77 +135,37 @@ constexpr int kWsBatchedGroupLoad = 16;
 //       45.6-46.3 -> 45.6-45.9; shapes without group changes unchanged. prefetch.global.L1 at the
 //       same point (or earlier, when the walk enters the group) measured no gain. Taken where a
 //       group's Q is at most 8 KiB (see ws_produce).
-//       How: 4-byte ld.global.ca loads into registers (WsTouch), one per sector, that nothing waits
-//       for until the next touch folds them into one word (microseconds later); the word is stored
-//       to the epilogue's scratch at the end. Until 2026-12-05 these were cp.async.ca copies into
-//       16 bytes of scratch per lane, never read: up to 8 copies per lane to the same address with
-//       no wait between, which compute-sanitizer racecheck reports as a WAW hazard (invalid
-//       memcpy_async synchronization; seen first with GpuFuzz.HostilePagedSanitizer), and distinct
-//       destinations for every copy (~1 KiB per ring) do not fit beside 6 stages of 256 states
-//       at 64 heads (1,216 bytes to spare).
 constexpr int kWsTouchGroup = 64;
-constexpr size_t kWsTouchScratch = 32 * 4;  // per ring: one word per producer lane, never read
+constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer lane, never read
 //   kWsEarlyTrigger (not in the default bits; a launch adds it: launch_indexer_ws' trigger_next):
 //       the kernel calls pdl_trigger() first thing, so the next PDL launch is scheduled at once and
 //       its CTAs are placed as the scoring CTAs free their SMs (the fused logits route's top-k of
 //       at most 8 CTAs; fused_route.h has the measurements).
 constexpr int kWsEarlyTrigger = 128;
 
-// kWsTouchGroup's loads of one producer lane: a group's Q is at most 64 head rows of 128 bytes
-// (256 sectors: 8 per lane), its weights at most 64 floats (at most 2 loads per lane), and one
-// length word.
-constexpr int kWsTouchQ = 8, kWsTouchW = 2, kWsTouchLoads = kWsTouchQ + kWsTouchW + 1;
-struct WsTouch {
-  uint32_t v[kWsTouchLoads];  // in flight until fold()
-  uint32_t acc;
-  // Waits for the previous touch's loads (long since back when groups are longer than a tile).
-  __device__ __forceinline__ void fold() {
-#pragma unroll
-    for (int i = 0; i < kWsTouchLoads; ++i) acc ^= v[i];
-  }
-};
-// A 4-byte load into L1 and a register (0 where !on: nothing is read), which the warp does not wait
-// for until the register is read.
-__device__ __forceinline__ uint32_t ws_touch_ld(const void* a, bool on) {
-  uint32_t v;
-  asm volatile(
-      "{\n"
-      " .reg .pred p;\n"
-      " setp.ne.b32 p, %2, 0;\n"
-      " mov.b32 %0, 0;\n"
-      " @p ld.global.ca.b32 %0, [%1];\n"
-      "}\n"
-      : "=r"(v)
-      : "l"(a), "r"(static_cast<int>(on)));
-  return v;
-}
 // kWsTouchGroup: group g's Q (16-byte aligned rows; D = 128: 4 sectors of 32 bytes per head row),
-// weight and length sectors into L1 (the caller checked that g's Q is at most 64 head rows).
-__device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g, WsTouch& t, int lane) {
-  t.fold();
+// weight and length sectors into L1. dummy: this lane's 16-byte scratch (kWsTouchScratch).
+__device__ __forceinline__ void ws_touch_group(const IndexerParams& p, int32_t g, uint32_t dummy, int lane) {
   const int rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
   const int H = p.heads;
-  const int nq = p.q_aligned16 ? rows * H * 4 : 0;
-#pragma unroll
-  for (int i = 0; i < kWsTouchQ; ++i) {
-    const int idx = lane + 32 * i;
-    const int row = idx >> 2, sec = idx & 3;
-    const int j = row / H, h = row % H;
-    const bool on = idx < nq;
-    t.v[i] = ws_touch_ld(on ? p.q + int64_t(g) * p.q_sg + j * p.q_sr + h * p.q_sh + sec * 32 : p.q, on);
+  if (p.q_aligned16) {
+    for (int idx = lane; idx < rows * H * 4; idx += 32) {
+      const int row = idx >> 2, sec = idx & 3;
+      const int j = row / H, h = row % H;
+      cp_async16_ca(dummy, p.q + int64_t(g) * p.q_sg + j * p.q_sr + h * p.q_sh + sec * 32);
+    }
   }
   const int wstep = p.w_sh == 1 ? 8 : 1;  // floats per 32-byte sector
   const int wper = (H + wstep - 1) / wstep;
-#pragma unroll
-  for (int i = 0; i < kWsTouchW; ++i) {
-    const int idx = lane + 32 * i;
+  for (int idx = lane; idx < rows * wper; idx += 32) {
     const int j = idx / wper, h = (idx % wper) * wstep;
-    const bool on = idx < rows * wper;
-    t.v[kWsTouchQ + i] = ws_touch_ld(on ? p.w + int64_t(g) * p.w_sg + j * p.w_sr + h * p.w_sh : p.w, on);
+    cp_async4(dummy, p.w + int64_t(g) * p.w_sg + j * p.w_sr + h * p.w_sh);
   }
   // The group's first length word (paged: [B] or [B, N]; varlen: row g).
-  const bool len = lane == 31 && p.work.mode == detail::IndexerMode::kPaged;
-  t.v[kWsTouchLoads - 1] = ws_touch_ld(len ? p.work.lens + int64_t(g) * p.work.lens_s0 : p.work.lens, len);
+  if (lane == 31 && p.work.mode == detail::IndexerMode::kPaged) {
+    cp_async4(dummy, p.work.lens + int64_t(g) * p.work.lens_s0);
+  }
+  cp_async_commit();
 }
 
 // Ring helpers of the mma.sync consumers (indexer_ws_mma.cuh). ws_produce and ws_consume keep
@@ -251,7 +212,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
   // Only where a group's Q is one 64-column block (8 KiB at most; 256-state stages): with twice
   // that (next_n = 2 at H = 64) the touches measured ~1 % slower (32 x 32K 65.7-65.9 -> 66.4-66.6 us).
   const bool touch = kTouch && (s.producer & kWsTouchGroup) != 0 && s.q_rows * s.hp <= 64;
-  WsTouch tv{};
+  const uint32_t dummy = smem_u32(smem + L.epi + w * L.epi_bytes);  // the epilogue's kTouch scratch
   int32_t last_tg = -1;
   const bool evict_first = (s.producer & kWsEvictFirst) != 0;
   const uint64_t pol = evict_first ? l2_policy_evict_first() : 0;
@@ -364,17 +325,14 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
         info[st] = WsInfo{tg, tt0, tc, m};
         mbar_arrive(full);  // after every lane's expect_tx (the ballot above ordered them)
       }
-      if (touch && last_tg >= 0 && tg != last_tg) ws_touch_group(p, tg, tv, lane);
+      if (touch && last_tg >= 0 && tg != last_tg) ws_touch_group(p, tg, dummy + 16 * lane, lane);
       last_tg = tg;
       advance();
       if (late && k == 0) fetch(nxt);  // the batch's first copy is on its way before this walk
     }
     cur = nxt;
   }
-  if (touch) {  // the touches' loads are used: their registers stay theirs until fold()
-    tv.fold();
-    reinterpret_cast<uint32_t*>(smem + L.epi + w * L.epi_bytes)[lane] = tv.acc;  // the epilogue's kTouch scratch
-  }
+  if (touch) cp_async_wait<0>();  // the touches' copies are complete before the CTA can exit
   mbar_wait(empty0 + 8 * st, ph ^ 1u);
   if (lane == 0) {
     info[st] = WsInfo{-1, 0, 0, 0u};
