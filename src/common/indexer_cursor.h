@@ -157,5 +157,30 @@ struct IdxCursor {
   }
 };
 
+// One group without schedule metadata, walked as ONE partition whose tiles are dealt round robin
+// (the warp-specialized producer's kWsOneGroupWalk, indexer_ws.cuh): with P.partitions = 1 and
+// P.split = step, IdxCursor::init(P, 0, first) followed by next() returns tile i = 0, 1, ... of
+// this ring as idx_round_robin_tile(glo, end, first, step, i, tile_states), and no more once it
+// returns false (tests/cpu/test_indexer_cursor.cpp checks this against the walk). The tile
+// positions do not depend on the group's length: only whether a tile exists and its count do,
+// through end, so a kernel can compute its first tiles' pages before it may read the length.
+// end: idx_round_robin_end(ghi, state_limit); states < 2^31 as everywhere here.
+DSATTN_CURSOR_FN inline int64_t idx_round_robin_end(int32_t ghi, int64_t state_limit) {
+  const int64_t lim = state_limit < INT32_MAX ? state_limit : INT32_MAX;
+  return ghi < lim ? ghi : lim;
+}
+DSATTN_CURSOR_FN inline int64_t idx_round_robin_t0(int32_t glo, int64_t first, int64_t step, int64_t i,
+                                                   int tile_states) {
+  return glo + (first + i * step) * tile_states;
+}
+DSATTN_CURSOR_FN inline bool idx_round_robin_tile(int32_t glo, int64_t end, int64_t first, int64_t step, int64_t i,
+                                                  int tile_states, IdxTile* t) {
+  const int64_t t0 = idx_round_robin_t0(glo, first, step, i, tile_states);
+  if (t0 >= end) return false;
+  const int64_t n = end - t0;
+  *t = IdxTile{0, static_cast<int32_t>(t0), static_cast<int>(n < tile_states ? n : tile_states)};
+  return true;
+}
+
 }  // namespace cuda
 }  // namespace dsattn

@@ -206,6 +206,80 @@ TEST(IndexerCursor, OneGroupWithoutMetadataEqualsTheSchedule) {
   EXPECT_GT(tiles, 10000);
 }
 
+// One request walked as one partition dealt round robin (the warp-specialized producer's
+// kWsOneGroupWalk at batch 1): for every ring (CTA c of `ctas`, ring w of 3: first tile c + w ctas,
+// 3 ctas tiles apart) the closed form returns exactly the cursor's tiles, and over all rings the
+// tiles cover every state of [0, min(group end, limit)) exactly once. Lengths 0 to 1M, next_n 1-4
+// with per-row lengths and the [B] rule, 64- to 256-state tiles, 1-396 CTAs, limits that clip.
+TEST(IndexerCursor, OneGroupRoundRobinEqualsTheWalk) {
+  std::mt19937_64 rng(37);
+  int64_t tiles = 0;
+  for (int N : {1, 2, 4}) {
+    for (int ctas : {1, 5, 132, 396}) {
+      for (int rep = 0; rep < 5; ++rep) {
+        const bool per_row = rep % 2 == 0;
+        std::vector<int32_t> lens(static_cast<size_t>(per_row ? N : 1), 0);
+        const uint64_t kind = rng() % 6;
+        for (auto& l : lens) {
+          l = kind == 0 ? 0 : kind == 1 ? int32_t(rng() % 200) : kind == 2 ? int32_t(1 << 20)
+                                                               : int32_t(rng() % 70000);
+        }
+        CursorParams p;
+        p.meta = nullptr;
+        p.partitions = 1;
+        p.work.mode = detail::IndexerMode::kPaged;
+        p.work.rows_per_group = N;
+        p.work.next_n = N;
+        p.work.lens_per_row = per_row ? 1 : 0;
+        p.work.rows = N;
+        p.work.groups = 1;
+        p.work.batch = 1;
+        p.work.lens = lens.data();
+        p.work.lens_s0 = per_row ? N : 1;
+        p.work.lens_s1 = 1;
+        int32_t glo = 0, ghi = 0;
+        detail::indexer_group_range(p.work, 0, &glo, &ghi);
+        ASSERT_EQ(glo, 0);  // paged windows start at 0: the kernel's closed form relies on it
+        for (int64_t limit : {int64_t(INT32_MAX), int64_t(30000), int64_t(64), int64_t(0)}) {
+          for (int tile_states : {64, 128, 192, 256}) {
+            p.split = 3 * ctas;
+            p.tile_states = tile_states;
+            p.state_limit = limit;
+            const int64_t end = cuda::idx_round_robin_end(ghi, limit);
+            std::vector<uint8_t> seen(static_cast<size_t>(end > 0 ? end : 0), 0);
+            for (int c = 0; c < ctas; ++c) {
+              for (int w = 0; w < 3; ++w) {
+                const int first = c + w * ctas;
+                const std::vector<IdxTile> ref = walk(p, 0, first);
+                std::vector<IdxTile> got;
+                IdxTile t;
+                for (int64_t i = 0; cuda::idx_round_robin_tile(glo, end, first, 3 * ctas, i, tile_states, &t); ++i) {
+                  got.push_back(t);
+                }
+                tiles += int64_t(ref.size());
+                ASSERT_EQ(got.size(), ref.size()) << "N " << N << " ctas " << ctas << " c " << c << " w " << w
+                                                  << " len " << lens[0] << " limit " << limit << " tile " << tile_states;
+                for (size_t i = 0; i < ref.size(); ++i) {
+                  ASSERT_TRUE(got[i].g == ref[i].g && got[i].t0 == ref[i].t0 && got[i].count == ref[i].count)
+                      << "tile " << i << ": (" << got[i].g << ", " << got[i].t0 << ", " << got[i].count
+                      << ") against the walk's (" << ref[i].g << ", " << ref[i].t0 << ", " << ref[i].count
+                      << "); N " << N << " ctas " << ctas << " c " << c << " w " << w << " tile " << tile_states;
+                  for (int s = 0; s < got[i].count; ++s) ++seen[size_t(got[i].t0) + s];
+                }
+              }
+            }
+            for (size_t s = 0; s < seen.size(); ++s) {
+              ASSERT_EQ(seen[s], 1) << "state " << s << " of " << end << "; N " << N << " ctas " << ctas << " tile "
+                                    << tile_states << " limit " << limit;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(tiles, 10000);
+}
+
 // The partition formulas the host schedule, the schedule kernel and IdxCursor::init share:
 // indexer_first_partition_from(x) is the first partition whose start is at or after unit x, and
 // the starts are non-decreasing from 0 to `total`.

@@ -87,6 +87,9 @@ struct IdxCase {
   int width_extra = 37;    // logits width = longest length + extra
   int bad_pages = 0;       // block-table entries (within lengths) pointing outside the cache
   int reps = 1;            // extra runs checked for bitwise identity
+  int fixed_len = 0;       // > 0: every request's length (else drawn in [1, max_ctx])
+  int bt_extra = 0;        // block-table columns beyond the longest request's pages, holding
+                           // page ids in and outside the cache, and -1
   // MXFP4 key block exponents drawn in [key_exp_lo, key_exp_lo + key_exp_span): the default span
   // keeps every key within the 14 exponents the Hopper kernel folds into E4M3 exactly; wider spans
   // round its smallest blocks (indexer_dequant.cuh).
@@ -167,7 +170,7 @@ void build_case(const IdxCase& c, HostIdx* h) {
   std::uniform_int_distribution<int> len_d(1, c.max_ctx);
   // Rows and lengths
   std::vector<int> req_len(c.B);
-  for (int b = 0; b < c.B; ++b) req_len[b] = len_d(rng);
+  for (int b = 0; b < c.B; ++b) req_len[b] = c.fixed_len > 0 ? c.fixed_len : len_d(rng);
   if (c.empty_row) req_len[0] = 0;
   if (c.lens == LensMode::kVarlen) {
     for (int b = 0; b < c.B; ++b) {
@@ -198,7 +201,7 @@ void build_case(const IdxCase& c, HostIdx* h) {
   for (int L : h->row_ctx) longest = std::max(longest, L);
   h->width = longest + c.width_extra;
   // Pages: a shuffled pool, plus spare pages nobody references.
-  h->max_pages = (longest + c.S - 1) / c.S + 1;
+  h->max_pages = (longest + c.S - 1) / c.S + 1 + c.bt_extra;
   h->num_pages = int64_t(c.B) * h->max_pages + 3;
   h->page_stride = int64_t(c.S) * (rb + 4) + c.pad_stride;
   std::vector<int32_t> pool(h->num_pages);
@@ -208,6 +211,12 @@ void build_case(const IdxCase& c, HostIdx* h) {
   size_t next = 0;
   for (int b = 0; b < c.B; ++b)
     for (int i = 0; i < h->max_pages; ++i) h->block_table[size_t(b) * h->max_pages + i] = pool[next++];
+  for (int b = 0; b < c.B; ++b) {  // bt_extra: the columns no request reaches
+    for (int i = h->max_pages - c.bt_extra; i < h->max_pages; ++i) {
+      int32_t& e = h->block_table[size_t(b) * h->max_pages + i];
+      e = i % 3 == 0 ? -1 : i % 3 == 1 ? int32_t(h->num_pages + i) : e;
+    }
+  }
   for (int k = 0; k < c.bad_pages; ++k) {
     const int b = int(rng() % c.B);
     const int used = (req_len[b] + c.S - 1) / c.S;
@@ -576,6 +585,77 @@ TEST(GpuIndexer, ShortStages) {
   c = IdxCase{};
   c.B = 3; c.N = 1; c.S = 64; c.max_ctx = 250000; c.seed = ++seed;
   run_case(c);
+}
+
+// kWsOneGroupWalk (indexer_ws.cuh): paged_mqa_logits on one request without a schedule, on the
+// warp-specialized kernel's 64-state stages (forced here by DSATTN_WS_STAGE=64 for every length),
+// deals the request's tiles round robin over every CTA's three rings and computes each ring's
+// first pages before it may read the length. Lengths at and around the rounds of 64-state tiles
+// over the rings (132 CTAs x 3 on an H200: 25344 states per round), 1 to 64 states, several rounds
+// (rings with more than one batch at 8-state pages), page sizes of 8 to 256 states, two rows at
+// 32 heads (per-row lengths and the [B] rule), MXFP4, bad block-table entries, logits narrower than
+// the request (the state limit ends the walk), and block-table rows far longer than the request
+// (their spare entries -1 or outside the cache, read by the walk but never used). Each case must
+// match the reference, and give bitwise the logits of the same kernel with the option off
+// (DSATTN_WS_PRODUCER without it: the cursor over contiguous partitions).
+TEST(GpuIndexer, OneGroupRoundRobin) {
+  SKIP_WITHOUT_GPU();
+  if (!hopper()) GTEST_SKIP() << "the warp-specialized kernel runs on sm_90 only";
+  testutil::EnvScope st("DSATTN_WS_STAGE", "64");
+  std::vector<IdxCase> cases;
+  uint64_t seed = 2600;
+  for (int len : {1, 63, 64, 65, 8447, 25343, 25344, 25345, 60001}) {
+    IdxCase c;
+    c.B = 1; c.N = 1; c.S = 64; c.fixed_len = len; c.seed = ++seed;
+    cases.push_back(c);
+  }
+  for (int S : {8, 16, 32, 128, 256}) {
+    IdxCase c;
+    c.B = 1; c.N = 1; c.S = S; c.fixed_len = S == 8 ? 250000 : 30000 + S; c.bt_extra = 40; c.seed = ++seed;
+    cases.push_back(c);
+  }
+  for (LensMode lm : {LensMode::k2D, LensMode::k1D}) {
+    IdxCase c;
+    c.B = 1; c.N = 2; c.H = 32; c.S = 32; c.lens = lm; c.fixed_len = 20000; c.seed = ++seed;
+    cases.push_back(c);
+  }
+  {
+    IdxCase c;
+    c.B = 1; c.fmt = IndexerFormat::kMxfp4; c.S = 64; c.fixed_len = 40000; c.seed = ++seed;
+    cases.push_back(c);
+    c = IdxCase{};
+    c.B = 1; c.S = 64; c.fixed_len = 30000; c.bad_pages = 5; c.bt_extra = 1000; c.seed = ++seed;
+    cases.push_back(c);
+    c = IdxCase{};
+    c.B = 1; c.S = 32; c.fixed_len = 30000; c.width_extra = -7000; c.seed = ++seed;  // limit 23000
+    cases.push_back(c);
+    c.width_extra = -29990; c.seed = ++seed;  // limit 10
+    cases.push_back(c);
+    c = IdxCase{};
+    c.B = 1; c.S = 64; c.fixed_len = 0; c.empty_row = true; c.bt_extra = 3; c.seed = ++seed;
+    cases.push_back(c);
+  }
+  for (IdxCase c : cases) {
+    c.kernel = "wgmma";
+    HostIdx h;
+    build_case(c, &h);
+    const std::vector<double> ref = reference(c, h);
+    DevIdx d;
+    upload(h, d, c.bf16);
+    const PagedMqaLogitsParams p = make_params(c, h, d);
+    std::vector<float> got[2];
+    for (int off = 0; off < 2; ++off) {
+      testutil::EnvScope prod("DSATTN_WS_PRODUCER", off ? "95" : nullptr);  // 95: the default bits but 256
+      ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+      const Status s = run_paged(c, h, d, p);
+      ASSERT_TRUE(s.ok()) << c.name() << ": " << s.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name();
+      got[off] = download_logits(c, h, d);
+    }
+    check_logits(c, h, got[0], ref);
+    ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
+        << c.name() << " len " << c.fixed_len << ": the round-robin walk's logits differ from the cursor's";
+  }
 }
 
 // Few partitions and no CTA split (DSATTN_INDEXER_SPLIT=1): each CTA streams hundreds of tiles, so

@@ -448,6 +448,10 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
       // (IdxCursor::init), the same boundaries the schedule kernel would write, so that kernel
       // and its launch stay off the critical path (batch-1 decode).
       p.meta = nullptr;
+      if (ws_one_group_walk(plan.wg, p)) {
+        p.partitions = 1;
+        p.split = plan.grid;
+      }
     } else {
       int32_t* meta = static_cast<int32_t*>(ex.workspace);
       DSATTN_RETURN_IF_ERROR(cuda_status(

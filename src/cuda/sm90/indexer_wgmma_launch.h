@@ -68,6 +68,11 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
 // (NW = 64, 256-state stages) at 32 or 64 padded heads. The plan of paged_mqa_topk routes rows to
 // the dense-row merge by the same rule.
 inline bool ws_pure_shape(const WgmmaShape& s) { return s.q_rows * s.hp <= 64 && s.hp >= 32; }
+// Whether paged_mqa_logits' call without schedule metadata takes the warp-specialized kernel's
+// kWsOneGroupWalk (indexer_ws.cuh): one paged request (not varlen) on the wgmma consumers with
+// 64-state stages, the option not switched off by DSATTN_WS_PRODUCER. The caller then makes the
+// request one partition dealt over the whole grid: p.partitions = 1, p.split = the grid.
+bool ws_one_group_walk(const WgmmaPlan& plan, const IndexerParams& p);
 // paged_mqa_logits on it (grid: one CTA per schedule partition, p.split CTAs each).
 // trigger_next: the kernel calls pdl_trigger() at its start (kWsEarlyTrigger).
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream,

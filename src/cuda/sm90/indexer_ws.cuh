@@ -142,6 +142,25 @@ constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer 
 //       its CTAs are placed as the scoring CTAs free their SMs (the fused logits route's top-k of
 //       at most 8 CTAs; fused_route.h has the measurements).
 constexpr int kWsEarlyTrigger = 128;
+//   kWsOneGroupWalk: one request without schedule metadata (paged_mqa_logits at batch 1; the host
+//       sets it up, ws_one_group_walk in indexer_ws_launch.cu, where the stage is kWsShortStage):
+//       the request is ONE partition whose tiles are dealt round robin over the CTAs' rings
+//       (p.partitions = 1, p.split = the grid), so a ring's tile positions do not depend on the
+//       request's length (idx_round_robin_tile in indexer_cursor.h). The producer computes its
+//       first batch's pages before griddepcontrol.wait, reads the lengths and its block-table
+//       entries together after it (one memory latency instead of a chain of them), and walks the
+//       rest in closed form, without the cursor. Why: at 1 x 64K its first copy left ~4 us after
+//       the wait, ~2 us of it one warp's serial instructions (the cursor's partition and walk,
+//       19 run-time divisions; BENCHMARKS.md, 2026-12-04). 64-state tiles only: with longer ones
+//       a short request would leave most CTAs idle, where contiguous partitions split it by units.
+//       Its own kernel instantiations (indexer_ws_kernel's kRr): in the same kernels, the option
+//       switched off at run time cost 4 x 64K ~0.8 us back to back and 1 x 64K ~0.9 us (code).
+//       H200, fused paged_mqa_topk (bench indexer --fused --b2b, k = 2048, FP8, H = 64, S = 64),
+//       us per call / back to back, off -> on, same binary, two rounds: 1 x 64K 23.6-23.8 /
+//       19.3 -> 23.1 / 18.3 (its logits 11.6-11.8 / 8.0 -> 10.5-10.7 / 7.1), 1 x 32K 20.0-20.2 /
+//       15.8 -> 19.8-20.1 / 14.9; 1 x 8K, 1 x 128K (the resident route) and 4 x 64K level.
+//       prefetch.tensormap of the key map before the wait as well measured no gain (dropped).
+constexpr int kWsOneGroupWalk = 256;
 
 // kWsTouchGroup: group g's Q (16-byte aligned rows; D = 128: 4 sectors of 32 bytes per head row),
 // weight and length sectors into L1. dummy: this lane's 16-byte scratch (kWsTouchScratch).
@@ -195,12 +214,64 @@ __device__ __forceinline__ int32_t ws_first_group(const IndexerParams& p, int wg
   return g0 >= 0 && g0 < p.work.groups ? g0 : -1;
 }
 
+// kWsOneGroupWalk: a lane's box of its tile (tile i of its ring) from the parameters alone: the
+// tile's first state (paged windows start at 0, so the group's glo is 0), the box's page index in
+// request 0's block-table row (-1 where the box starts at or beyond the state limit or the row)
+// and its first state in that page.
+struct WsRrBox {
+  int64_t t0;
+  int32_t pi;
+  int32_t off;
+};
+__device__ __forceinline__ WsRrBox ws_rr_box(const IndexerParams& p, int32_t first, int32_t step, int64_t i,
+                                             int tile_states, int box_off) {
+  WsRrBox x{idx_round_robin_t0(0, first, step, i, tile_states), -1, 0};
+  const int64_t st = x.t0 + box_off;
+  const int64_t lim = p.state_limit < INT32_MAX ? p.state_limit : INT32_MAX;
+  if (st < lim) {  // so st < 2^31
+    const uint32_t pi = p.spp_div.div(static_cast<uint32_t>(st));
+    x.off = static_cast<int32_t>(st - int64_t(pi) * p.states_per_page);
+    if (int64_t(pi) < (p.block_table == nullptr ? p.num_pages : p.max_pages)) x.pi = static_cast<int32_t>(pi);
+  }
+  return x;
+}
+// Its page id (-1: none): request 0's block-table entry, read whether or not the box turns out to
+// be inside the request (the row has max_pages entries), or the index itself without a table.
+__device__ __forceinline__ int32_t ws_rr_raw(const IndexerParams& p, const WsRrBox& x) {
+  if (x.pi < 0) return -1;
+  return p.block_table == nullptr ? x.pi : p.block_table[int64_t(x.pi) * p.bt_s1];
+}
+// A ring's round-robin walk (first tile position, positions between its tiles), this lane's place
+// in a batch (its tile k, its box's first state in that tile) and its box of the first batch,
+// computed before griddepcontrol.wait.
+struct WsRrStart {
+  int32_t first, step;
+  int k, box_off;
+  WsRrBox box;
+};
+__device__ __forceinline__ WsRrStart ws_rr_start(const IndexerParams& p, const WgmmaShape& s, int stage, int w,
+                                                 int lane) {
+  WsRrStart r;
+  // WsLogits::cursor with one partition and split = the grid: CTA c's ring w takes positions
+  // c + w split, c + w split + 3 split, ...
+  r.first = static_cast<int32_t>(blockIdx.x) + w * p.split;
+  r.step = kWsConsumers * p.split;
+  const int nb = stage >> s.log2_box;  // boxes per tile: lane l holds box l % nb of tile l / nb
+  r.k = lane / nb;
+  r.box_off = (lane % nb) << s.log2_box;
+  r.box = ws_rr_box(p, r.first, r.step, r.k, stage, r.box_off);
+  return r;
+}
+
 // Producer warp of ring w: the tiles of cursor `lc` (kStage states each), in order, into stages
-// w, w + 3, ..., then the end marker.
-template <int kStage, bool kTouch, bool kFp4>
+// w, w + 3, ..., then the end marker. rr (kWsOneGroupWalk; the kernel checked that the call is
+// set up for it): the round-robin walk of `start` instead, lc unused; the caller computed `start`
+// before its pdl_wait().
+template <int kStage, bool kTouch, bool kFp4, bool kRr = false>
 __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerParams& p, const WgmmaShape& s,
                                            int stages, uint8_t* smem, const WsSmemLayout& L, IdxCursor& lc, int w,
-                                           int lane) {
+                                           int lane, bool rr_on = false, const WsRrStart& start = WsRrStart{}) {
+  const bool rr = kRr && rr_on;  // compiled out of the kernels without kRr
   const int g = 1 << s.log2_box;
   const int nb = kStage >> s.log2_box;  // boxes per tile: 2 .. 32
   const int per = 32 / nb;                // tiles per batch: lane l holds box l % nb of tile l / nb
@@ -224,7 +295,26 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
     int32_t raw, off;
   };
   bool first_batch = (s.producer & kWsFirstBatchOneGroup) != 0;
+  // rr: the batch of this ring's tiles rr_i, rr_i + 1, ... (this lane's box x, its page id raw),
+  // tiles existing up to rr_end (idx_round_robin_tile, the same formula the host test checks).
+  int64_t rr_end = 0, rr_i = 0;
+  auto rr_fill = [&](Batch& b, const WsRrBox& x, int32_t raw) {
+    IdxTile t{-1, 0, 0};
+    const bool valid =
+        start.k < per && idx_round_robin_tile(0, rr_end, start.first, start.step, rr_i + start.k, kStage, &t);
+    b.n = __popc(__ballot_sync(0xffffffffu, valid && start.box_off == 0));  // a prefix of the batch's tiles
+    b.mine = valid;
+    b.t = t;
+    b.off = x.off;
+    b.raw = valid && start.box_off < t.count ? raw : -1;
+    rr_i += per;
+  };
   auto fetch = [&](Batch& b) {
+    if (rr) {
+      const WsRrBox x = ws_rr_box(p, start.first, start.step, rr_i + start.k, kStage, start.box_off);
+      rr_fill(b, x, ws_rr_raw(p, x));
+      return;
+    }
     b.n = 0;
     b.mine = false;
     b.raw = -1;
@@ -276,7 +366,16 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
     first_batch = false;
   };
   Batch cur, nxt;
-  fetch(cur);
+  if (rr) {
+    // The block-table entry's load is issued before the lengths', so both latencies overlap.
+    const int32_t raw = ws_rr_raw(p, start.box);
+    int32_t glo, ghi;
+    detail::indexer_group_range(p.work, 0, &glo, &ghi);
+    rr_end = idx_round_robin_end(ghi, p.state_limit);
+    rr_fill(cur, start.box, raw);
+  } else {
+    fetch(cur);
+  }
   int st = w;
   uint32_t ph = 0;
   auto advance = [&] {
@@ -649,7 +748,22 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
   if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
 }
 
-template <int HP, int NW, int kStage, class Epi, bool kFp4 = false>
+// kWsOneGroupWalk: whether this launch takes it. Only WsLogits deals tiles as ws_rr_start
+// assumes; the host sets the call up for it (ws_one_group_walk in indexer_ws_launch.cu) and the
+// kernel checks that it did.
+template <class Epi>
+__device__ __forceinline__ bool ws_one_group_walk(const IndexerParams& p, const WgmmaShape& s) {
+  if constexpr (!std::is_same<Epi, WsLogits>::value) {
+    return false;
+  } else {
+    return (s.producer & kWsOneGroupWalk) != 0 && p.meta == nullptr && p.partitions == 1 && p.work.groups == 1 &&
+           p.work.mode == detail::IndexerMode::kPaged && p.work.varlen == 0 && p.split == int(gridDim.x);
+  }
+}
+
+// kRr: kWsOneGroupWalk's instantiations (WsLogits, 64-state stages); the other kernels' code is
+// what it was before the option (same SASS).
+template <int HP, int NW, int kStage, class Epi, bool kFp4 = false, bool kRr = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     indexer_ws_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
 #if DSATTN_SM90A_DEVICE
@@ -668,12 +782,22 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     mbar_fence_init();
   }
   __syncthreads();
+  // kRr (kWsOneGroupWalk's kernels): the producer's first pages from the parameters alone, before
+  // the wait; the kernel checks that the host set the call up for it.
+  bool rr = false;
+  WsRrStart start{};
+  if constexpr (kRr) {
+    if (warp >= kWsProducerWarp) {
+      rr = ws_one_group_walk<Epi>(p, s);
+      if (rr) start = ws_rr_start(p, s, kStage, warp - kWsProducerWarp, lane);
+    }
+  }
   pdl_wait();  // the barriers above are shared memory only; everything below reads global memory
   if (warp >= kWsProducerWarp) {
     const int w = warp - kWsProducerWarp;
     IdxCursor lc;
-    Epi::cursor(p, w, &lc);
-    ws_produce<kStage, Epi::kTouch, kFp4>(maps, p, s, stages, smem, L, lc, w, lane);
+    if (!rr) Epi::cursor(p, w, &lc);
+    ws_produce<kStage, Epi::kTouch, kFp4, kRr>(maps, p, s, stages, smem, L, lc, w, lane, rr, start);
   } else {
     const int w = warp >> 2;
     epi.begin(p, smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);

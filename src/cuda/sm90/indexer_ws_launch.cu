@@ -18,7 +18,7 @@ int ws_producer_flags() {
   const char* env = std::getenv("DSATTN_WS_PRODUCER");
   return env ? std::atoi(env)
              : (kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad |
-                kWsTouchGroup);
+                kWsTouchGroup | kWsOneGroupWalk);
 }
 // Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
 // DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.
@@ -127,12 +127,18 @@ bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi,
 }
 
 namespace {
+// rr: kWsOneGroupWalk's kernels (WsLogits with short stages; the caller checked the call).
 template <class Epi, bool kFp4, class Fn>
-cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn) {
+cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn, bool rr) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
   constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
   if constexpr (std::is_same_v<Epi, WsLogits>) {  // short stages (ws_short_stage)
+    if (plan.nw == 64 && plan.ws_stage == kWsShortStage && rr) {
+      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4, true>);
+      if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4, true>);
+      return cudaErrorInvalidValue;
+    }
     if (plan.nw == 64 && plan.ws_stage == kWsShortStage) {
       if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4>);
       if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4>);
@@ -162,8 +168,8 @@ cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn) {
 }
 // FP8 or MXFP4 (WgmmaShape::fp4) keys.
 template <class Epi, class Fn>
-cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn) {
-  return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true>(plan, fn) : with_ws_kernel_fmt<Epi, false>(plan, fn);
+cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn, bool rr = false) {
+  return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true>(plan, fn, rr) : with_ws_kernel_fmt<Epi, false>(plan, fn, rr);
 }
 
 // The warp-specialized kernels' shape argument for `plan`: its ring, and the producer's options
@@ -179,13 +185,17 @@ WgmmaShape ws_shape(const WgmmaPlan& plan, int extra) {
 // opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given. extra: see ws_shape.
 template <class Epi>
 cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream,
-                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0) {
+                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0, bool rr = false) {
   const WgmmaShape s = ws_shape(plan, extra);
-  return with_ws_kernel<Epi>(plan, [&](auto kern) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
-    if (e != cudaSuccess) return e;
-    return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, opt, plan.maps, p, s, epi);
-  });
+  return with_ws_kernel<Epi>(
+      plan,
+      [&](auto kern) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
+        if (e != cudaSuccess) return e;
+        return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, opt, plan.maps, p, s, epi);
+      },
+      rr);
 }
 }  // namespace
 
@@ -214,6 +224,12 @@ cudaError_t with_ws_mma_kernel(const WgmmaPlan& plan, Fn&& fn) {
 }
 }  // namespace
 
+bool ws_one_group_walk(const WgmmaPlan& plan, const IndexerParams& p) {
+  return plan.ws_stages > 0 && !plan.ws_mma && plan.ws_stage == kWsShortStage &&
+         (ws_producer_flags() & kWsOneGroupWalk) != 0 && p.work.groups == 1 &&
+         p.work.mode == detail::IndexerMode::kPaged && p.work.varlen == 0;
+}
+
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream,
                               bool trigger_next) {
   const int extra = trigger_next ? kWsEarlyTrigger : 0;
@@ -227,7 +243,9 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
                         plan.maps, p, s, WsLogits{});
     });
   }
-  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra);
+  // kWsOneGroupWalk where the caller set the call up for it (paged_mqa_logits, indexer_launch.cu).
+  const bool rr = ws_one_group_walk(plan, p) && p.meta == nullptr && p.partitions == 1 && p.split == grid;
+  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra, rr);
 }
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
