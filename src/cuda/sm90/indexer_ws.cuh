@@ -135,6 +135,15 @@ constexpr int kWsBatchedGroupLoad = 16;
 //       45.6-46.3 -> 45.6-45.9; shapes without group changes unchanged. prefetch.global.L1 at the
 //       same point (or earlier, when the walk enters the group) measured no gain. Taken where a
 //       group's Q is at most 8 KiB (see ws_produce).
+//       Sanitizers: a lane's copies (up to 8 per touch, and each touch's) all land in its one
+//       16-byte scratch with no wait between, which compute-sanitizer racecheck reports as WAW
+//       hazards (invalid memcpy_async synchronization; 43,448 on GpuFuzz.HostilePagedSanitizer).
+//       The scratch is never read, so the GPU check's racecheck pass runs with the touch off
+//       (DSATTN_WS_PRODUCER=-64). Kept that way because the alternatives measured slower or do
+//       not fit: a destination per copy (~1 KiB per ring) does not fit beside 6 stages of 256
+//       states at 64 heads (1,216 bytes spare), and 4-byte ld.global.ca loads into registers
+//       (22345d5, reverted) cost 256 x 1K 21.1 -> 21.8 us, 4 x 64K 15.6 -> 15.8, and the mma.sync
+//       consumers' kernel 2-3.6 % (BENCHMARKS.md, 2026-12-05).
 constexpr int kWsTouchGroup = 64;
 constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer lane, never read
 //   kWsEarlyTrigger (not in the default bits; a launch adds it: launch_indexer_ws' trigger_next):

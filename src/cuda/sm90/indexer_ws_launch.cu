@@ -13,12 +13,14 @@ namespace cuda {
 
 namespace {
 // The producer's options (WgmmaShape::producer): all on unless DSATTN_WS_PRODUCER gives the bits
-// (0: the producer before them; bench A/B in one binary).
+// (0: the producer before them; bench A/B in one binary), or "-BITS": all but those (the GPU
+// check's racecheck pass runs with -64, see kWsTouchGroup).
 int ws_producer_flags() {
+  constexpr int kAll = kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad |
+                       kWsTouchGroup | kWsOneGroupWalk;
   const char* env = std::getenv("DSATTN_WS_PRODUCER");
-  return env ? std::atoi(env)
-             : (kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad |
-                kWsTouchGroup | kWsOneGroupWalk);
+  if (env == nullptr) return kAll;
+  return env[0] == '-' ? kAll & ~std::atoi(env + 1) : std::atoi(env);
 }
 // Whether the warp-specialized kernel can run `plan`'s shape (Hopper decode, not switched off by
 // DSATTN_INDEXER_WS=0); the plan's ring fields are cleared first.
