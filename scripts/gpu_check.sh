@@ -58,18 +58,7 @@ done
 
 OUT="${OUT:-./gpu_out}"
 mkdir -p "$OUT"
-SUMMARY=()
-FAILED=0
-step() {  # step NAME LOG CMD...: runs CMD, logs to $OUT/LOG, records result and time
-  local name="$1" log="$2"; shift 2
-  local t0=$SECONDS
-  timeout "${STEP_TIMEOUT:-1800}" "$@" >"$OUT/$log" 2>&1
-  local rc=$?
-  local res="ok"
-  if [ $rc -ne 0 ]; then res="FAIL($rc)"; FAILED=1; fi
-  SUMMARY+=("$(printf '| %-22s | %-9s | %5ss | %s' "$name" "$res" "$((SECONDS - t0))" "$log")")
-  return $rc
-}
+. scripts/lib_step.sh  # step NAME LOG CMD..., SUMMARY, FAILED
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/device.txt" 2>&1 || true
 
