@@ -236,10 +236,9 @@ int run_topk(const std::vector<std::string>& args) {
                       plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select",
                       plan.s_pipe ? ", loads a tile ahead" : "");
       } else if (plan.cluster > 0) {
-        // The launch runs 512 threads at twice the keys only for unsorted f32 rows (topk_launch.cu).
-        const bool half = plan.cluster_threads < 1024 && !sorted && !bf16;
+        const int threads = cuda::topk_cluster_threads(plan, sorted, !bf16);
         std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d threads x %d keys", plan.cluster,
-                      half ? plan.cluster_threads : 1024, half ? 2 * plan.small_v : plan.small_v);
+                      threads, plan.small_v * 1024 / threads);
       } else if (plan.direct && plan.small_v > 0) {
         std::snprintf(plan_str, sizeof(plan_str), "direct, %d keys per thread in registers", plan.small_v);
       } else if (plan.direct) {

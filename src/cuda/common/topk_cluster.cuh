@@ -94,24 +94,28 @@ __device__ __forceinline__ uint32_t chunk_total(const uint32_t* hist, int t) {
   return s;
 }
 
+// f(t) for each of the nbins / 4 slots t of chunk_total (whole warps: nbins / 4 = 1024 or 256),
+// by the block's NT threads: one slot per thread where NT >= kTopkThreads, else in turns.
+template <int NT, typename F>
+__device__ __forceinline__ void for_chunk_slots(int nbins, F&& f) {
+  if constexpr (NT >= kTopkThreads) {
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < nbins / 4) f(t);
+  } else {
+#pragma unroll 1
+    for (int t = static_cast<int>(threadIdx.x); t < nbins / 4; t += NT) f(t);
+  }
+}
+
 // This CTA's chunk totals: csum[i] = sum of hist[64 i, 64 i + 64). No barrier at the end: the
 // cluster barrier after it publishes them with the histogram. NT: the block's threads (smaller
 // blocks take the 1024 slots of a 4096-bin histogram in turns).
 template <int NT = kTopkThreads>
 __device__ __forceinline__ void cluster_chunk_sums(const uint32_t* hist, uint32_t* csum, int nbins) {
-  if constexpr (NT >= kTopkThreads) {
-    const int t = static_cast<int>(threadIdx.x);
-    if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
-      const uint32_t s = chunk_total(hist, t);
-      if ((t & 15) == 0) csum[t >> 4] = s;
-    }
-  } else {
-#pragma unroll 1
-    for (int t = static_cast<int>(threadIdx.x); t < nbins / 4; t += NT) {  // whole warps together
-      const uint32_t s = chunk_total(hist, t);
-      if ((t & 15) == 0) csum[t >> 4] = s;
-    }
-  }
+  for_chunk_slots<NT>(nbins, [&](int t) {
+    const uint32_t s = chunk_total(hist, t);
+    if ((t & 15) == 0) csum[t >> 4] = s;
+  });
 }
 
 struct ClusterPick {
@@ -301,21 +305,11 @@ __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const
                                                    int k_rem, ClusterPick* pick, ClusterPickShared& ps) {
   __syncthreads();
   if (d == 0) cluster_wait();
-  if constexpr (NT >= kTopkThreads) {
-    const int t = static_cast<int>(threadIdx.x);
-    if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
-      const uint32_t s = chunk_total(hist, t);
-      const int sub = t & 15;  // lane q < C of the 16 holding chunk t / 16 pushes it to CTA q
-      if (sub < C) dsmem_st(dsmem_addr(&ps.csum[d][rank][t >> 4], sub), s);
-    }
-  } else {
-#pragma unroll 1
-    for (int t = static_cast<int>(threadIdx.x); t < nbins / 4; t += NT) {  // whole warps together
-      const uint32_t s = chunk_total(hist, t);
-      const int sub = t & 15;
-      if (sub < C) dsmem_st(dsmem_addr(&ps.csum[d][rank][t >> 4], sub), s);
-    }
-  }
+  for_chunk_slots<NT>(nbins, [&](int t) {
+    const uint32_t s = chunk_total(hist, t);
+    const int sub = t & 15;  // lane q < C of the 16 holding chunk t / 16 pushes it to CTA q
+    if (sub < C) dsmem_st(dsmem_addr(&ps.csum[d][rank][t >> 4], sub), s);
+  });
   cluster_sync();
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   if (warp == 0) {

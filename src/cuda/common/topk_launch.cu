@@ -328,18 +328,17 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
   }
   if (plan.cluster > 0) {
     const bool push = plan.cluster > 4;  // see topk_cluster_kernel
-    if constexpr (std::is_same_v<T, float>) {
-      if (plan.cluster_threads == kClusterHalfThreads && !sorted) {  // the same spans, twice the keys per thread
-        auto kern = plan.small_v == kClusterV4 ? cluster_kernel_half<2 * kClusterV4>(push, plan.cluster_gather)
-                                               : cluster_kernel_half<2 * kClusterV>(push, plan.cluster_gather);
-        return launch_cluster_n(kern, plan.cluster, rows, kClusterHalfThreads, plan.smem_final, st, true, op,
-                                "topk_cluster_kernel", logits, ld, rb, plan.k, plan.k_pad, plan.cluster_gather, out);
-      }
-    }
+    const int threads = topk_cluster_threads(plan, sorted, std::is_same_v<T, float>);
     auto kern = plan.small_v == kClusterV4 ? cluster_kernel<T, kClusterV4>(sorted, push, plan.cluster_gather)
                                            : cluster_kernel<T, kClusterV>(sorted, push, plan.cluster_gather);
-    return launch_cluster(kern, plan.cluster, rows, plan.smem_final, st, true, op, "topk_cluster_kernel", logits, ld,
-                          rb, plan.k, plan.k_pad, plan.cluster_gather, out);
+    if constexpr (std::is_same_v<T, float>) {
+      if (threads == kClusterHalfThreads) {  // the same spans, twice the keys per thread
+        kern = plan.small_v == kClusterV4 ? cluster_kernel_half<2 * kClusterV4>(push, plan.cluster_gather)
+                                          : cluster_kernel_half<2 * kClusterV>(push, plan.cluster_gather);
+      }
+    }
+    return launch_cluster_n(kern, plan.cluster, rows, threads, plan.smem_final, st, true, op, "topk_cluster_kernel",
+                            logits, ld, rb, plan.k, plan.k_pad, plan.cluster_gather, out);
   }
   if (plan.direct && plan.small_v > 0) {
     auto kern = plan.small_v == 4 ? small_kernel<T, 4>(sorted) : small_kernel<T, 8>(sorted);

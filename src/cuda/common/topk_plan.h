@@ -186,6 +186,12 @@ inline int64_t topk_first_ctas(const TopkPlan& plan, int64_t rows) {
   return rows * plan.chunks;
 }
 
+// Threads per CTA the cluster kernel runs a cluster plan's rows with: plan.cluster_threads for
+// unsorted f32 rows (512: small_v * 1024 / 512 keys per thread), 1024 otherwise (small_v keys).
+inline int topk_cluster_threads(const TopkPlan& plan, bool sorted, bool f32) {
+  return !sorted && f32 ? plan.cluster_threads : 1024;
+}
+
 // Plans only the merge of `cand_n` candidates per row (fused path): levels + final_n.
 Status plan_topk_merge(int64_t rows, int cand_n, int k, const TopkDeviceLimits& lim, TopkPlan* plan);
 
