@@ -11,8 +11,10 @@
 //    asks for -inf), never NaN.
 // topk_length values outside [0, topk]: the CPU backend rejects them; the CUDA kernel cannot report
 // them without a host sync and clamps them into [0, topk] instead.
-// CUDA: both ops run one straightforward kernel (src/cuda/common/mla_kernel.cuh, fp32 online
-// softmax, not performance-tuned); prefill on CUDA needs d_v <= 512.
+// CUDA: both ops run one straightforward kernel by default (src/cuda/common/mla_kernel.cuh, fp32
+// online softmax, not performance-tuned); prefill on CUDA needs d_v <= 512. Decode can run on
+// tensor cores instead (src/cuda/common/mla_mma_kernel.cuh, DSATTN_MLA_KERNEL=mma), opt-in until
+// it has run on a GPU: see src/cuda/common/mla_launch.cu.
 #include <cmath>
 
 #include "api/latent_check.h"

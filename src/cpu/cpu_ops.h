@@ -15,5 +15,9 @@ Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex);
 Status write_indexer_cache(const WriteIndexerCacheParams& p, const Exec& ex);
 Status write_latent_cache(const WriteLatentCacheParams& p, const Exec& ex);
 
+// Latent token `slot` of `c` (SPEC §2.3) dequantized into dst[0 .. d_qk), exact in double. The
+// reference's own dequantization, shared with tests that model a kernel's error from the values.
+void dequant_latent(const LatentCache& c, int64_t slot, double* dst);
+
 }  // namespace cpu
 }  // namespace dsattn

@@ -22,27 +22,6 @@ float f32_at(const uint8_t* p) {
 }
 uint16_t u16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
-// Dequantizes latent token `slot` of `c` into dst[0 .. d_qk). The products are exact in double.
-void dequant_latent(const LatentCache& c, int64_t slot, double* dst) {
-  const int P = c.tokens_per_page;
-  const uint8_t* page = c.pages.ptr<const uint8_t>() + (slot / P) * c.page_stride_bytes;
-  const int off = static_cast<int>(slot % P);
-  if (c.format == LatentFormat::kV4Fp8) {
-    const uint8_t* data = page + int64_t(off) * kV4DataBytes;
-    const uint8_t* sc = page + int64_t(P) * kV4DataBytes + int64_t(off) * kV4ScaleBytes;
-    for (int i = 0; i < kV4NopeDim; ++i) {
-      dst[i] = double(codec::e4m3_to_f32(data[i])) * double(codec::ue8m0_to_f32(sc[i / 64]));
-    }
-    for (int i = 0; i < kV4RopeDim; ++i) dst[kV4NopeDim + i] = codec::bf16_to_f32(u16_at(data + kV4NopeDim + 2 * i));
-  } else {
-    const uint8_t* tok = page + int64_t(off) * kV32TokenBytes;
-    for (int i = 0; i < kV32NopeDim; ++i) {
-      dst[i] = double(codec::e4m3_to_f32(tok[i])) * double(f32_at(tok + kV32NopeDim + 4 * (i / 128)));
-    }
-    for (int i = 0; i < kV32RopeDim; ++i) dst[kV32NopeDim + i] = codec::bf16_to_f32(u16_at(tok + 528 + 2 * i));
-  }
-}
-
 // Attention of one query head over n gathered keys K [n, dqk] (values: the first dv entries).
 // Writes dv bf16 outputs and the lse (without the sink).
 void attend(const double* K, int64_t n, int dqk, int dv, const uint16_t* q, double sm_scale, bool has_sink,
@@ -104,6 +83,27 @@ int64_t length_of(const TensorView& t, int64_t row, int64_t topk) {
 }
 
 }  // namespace
+
+// cpu_ops.h. The products are exact in double.
+void dequant_latent(const LatentCache& c, int64_t slot, double* dst) {
+  const int P = c.tokens_per_page;
+  const uint8_t* page = c.pages.ptr<const uint8_t>() + (slot / P) * c.page_stride_bytes;
+  const int off = static_cast<int>(slot % P);
+  if (c.format == LatentFormat::kV4Fp8) {
+    const uint8_t* data = page + int64_t(off) * kV4DataBytes;
+    const uint8_t* sc = page + int64_t(P) * kV4DataBytes + int64_t(off) * kV4ScaleBytes;
+    for (int i = 0; i < kV4NopeDim; ++i) {
+      dst[i] = double(codec::e4m3_to_f32(data[i])) * double(codec::ue8m0_to_f32(sc[i / 64]));
+    }
+    for (int i = 0; i < kV4RopeDim; ++i) dst[kV4NopeDim + i] = codec::bf16_to_f32(u16_at(data + kV4NopeDim + 2 * i));
+  } else {
+    const uint8_t* tok = page + int64_t(off) * kV32TokenBytes;
+    for (int i = 0; i < kV32NopeDim; ++i) {
+      dst[i] = double(codec::e4m3_to_f32(tok[i])) * double(f32_at(tok + kV32NopeDim + 4 * (i / 128)));
+    }
+    for (int i = 0; i < kV32RopeDim; ++i) dst[kV32NopeDim + i] = codec::bf16_to_f32(u16_at(tok + 528 + 2 * i));
+  }
+}
 
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   const char* op = "sparse_mla_decode";

@@ -6,17 +6,28 @@
 // rounding boundary: we allow one bf16 step (2^-7 relative to the larger value) plus 1e-5 of the
 // row's largest output for values that cancel to near zero. lse (fp32): 2e-5 * max(1, |lse|).
 // Empty rows must be exact: zeros and -inf. Repeated runs must be bitwise identical.
+//
+// Every decode case runs both decode kernels: the scalar one (default) and the tensor-core one
+// (DSATTN_MLA_KERNEL=mma). The latter multiplies bf16 operands: Q and the cache's E4M3 / RoPE
+// values are bf16 values already (exact), its scores accumulate in fp32 as above, but each
+// probability p_t is rounded to bf16 (scaled by its token's dequantization scale) before P V, a
+// relative error of at most 2^-9 per term. So its outputs get, on top of the bound above, 2^-9 of
+// A_d = sum_t p_t |v_t,d| / sum_t p_t (computed here in double from the reference's dequantized
+// values), times 1.05 for the fp32 sums around it; lse does not see that rounding.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "cpu/cpu_ops.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 #include "gpu/gpu_test_util.h"
@@ -72,6 +83,78 @@ std::vector<int32_t> make_indices(int rows, int topk, int64_t slots, uint32_t se
   return idx;
 }
 
+// Sets (value != nullptr) or clears an environment variable for its scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      had_ = true;
+      old_ = old;
+    }
+    if (value != nullptr) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// A_d of the header comment for every (row, head, d < 512): [rows * Hq][512].
+std::vector<double> weighted_abs_values(const SparseMlaDecodeParams& p) {
+  const int64_t B = p.q.shape[0], Sq = p.q.shape[1], Hq = p.q.shape[2];
+  const int dqk = static_cast<int>(p.q.shape[3]);
+  std::vector<double> out(static_cast<size_t>(B * Sq * Hq) * 512, 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s = 0; s < Sq; ++s) {
+      std::vector<double> K;
+      const auto gather = [&](const TensorView& idx, const TensorView& len, const LatentCache& c) {
+        if (!idx.defined()) return;
+        const int64_t topk = idx.shape[2];
+        int64_t n = len.defined() ? len.ptr<const int32_t>()[b * len.strides[0]] : topk;
+        n = std::max<int64_t>(0, std::min(n, topk));
+        const int64_t slots = c.pages.shape[0] * c.tokens_per_page;
+        const int32_t* ids = idx.ptr<const int32_t>() + b * idx.strides[0] + s * idx.strides[1];
+        for (int64_t j = 0; j < n; ++j) {
+          if (ids[j] < 0 || ids[j] >= slots) continue;
+          K.resize(K.size() + dqk);
+          cpu::dequant_latent(c, ids[j], K.data() + K.size() - dqk);
+        }
+      };
+      gather(p.indices, p.topk_length, p.cache);
+      gather(p.extra_indices, p.extra_topk_length, p.extra_cache);
+      const int64_t n = static_cast<int64_t>(K.size()) / dqk;
+      if (n == 0) continue;
+      std::vector<double> sc(n);
+      for (int64_t h = 0; h < Hq; ++h) {
+        const uint16_t* q = p.q.ptr<const uint16_t>() + b * p.q.strides[0] + s * p.q.strides[1] + h * p.q.strides[2];
+        double mx = -INFINITY;
+        for (int64_t t = 0; t < n; ++t) {
+          double dot = 0.0;
+          for (int d = 0; d < dqk; ++d) dot += double(codec::bf16_to_f32(q[d])) * K[t * dqk + d];
+          sc[t] = dot * p.sm_scale;
+          mx = std::max(mx, sc[t]);
+        }
+        double sum = 0.0;
+        for (int64_t t = 0; t < n; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+        double* o = out.data() + static_cast<size_t>((b * Sq + s) * Hq + h) * 512;
+        for (int64_t t = 0; t < n; ++t) {
+          for (int d = 0; d < 512; ++d) o[d] += sc[t] * std::fabs(K[t * dqk + d]);
+        }
+        for (int d = 0; d < 512; ++d) o[d] /= sum;
+      }
+    }
+  }
+  return out;
+}
+
 struct Problem {
   LatentFormat format = LatentFormat::kV4Fp8;
   int B = 0, Sq = 0, Hq = 0;
@@ -81,6 +164,7 @@ struct Problem {
   bool sink = false;
   bool lengths = false;
   std::vector<int> empty_rows;  // rows (b * Sq + s) whose indices are all -1
+  int smem_budget = 0;          // Exec::smem_budget_bytes of the CUDA calls
 };
 
 Problem problem(LatentFormat f, int B, int Sq, int Hq, int P, int pages, int topk) {
@@ -170,47 +254,59 @@ void run_problem(const Problem& pr, uint32_t seed) {
   g.out = test::on_cuda(p.out, dout.get());
   g.lse = test::on_cuda(p.lse, dlse.get());
 
-  std::vector<uint16_t> out_gpu(out_cpu.size()), first_out;
-  std::vector<float> lse_gpu(lse_cpu.size()), first_lse;
-  for (int rep = 0; rep < 5; ++rep) {
-    st = sparse_mla_decode(g, Exec{});
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    DSATTN_TEST_CUDA(cudaDeviceSynchronize());
-    DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
-    DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
-    if (rep == 0) {
-      first_out = out_gpu;
-      first_lse = lse_gpu;
-    } else {
-      ASSERT_TRUE(out_gpu == first_out) << "run " << rep << " differs bitwise from run 0";
-      ASSERT_EQ(0, std::memcmp(lse_gpu.data(), first_lse.data(), lse_gpu.size() * 4)) << "lse run " << rep;
-    }
-  }
-
-  int bad = 0;
-  for (int r = 0; r < rows; ++r) {
-    for (int h = 0; h < pr.Hq; ++h) {
-      const size_t row = static_cast<size_t>(r) * pr.Hq + h;
-      const float lc = lse_cpu[row], lg = lse_gpu[row];
-      if (std::isinf(lc)) {
-        ASSERT_EQ(lg, lc) << "row " << r << " head " << h << ": empty row lse";
-        for (int d = 0; d < 512; ++d) ASSERT_EQ(out_gpu[row * 512 + d], 0) << "empty row output";
-        continue;
+  std::vector<double> wabs;
+  for (const char* kernel : {static_cast<const char*>(nullptr), "mma"}) {
+    SCOPED_TRACE(kernel == nullptr ? "default decode kernel" : "DSATTN_MLA_KERNEL=mma");
+    const ScopedEnv env("DSATTN_MLA_KERNEL", kernel);
+    const bool mma = kernel != nullptr;
+    if (mma && wabs.empty()) wabs = weighted_abs_values(p);
+    DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
+    DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<uint16_t> out_gpu(out_cpu.size()), first_out;
+    std::vector<float> lse_gpu(lse_cpu.size()), first_lse;
+    Exec gex;
+    gex.smem_budget_bytes = pr.smem_budget;
+    for (int rep = 0; rep < 5; ++rep) {
+      st = sparse_mla_decode(g, gex);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      DSATTN_TEST_CUDA(cudaDeviceSynchronize());
+      DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
+      DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
+      if (rep == 0) {
+        first_out = out_gpu;
+        first_lse = lse_gpu;
+      } else {
+        ASSERT_TRUE(out_gpu == first_out) << "run " << rep << " differs bitwise from run 0";
+        ASSERT_EQ(0, std::memcmp(lse_gpu.data(), first_lse.data(), lse_gpu.size() * 4)) << "lse run " << rep;
       }
-      ASSERT_LE(std::fabs(lg - lc), 2e-5f * std::max(1.0f, std::fabs(lc))) << "row " << r << " head " << h;
-      float row_max = 0.0f;
-      for (int d = 0; d < 512; ++d) row_max = std::max(row_max, std::fabs(codec::bf16_to_f32(out_cpu[row * 512 + d])));
-      for (int d = 0; d < 512; ++d) {
-        const float c = codec::bf16_to_f32(out_cpu[row * 512 + d]);
-        const float gv = codec::bf16_to_f32(out_gpu[row * 512 + d]);
-        const float tol = std::ldexp(std::max(std::fabs(c), std::fabs(gv)), -7) + 1e-5f * row_max;
-        if (!(std::fabs(gv - c) <= tol) && ++bad <= 10) {
-          ADD_FAILURE() << "row " << r << " head " << h << " dim " << d << ": gpu " << gv << " cpu " << c;
+    }
+
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int h = 0; h < pr.Hq; ++h) {
+        const size_t row = static_cast<size_t>(r) * pr.Hq + h;
+        const float lc = lse_cpu[row], lg = lse_gpu[row];
+        if (std::isinf(lc)) {
+          ASSERT_EQ(lg, lc) << "row " << r << " head " << h << ": empty row lse";
+          for (int d = 0; d < 512; ++d) ASSERT_EQ(out_gpu[row * 512 + d], 0) << "empty row output";
+          continue;
+        }
+        ASSERT_LE(std::fabs(lg - lc), 2e-5f * std::max(1.0f, std::fabs(lc))) << "row " << r << " head " << h;
+        float row_max = 0.0f;
+        for (int d = 0; d < 512; ++d) row_max = std::max(row_max, std::fabs(codec::bf16_to_f32(out_cpu[row * 512 + d])));
+        for (int d = 0; d < 512; ++d) {
+          const float c = codec::bf16_to_f32(out_cpu[row * 512 + d]);
+          const float gv = codec::bf16_to_f32(out_gpu[row * 512 + d]);
+          float tol = std::ldexp(std::max(std::fabs(c), std::fabs(gv)), -7) + 1e-5f * row_max;
+          if (mma) tol += static_cast<float>(1.05 * std::ldexp(wabs[row * 512 + d], -9));
+          if (!(std::fabs(gv - c) <= tol) && ++bad <= 10) {
+            ADD_FAILURE() << "row " << r << " head " << h << " dim " << d << ": gpu " << gv << " cpu " << c;
+          }
         }
       }
     }
+    EXPECT_EQ(bad, 0);
   }
-  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace
@@ -247,6 +343,88 @@ TEST(GpuSparseMla, SmallHeadCountsAndEmptyRows) {
       pr.empty_rows = {1};
       run_problem(pr, 3000 + hq);
     }
+  }
+}
+
+// The tensor-core kernel at every heads-per-CTA setting (16, 32, 64: 4, 8, 16 warps), and under
+// sm_120's 99 KiB shared-memory budget (its default 32 heads per CTA fit there).
+TEST(GpuSparseMla, MmaHeadsPerCtaAndSmallBudget) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const char* hpc : {"16", "64"}) {
+    SCOPED_TRACE(std::string("DSATTN_MLA_HEADS_PER_CTA=") + hpc);
+    const ScopedEnv env("DSATTN_MLA_HEADS_PER_CTA", hpc);
+    Problem v4 = problem(LatentFormat::kV4Fp8, 2, 1, 64, 32, 20, 300);
+    v4.lengths = true;
+    v4.sink = true;
+    run_problem(v4, 4000);
+    Problem v32 = problem(LatentFormat::kV32Fp8, 1, 2, 128, 64, 12, 200);
+    v32.extra = true;
+    v32.extra_P = 2;
+    v32.extra_pages = 40;
+    v32.extra_topk = 33;
+    run_problem(v32, 4100);
+  }
+  for (LatentFormat f : {LatentFormat::kV4Fp8, LatentFormat::kV32Fp8}) {
+    Problem pr = problem(f, 3, 1, 64, 64, 8, 160);
+    pr.smem_budget = 101376;
+    pr.lengths = true;
+    run_problem(pr, 4200);
+  }
+}
+
+// What the tensor-core kernel cannot take is an error that says why, never a wrong answer.
+TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int Hq = 32, P = 16, pages = 2, topk = 8;
+  HostCache c;
+  ASSERT_NO_FATAL_FAILURE(make_cache(&c, LatentFormat::kV4Fp8, P, pages, 77));
+  std::vector<uint16_t> q(Hq * 512 + 8, codec::f32_to_bf16(0.5f));
+  std::vector<int32_t> idx(topk);
+  for (int j = 0; j < topk; ++j) idx[j] = j;
+  test::DevBuf dq, dpages, didx, dout, dlse;
+  test::upload_bytes(&dq, q.data(), q.size() * 2);
+  test::upload_bytes(&dpages, c.bytes.data(), c.bytes.size());
+  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
+  test::upload_bytes(&dout, q.data(), Hq * 512 * 2);
+  test::upload_bytes(&dlse, q.data(), Hq * 4);
+  SparseMlaDecodeParams g;
+  g.q = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, Hq, 512}), dq.get());
+  g.cache = c.view;
+  g.cache.pages = test::on_cuda(c.view.pages, dpages.get());
+  g.indices = test::on_cuda(make_tensor(idx.data(), DType::kI32, {1, 1, topk}), didx.get());
+  g.out = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, Hq, 512}), dout.get());
+  g.lse = test::on_cuda(make_tensor(q.data(), DType::kF32, {1, 1, Hq}), dlse.get());
+  g.sm_scale = 0.05f;
+  const auto expect_error = [&](const SparseMlaDecodeParams& pp, const Exec& ex, const char* what) {
+    const Status st = sparse_mla_decode(pp, ex);
+    ASSERT_FALSE(st.ok()) << what;
+    EXPECT_NE(st.to_string().find("sparse_mla_decode"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.to_string().find(what), std::string::npos) << st.to_string();
+  };
+  {
+    const ScopedEnv env("DSATTN_MLA_KERNEL", "fast");
+    expect_error(g, Exec{}, "DSATTN_MLA_KERNEL expected auto, simple or mma");
+  }
+  const ScopedEnv env("DSATTN_MLA_KERNEL", "mma");
+  ASSERT_TRUE(sparse_mla_decode(g, Exec{}).ok());  // the well-formed call runs
+  DSATTN_TEST_CUDA(cudaDeviceSynchronize());
+  {
+    SparseMlaDecodeParams m = g;  // q 2 bytes past a 16-byte boundary
+    m.q.data = static_cast<uint8_t*>(dq.get()) + 2;
+    expect_error(m, Exec{}, "q 16-byte aligned");
+  }
+  {
+    const ScopedEnv h("DSATTN_MLA_HEADS_PER_CTA", "64");
+    expect_error(g, Exec{}, "at most the 32 heads of q");
+  }
+  {
+    const ScopedEnv h("DSATTN_MLA_HEADS_PER_CTA", "24");
+    expect_error(g, Exec{}, "DSATTN_MLA_HEADS_PER_CTA expected 16, 32 or 64");
+  }
+  {
+    Exec small;
+    small.smem_budget_bytes = 48 * 1024;
+    expect_error(g, small, "bytes of shared memory per block, budget is 49152");
   }
 }
 

@@ -1,7 +1,14 @@
-// Launchers of the sparse-MLA kernel (arguments validated by src/api/sparse_mla.cpp): decode over
-// the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh.
+// Launchers of the sparse-MLA kernels (arguments validated by src/api/sparse_mla.cpp): decode over
+// the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
+// decode on tensor cores with src/cuda/common/mla_mma_kernel.cuh where DSATTN_MLA_KERNEL=mma asks
+// for it (see mla_kernel_choice).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/mla_kernel.cuh"
+#include "cuda/common/mla_mma_kernel.cuh"
 #include "cuda/cuda_ops.h"
 
 namespace dsattn {
@@ -40,6 +47,92 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
   return last_launch_status(op, "sparse_mla_kernel");
 }
 
+// The decode kernel a call runs (DSATTN_MLA_KERNEL, read per call): unset, "auto" or "simple" run
+// the scalar kernel; "mma" the tensor-core kernel, which then must be able to take the call (an
+// error says why not). The tensor-core kernel is not the default yet: it has not run on a GPU.
+// DSATTN_MLA_HEADS_PER_CTA (16, 32 or 64; default 16 for 16 heads, else 32) sets its heads per CTA.
+struct MlaChoice {
+  bool mma = false;
+  int hm = 0;  // heads per CTA / 16; 0: the default
+};
+
+Status mla_kernel_choice(const char* op, MlaChoice* c) {
+  *c = MlaChoice{};
+  const char* e = std::getenv("DSATTN_MLA_KERNEL");
+  if (e != nullptr && *e != '\0' && std::strcmp(e, "auto") != 0 && std::strcmp(e, "simple") != 0) {
+    if (std::strcmp(e, "mma") != 0) {
+      return detail::invalid(op, "DSATTN_MLA_KERNEL expected auto, simple or mma, got \"%s\"", e);
+    }
+    c->mma = true;
+  }
+  const char* h = std::getenv("DSATTN_MLA_HEADS_PER_CTA");
+  if (h != nullptr && *h != '\0') {
+    const int v = std::atoi(h);
+    if (v != 16 && v != 32 && v != 64) {
+      return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected 16, 32 or 64, got \"%s\"", h);
+    }
+    c->hm = v / 16;
+  }
+  return Status::Ok();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int HM, LatentFormat F>
+Status launch_mma(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t heads, int smem_budget,
+                  const Exec& ex) {
+  constexpr size_t smem = mla_mma_smem_bytes<HM, F>();
+  if (smem > static_cast<size_t>(smem_budget)) {
+    return detail::not_implemented(op,
+                                   "the tensor-core kernel at %d heads per CTA needs %zu bytes of shared memory "
+                                   "per block, budget is %d",
+                                   16 * HM, smem, smem_budget);
+  }
+  const auto kern = sparse_mla_mma_kernel<HM, F>;
+  DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)));
+  kern<<<grid, MlaMmaShape<HM, F>::kThreads, smem, static_cast<cudaStream_t>(ex.stream)>>>(a);
+  return last_launch_status(op, "sparse_mla_mma_kernel");
+}
+
+template <LatentFormat F>
+Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t heads, int hm, int smem_budget,
+                     const Exec& ex) {
+  if (hm == 0) hm = heads == 16 ? 1 : 2;
+  if (16 * hm > heads) {
+    return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
+                           static_cast<long long>(heads), 16 * hm);
+  }
+  switch (hm) {
+    case 1: return launch_mma<1, F>(op, a, rows, heads, smem_budget, ex);
+    case 2: return launch_mma<2, F>(op, a, rows, heads, smem_budget, ex);
+    default: return launch_mma<4, F>(op, a, rows, heads, smem_budget, ex);
+  }
+}
+
+// The tensor-core kernel reads q rows and cache tokens in 16-byte pieces.
+Status check_mma_alignment(const char* op, const SparseMlaDecodeParams& p) {
+  const int64_t qs[3] = {p.q.strides[0], p.q.strides[1], p.q.strides[2]};
+  if (!aligned16(p.q.data) || qs[0] % 8 != 0 || qs[1] % 8 != 0 || qs[2] % 8 != 0) {
+    return detail::not_implemented(
+        op, "DSATTN_MLA_KERNEL=mma needs q 16-byte aligned with strides that are multiples of 8, got strides "
+            "[%lld, %lld, %lld]",
+        static_cast<long long>(qs[0]), static_cast<long long>(qs[1]), static_cast<long long>(qs[2]));
+  }
+  const LatentCache* caches[2] = {&p.cache, p.extra_indices.defined() ? &p.extra_cache : nullptr};
+  for (const LatentCache* c : caches) {
+    if (c == nullptr) continue;
+    if (!aligned16(c->pages.data) || c->page_stride_bytes % 16 != 0) {
+      return detail::not_implemented(op,
+                                     "DSATTN_MLA_KERNEL=mma needs %s pages 16-byte aligned with a page stride that is "
+                                     "a multiple of 16 bytes, got a stride of %lld",
+                                     c == &p.cache ? "cache" : "extra_cache",
+                                     static_cast<long long>(c->page_stride_bytes));
+    }
+  }
+  return Status::Ok();
+}
+
 void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
   a->sink = sink.defined() ? sink.ptr<const float>() : nullptr;
   a->sink_s = sink.defined() ? sink.strides[0] : 0;
@@ -69,6 +162,24 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   a.main = cache_args(p.cache, p.indices, p.topk_length);
   if (p.extra_indices.defined()) a.extra = cache_args(p.extra_cache, p.extra_indices, p.extra_topk_length);
   const char* op = "sparse_mla_decode";
+  MlaChoice choice;
+  DSATTN_RETURN_IF_ERROR(mla_kernel_choice(op, &choice));
+  if (choice.mma) {
+    if (B * Sq > 0x7FFFFFFF) {
+      return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld",
+                                     static_cast<long long>(B * Sq));
+    }
+    DSATTN_RETURN_IF_ERROR(check_mma_alignment(op, p));
+    int budget = ex.smem_budget_bytes;
+    if (budget <= 0) {
+      int dev = 0;
+      DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+      DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return p.cache.format == LatentFormat::kV4Fp8
+               ? launch_mma_hm<LatentFormat::kV4Fp8>(op, a, B * Sq, Hq, choice.hm, budget, ex)
+               : launch_mma_hm<LatentFormat::kV32Fp8>(op, a, B * Sq, Hq, choice.hm, budget, ex);
+  }
   return p.cache.format == LatentFormat::kV4Fp8
              ? launch<LatentSource<LatentFormat::kV4Fp8>>(op, a, B * Sq, Hq, ex)
              : launch<LatentSource<LatentFormat::kV32Fp8>>(op, a, B * Sq, Hq, ex);

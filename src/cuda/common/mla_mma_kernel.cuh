@@ -1,0 +1,451 @@
+// Sparse-MLA decode on tensor cores (SPEC §3.5 over the FP8 latent caches of §2.3): bf16
+// m16n8k16 `mma.sync` with fp32 accumulators, so it runs on sm_80 .. sm_120 alike. Opt-in for now
+// (DSATTN_MLA_KERNEL=mma, see mla_launch.cu): written without a GPU at hand; mla_kernel.cuh's
+// scalar kernel stays the default until this one has run its tests and benchmarks on hardware.
+//
+// One CTA per (query row (b, s), group of HG = 16 HM heads), 4 HM warps; it walks the row's used
+// indices (main cache, then the extra cache) in tiles of kMlaMmaTile = 32 tokens:
+//   A. the tile's bytes, loaded into registers during the previous tile, go to shared memory: the
+//      E4M3 values as bf16 *without* their scales (exact: every E4M3 value is a bf16 value), the
+//      RoPE values as they are, the scales as fp32 per (token, block of kBlock dims); unused
+//      tokens (past topk_length, -1, ids past the end) as zeros, never read from the cache;
+//   B. the next tile's loads are issued; warp w scores its (16 heads, 8 tokens) piece of
+//      S = Q K^T, one fp32 accumulator per scale block, each multiplied by its tokens' scale
+//      before it is added (so the scores are those of the dequantized keys, in fp32);
+//   C. online softmax in the log2 domain, 8 threads per head (running max and sum in registers);
+//   D. O += P V: warp w owns 512 / (4 HM) output dims of all HG heads (64 fp32 accumulators per
+//      thread); P is rounded to bf16 after it is multiplied by the scale of the token and of the
+//      warp's dims' block (the only rounding the dequantized cache values do not see).
+// Then out = O / l (times 1 / (1 + exp(sink - lse)) with a sink) in bf16 and lse = ln(sum exp).
+// A row with no used token writes zeros and lse = -inf.
+//
+// Shared memory (dynamic): Q [HG][D + 8] bf16 | K [32][D + 8] bf16 | S/P [HG][40] fp32 |
+// scales [32][8] fp32 | alpha, m, l [HG] fp32. The row pads keep ldmatrix and the fragment reads
+// free of bank conflicts. Requirements checked by the launcher: q rows and cache pages 16-byte
+// aligned (page strides multiples of 16).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include <cstdint>
+
+#include "cuda/common/mla_kernel.cuh"
+#include "cuda/common/mma_fp8.cuh"
+
+namespace dsattn {
+namespace cuda {
+
+constexpr int kMlaMmaTile = 32;   // tokens per tile
+constexpr int kMlaMmaSRow = 40;   // fp32 words per S/P row (32 + 8: conflict-free float2 reads)
+constexpr int kMlaMmaScales = 8;  // scale words per token
+
+// Per-format constants. Chunks are the 16-byte pieces a token's bytes are loaded in: E4M3 NoPE
+// chunks first, then (V4) RoPE chunks and the scale record (8 bytes), or (V3.2) the scale chunk
+// (4 fp32) and the RoPE chunks; every chunk but V4's scales sits at 16 p from the token's record.
+template <LatentFormat F>
+struct MlaMmaFormat {
+  static constexpr bool kV4 = F == LatentFormat::kV4Fp8;
+  static constexpr int kNope = kV4 ? kV4NopeDim : kV32NopeDim;  // 448 / 512
+  static constexpr int kDqk = kNope + 64;                       // 512 / 576
+  static constexpr int kBlock = kV4 ? 64 : 128;                 // dims per scale
+  static constexpr int kNopeBlocks = kNope / kBlock;            // 7 / 4
+  static constexpr int kNopeChunks = kNope / 16;                // 28 / 32
+  static constexpr int kChunks = kNopeChunks + 9;               // + 8 RoPE + 1 scale: 37 / 41
+  static constexpr int kScaleChunk = kV4 ? kNopeChunks + 8 : kNopeChunks;  // 36 / 32
+  static constexpr int kRopeChunk0 = kV4 ? kNopeChunks : kNopeChunks + 1;  // 28 / 33
+  static constexpr int kRecBytes = kV4 ? kV4DataBytes : kV32TokenBytes;
+};
+
+template <int HM, LatentFormat F>
+struct MlaMmaShape {
+  using Fmt = MlaMmaFormat<F>;
+  static constexpr int kHeads = 16 * HM;
+  static constexpr int kWarps = 4 * HM;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRow = Fmt::kDqk + 8;  // bf16 per Q / K row in shared memory
+  static constexpr int kLoads = (kMlaMmaTile * Fmt::kChunks + kThreads - 1) / kThreads;  // chunks per thread
+  static constexpr int kDimsPerWarp = kLatentDv / kWarps;                                // 128 / 64 / 32
+  static constexpr int kSub = kDimsPerWarp < Fmt::kBlock ? kDimsPerWarp : Fmt::kBlock;   // dims per scale
+  static constexpr int kNSub = kDimsPerWarp / kSub;
+  static constexpr size_t kQBytes = size_t(kHeads) * kRow * 2;
+  static constexpr size_t kKBytes = size_t(kMlaMmaTile) * kRow * 2;
+  static constexpr size_t kSBytes = size_t(kHeads) * kMlaMmaSRow * 4;
+  static constexpr size_t kScBytes = size_t(kMlaMmaTile) * kMlaMmaScales * 4;
+  static constexpr size_t kSmemBytes = kQBytes + kKBytes + kSBytes + kScBytes + 3 * size_t(kHeads) * 4;
+  static_assert(kDimsPerWarp % 16 == 0 && kSub % 16 == 0, "n-tiles are taken in pairs");
+};
+
+template <int HM, LatentFormat F>
+constexpr size_t mla_mma_smem_bytes() {
+  return MlaMmaShape<HM, F>::kSmemBytes;
+}
+
+namespace mla_mma {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// c += a (16 x 16, row) * b (16 x 8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&b);
+}
+// f16x2 -> bf16x2 through fp32: exact for the E4M3 values it is given.
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16(f.x, f.y);
+}
+// 16 E4M3 bytes -> 16 bf16 (same order), exact.
+__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& v, uint4* lo, uint4* hi) {
+  uint32_t h[8];
+  e4m3x4_to_f16x2_fast(v.x, &h[0], &h[1]);
+  e4m3x4_to_f16x2_fast(v.y, &h[2], &h[3]);
+  e4m3x4_to_f16x2_fast(v.z, &h[4], &h[5]);
+  e4m3x4_to_f16x2_fast(v.w, &h[6], &h[7]);
+  *lo = make_uint4(f16x2_to_bf16x2(h[0]), f16x2_to_bf16x2(h[1]), f16x2_to_bf16x2(h[2]), f16x2_to_bf16x2(h[3]));
+  *hi = make_uint4(f16x2_to_bf16x2(h[4]), f16x2_to_bf16x2(h[5]), f16x2_to_bf16x2(h[6]), f16x2_to_bf16x2(h[7]));
+}
+
+// Where a used token's bytes are: its record (data record for V4, token record for V3.2) and its
+// scales; rec == nullptr for an unused position.
+struct TokenRef {
+  const uint8_t* rec;
+  const uint8_t* scl;
+};
+
+// The cache entry behind position j of the row's concatenated list (main, then extra): which
+// cache (0 / 1, -1 none) and its id, read from the index tensor (no bounds check on the id yet).
+__device__ __forceinline__ void load_index(const MlaDecodeArgs& a, int64_t b, int64_t s, int len_main, int total,
+                                           int j, int* which, int* id) {
+  *which = -1;
+  *id = -1;
+  if (j < len_main) {
+    *which = 0;
+    *id = __ldg(a.main.idx + b * a.main.idx_sb + s * a.main.idx_ss + j);
+  } else if (j < total) {
+    *which = 1;
+    *id = __ldg(a.extra.idx + b * a.extra.idx_sb + s * a.extra.idx_ss + (j - len_main));
+  }
+}
+
+template <LatentFormat F>
+__device__ __forceinline__ TokenRef make_ref(const MlaDecodeArgs& a, int which, int id) {
+  TokenRef r{nullptr, nullptr};
+  if (which < 0) return r;
+  const MlaCacheArgs& c = which == 0 ? a.main : a.extra;
+  if (id < 0 || id >= c.num_slots) return r;
+  const uint32_t page = static_cast<uint32_t>(id) / static_cast<uint32_t>(c.P);
+  const uint32_t off = static_cast<uint32_t>(id) - page * static_cast<uint32_t>(c.P);
+  const uint8_t* pg = c.pages + int64_t(page) * c.page_stride;
+  r.rec = pg + int64_t(off) * MlaMmaFormat<F>::kRecBytes;
+  r.scl = MlaMmaFormat<F>::kV4 ? pg + int64_t(c.P) * kV4DataBytes + int64_t(off) * kV4ScaleBytes
+                               : r.rec + kV32NopeDim;
+  return r;
+}
+
+}  // namespace mla_mma
+
+// CTAs per SM asked of the register allocator: 2 x 256 or 1 x 512 threads at <= 128 registers
+// (a few dozen bytes spill at 32 and 64 heads), 3 x 128 threads at <= 170 (16 heads: its 10-11
+// chunks per thread in flight need more registers).
+template <int HM>
+constexpr int mla_mma_min_blocks() {
+  return HM == 1 ? 3 : HM == 2 ? 2 : 1;
+}
+
+template <int HM, LatentFormat F>
+__global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_blocks<HM>())
+    sparse_mla_mma_kernel(MlaDecodeArgs a) {
+  using namespace mla_mma;
+  using Fmt = MlaMmaFormat<F>;
+  using Sh = MlaMmaShape<HM, F>;
+  constexpr int D = Fmt::kDqk, KS = Sh::kRow, HG = Sh::kHeads, NT = Sh::kThreads, T = kMlaMmaTile;
+  constexpr int SR = kMlaMmaSRow, CH = Fmt::kChunks, NL = Sh::kLoads;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float kNegInf = -INFINITY;
+
+  extern __shared__ __align__(16) uint8_t mla_smem[];
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(mla_smem);
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(mla_smem + Sh::kQBytes);
+  float* s_s = reinterpret_cast<float*>(mla_smem + Sh::kQBytes + Sh::kKBytes);
+  float* sc_s = s_s + HG * SR;
+  float* alpha_s = sc_s + T * kMlaMmaScales;
+  float* m_s = alpha_s + HG;
+  float* l_s = m_s + HG;
+  __shared__ TokenRef ref_s[2][T];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t b = blockIdx.x / a.Sq, s = blockIdx.x % a.Sq;
+  const int h0 = blockIdx.y * HG;
+  const int len_main = used_length(a.main, b);
+  const int len_extra = a.extra.topk > 0 ? used_length(a.extra, b) : 0;
+  const int total = len_main + len_extra;
+  const int ntiles = (total + T - 1) / T;
+  const float qk_scale = a.sm_scale * kLog2e;  // scores in the log2 domain
+
+  // Q: HG rows of D bf16, 16-byte pieces.
+  {
+    const uint16_t* qrow = a.q + b * a.q_sb + s * a.q_ss + int64_t(h0) * a.q_sh;
+    for (int e = tid; e < HG * (D / 8); e += NT) {
+      const int h = e / (D / 8), c = e % (D / 8);
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + int64_t(h) * a.q_sh + 8 * c));
+      *reinterpret_cast<uint4*>(q_s + h * KS + 8 * c) = v;
+    }
+  }
+  int pend_which = -1, pend_id = -1;  // warp 0: the index of position 32 (j + 1) + lane
+  if (warp == 0) {
+    int w0, i0;
+    load_index(a, b, s, len_main, total, lane, &w0, &i0);
+    ref_s[0][lane] = make_ref<F>(a, w0, i0);
+    load_index(a, b, s, len_main, total, T + lane, &pend_which, &pend_id);
+  }
+  __syncthreads();
+
+  // This thread's chunks of a tile: chunk c = tid + i NT is part c % CH of token c / CH.
+  uint4 ld[NL];
+  const auto issue = [&](int slot) {
+#pragma unroll
+    for (int i = 0; i < NL; ++i) {
+      const int c = tid + i * NT;
+      ld[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (c < T * CH) {
+        const int tok = c / CH, part = c % CH;
+        const TokenRef r = ref_s[slot][tok];
+        if (r.rec != nullptr) {
+          if (Fmt::kV4 && part == Fmt::kScaleChunk) {
+            const uint2 v = __ldg(reinterpret_cast<const uint2*>(r.scl));
+            ld[i].x = v.x;
+            ld[i].y = v.y;
+          } else {
+            ld[i] = __ldg(reinterpret_cast<const uint4*>(r.rec + 16 * part));
+          }
+        }
+      }
+    }
+  };
+  const auto store = [&]() {
+#pragma unroll
+    for (int i = 0; i < NL; ++i) {
+      const int c = tid + i * NT;
+      if (c < T * CH) {
+        const int tok = c / CH, part = c % CH;
+        uint16_t* krow = k_s + tok * KS;
+        if (part < Fmt::kNopeChunks) {
+          uint4 lo, hi;
+          e4m3x16_to_bf16(ld[i], &lo, &hi);
+          *reinterpret_cast<uint4*>(krow + 16 * part) = lo;
+          *reinterpret_cast<uint4*>(krow + 16 * part + 8) = hi;
+        } else if (part == Fmt::kScaleChunk) {
+          float* sc = sc_s + tok * kMlaMmaScales;
+          if constexpr (Fmt::kV4) {
+#pragma unroll
+            for (int e = 0; e < 7; ++e) {
+              const uint32_t w = e < 4 ? ld[i].x : ld[i].y;
+              sc[e] = codec::ue8m0_to_f32(static_cast<uint8_t>(w >> (8 * (e & 3))));
+            }
+            sc[7] = 1.0f;  // the RoPE dims (V's last 64) carry no scale
+          } else {
+            sc[0] = __uint_as_float(ld[i].x);
+            sc[1] = __uint_as_float(ld[i].y);
+            sc[2] = __uint_as_float(ld[i].z);
+            sc[3] = __uint_as_float(ld[i].w);
+          }
+        } else {
+          *reinterpret_cast<uint4*>(krow + Fmt::kNope + 8 * (part - Fmt::kRopeChunk0)) = ld[i];
+        }
+      }
+    }
+  };
+  if (ntiles > 0) issue(0);
+
+  float o[HM][Sh::kDimsPerWarp / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < HM; ++mt)
+#pragma unroll
+    for (int n = 0; n < Sh::kDimsPerWarp / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  float m_run = kNegInf, l_run = 0.0f;  // softmax threads: head tid / 8
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int slot = j & 1;
+    // A: this tile's bytes into shared memory; warp 0 resolves the next tile's positions.
+    store();
+    if (warp == 0 && j + 1 < ntiles) {
+      ref_s[slot ^ 1][lane] = make_ref<F>(a, pend_which, pend_id);
+      load_index(a, b, s, len_main, total, (j + 2) * T + lane, &pend_which, &pend_id);
+    }
+    __syncthreads();
+    // B: the next tile's loads, then S for (heads 16 (warp / 4) .., tokens 8 (warp % 4) ..).
+    if (j + 1 < ntiles) issue(slot ^ 1);
+    {
+      const int mt = warp >> 2, nt = warp & 3;
+      const uint32_t qa = smem_u32(q_s + (16 * mt + (lane & 15)) * KS + (lane >> 4) * 8);
+      const uint32_t kb = smem_u32(k_s + (8 * nt + (lane & 7)) * KS + (lane >> 3) * 8);
+      const int tok0 = 8 * nt + 2 * t4;
+      // Two k-steps (dims k0 .. k0 + 31) of this warp's piece into acc.
+      const auto ksteps = [&](float(&acc)[4], int k0) {
+        uint32_t a0[4], a1[4], bb[4];
+        ldsm_x4(qa + 2 * k0, a0);
+        ldsm_x4(qa + 2 * (k0 + 16), a1);
+        ldsm_x4(kb + 2 * k0, bb);
+        mma_bf16(acc, a0, bb[0], bb[1]);
+        mma_bf16(acc, a1, bb[2], bb[3]);
+      };
+      float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int blk = 0; blk < Fmt::kNopeBlocks; ++blk) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int kk = 0; kk < Fmt::kBlock / 32; ++kk) ksteps(c, blk * Fmt::kBlock + 32 * kk);
+        const float sc0 = sc_s[tok0 * kMlaMmaScales + blk], sc1 = sc_s[(tok0 + 1) * kMlaMmaScales + blk];
+        sacc[0] = fmaf(c[0], sc0, sacc[0]);
+        sacc[1] = fmaf(c[1], sc1, sacc[1]);
+        sacc[2] = fmaf(c[2], sc0, sacc[2]);
+        sacc[3] = fmaf(c[3], sc1, sacc[3]);
+      }
+      ksteps(sacc, Fmt::kNope);  // RoPE: 64 dims, no scale
+      ksteps(sacc, Fmt::kNope + 32);
+      const bool u0 = ref_s[slot][tok0].rec != nullptr, u1 = ref_s[slot][tok0 + 1].rec != nullptr;
+      float* r0 = s_s + (16 * mt + g) * SR + tok0;
+      float* r1 = r0 + 8 * SR;
+      *reinterpret_cast<float2*>(r0) = make_float2(u0 ? sacc[0] * qk_scale : kNegInf, u1 ? sacc[1] * qk_scale : kNegInf);
+      *reinterpret_cast<float2*>(r1) = make_float2(u0 ? sacc[2] * qk_scale : kNegInf, u1 ? sacc[3] * qk_scale : kNegInf);
+    }
+    __syncthreads();
+    // C: online softmax, head tid / 8, tokens 4 (tid % 8) .. + 3.
+    {
+      const int h = tid >> 3, q4 = tid & 7;
+      float4 v = *reinterpret_cast<const float4*>(s_s + h * SR + 4 * q4);
+      float mx = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      const float m_new = fmaxf(m_run, mx);
+      float alpha = 1.0f;
+      if (m_new != kNegInf) {  // else nothing used yet: probabilities 0, alpha 1
+        alpha = exp2f(m_run - m_new);  // m_run = -inf -> 0
+        v.x = exp2f(v.x - m_new);      // unused tokens: exp2(-inf) = 0
+        v.y = exp2f(v.y - m_new);
+        v.z = exp2f(v.z - m_new);
+        v.w = exp2f(v.w - m_new);
+      } else {
+        v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      float sum = (v.x + v.y) + (v.z + v.w);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      *reinterpret_cast<float4*>(s_s + h * SR + 4 * q4) = v;
+      if (q4 == 0) alpha_s[h] = alpha;
+    }
+    __syncthreads();
+    // D: O += P V over this warp's dims [d0, d0 + kDimsPerWarp).
+    {
+      const int d0 = warp * Sh::kDimsPerWarp;
+#pragma unroll
+      for (int mt = 0; mt < HM; ++mt) {
+        const float al0 = alpha_s[16 * mt + g], al1 = alpha_s[16 * mt + g + 8];
+#pragma unroll
+        for (int n = 0; n < Sh::kDimsPerWarp / 8; ++n) {
+          o[mt][n][0] *= al0;
+          o[mt][n][1] *= al0;
+          o[mt][n][2] *= al1;
+          o[mt][n][3] *= al1;
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        const int ta = 16 * ks + 2 * t4;  // this thread's tokens: ta, ta + 1, ta + 8, ta + 9
+#pragma unroll
+        for (int sb = 0; sb < Sh::kNSub; ++sb) {
+          const int dsub = d0 + sb * Sh::kSub;
+          const int blk = dsub / Fmt::kBlock;  // V4: the RoPE dims (448 ..) are block 7, scale 1
+          const float c0 = sc_s[ta * kMlaMmaScales + blk], c1 = sc_s[(ta + 1) * kMlaMmaScales + blk];
+          const float c2 = sc_s[(ta + 8) * kMlaMmaScales + blk], c3 = sc_s[(ta + 9) * kMlaMmaScales + blk];
+          uint32_t pa[HM][4];
+#pragma unroll
+          for (int mt = 0; mt < HM; ++mt) {
+            const float* p0 = s_s + (16 * mt + g) * SR + ta;
+            const float* p1 = p0 + 8 * SR;
+            const float2 x00 = *reinterpret_cast<const float2*>(p0);
+            const float2 x01 = *reinterpret_cast<const float2*>(p0 + 8);
+            const float2 x10 = *reinterpret_cast<const float2*>(p1);
+            const float2 x11 = *reinterpret_cast<const float2*>(p1 + 8);
+            pa[mt][0] = pack_bf16(x00.x * c0, x00.y * c1);
+            pa[mt][1] = pack_bf16(x10.x * c0, x10.y * c1);
+            pa[mt][2] = pack_bf16(x01.x * c2, x01.y * c3);
+            pa[mt][3] = pack_bf16(x11.x * c2, x11.y * c3);
+          }
+#pragma unroll
+          for (int np = 0; np < Sh::kSub / 16; ++np) {
+            const int n0 = dsub + 16 * np;
+            uint32_t vb[4];
+            ldsm_x4_trans(smem_u32(k_s + (16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8) * KS + n0 + (lane >> 4) * 8),
+                          vb);
+            const int ni = (sb * Sh::kSub + 16 * np) / 8;
+#pragma unroll
+            for (int mt = 0; mt < HM; ++mt) {
+              mma_bf16(o[mt][ni], pa[mt], vb[0], vb[1]);
+              mma_bf16(o[mt][ni + 1], pa[mt], vb[2], vb[3]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // K, S / P and the scales are rewritten by the next tile
+  }
+
+  // Epilogue: per-head max and sum to shared memory, then each warp writes its dims.
+  if ((tid & 7) == 0) {
+    const int h = tid >> 3;
+    m_s[h] = m_run;
+    l_s[h] = l_run;
+    const float lse = l_run > 0.0f ? (m_run + log2f(l_run)) * 0.6931471805599453f : kNegInf;
+    a.lse[b * a.l_sb + s * a.l_ss + int64_t(h0 + h) * a.l_sh] = lse;
+  }
+  __syncthreads();
+  const int d0 = warp * Sh::kDimsPerWarp;
+#pragma unroll
+  for (int mt = 0; mt < HM; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int h = 16 * mt + g + 8 * half;
+      const float l = l_s[h];
+      float f = 0.0f;
+      if (l > 0.0f) {
+        f = 1.0f / l;
+        if (a.sink != nullptr) {
+          const float lse = (m_s[h] + log2f(l)) * 0.6931471805599453f;
+          f *= 1.0f / (1.0f + expf(a.sink[int64_t(h0 + h) * a.sink_s] - lse));
+        }
+      }
+      uint16_t* orow = a.out + b * a.o_sb + s * a.o_ss + int64_t(h0 + h) * a.o_sh;
+#pragma unroll
+      for (int n = 0; n < Sh::kDimsPerWarp / 8; ++n) {
+        const uint32_t v = l > 0.0f ? pack_bf16(o[mt][n][2 * half] * f, o[mt][n][2 * half + 1] * f) : 0u;
+        *reinterpret_cast<uint32_t*>(orow + d0 + 8 * n + 2 * t4) = v;
+      }
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace dsattn
