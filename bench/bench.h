@@ -12,6 +12,7 @@ int run_indexer(const std::vector<std::string>& args);  // dsattn bench indexer 
 int run_fused(const std::vector<std::string>& args);    // dsattn bench indexer --fused [...]
 int run_topk(const std::vector<std::string>& args);     // dsattn bench topk [...]
 int run_mma(const std::vector<std::string>& args);      // dsattn bench mma [...]
+int run_mla(const std::vector<std::string>& args);      // dsattn bench mla [...]
 
 }  // namespace bench
 }  // namespace dsattn

@@ -17,6 +17,7 @@ int run_indexer(const std::vector<std::string>&) { return needs_cuda(); }
 int run_fused(const std::vector<std::string>&) { return needs_cuda(); }
 int run_topk(const std::vector<std::string>&) { return needs_cuda(); }
 int run_mma(const std::vector<std::string>&) { return needs_cuda(); }
+int run_mla(const std::vector<std::string>&) { return needs_cuda(); }
 
 }  // namespace bench
 }  // namespace dsattn

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsattn {
@@ -195,13 +196,13 @@ inline ParseResult parse_demo_args(const std::vector<std::string>& args, DemoOpt
 }
 
 // ---------------------------------------------------------------- dsattn bench
-enum class BenchKind { kIndexer, kFused, kTopk, kMma };
+enum class BenchKind { kIndexer, kFused, kTopk, kMma, kMla };
 
-// `args` follow "bench": "indexer [--fused] ...", "topk ..." or "mma ...". `--fused` may appear anywhere after
+// `args` follow "bench": "indexer [--fused] ...", "topk ...", "mma ..." or "mla ...". `--fused` may appear anywhere after
 // "indexer" and is removed from the forwarded arguments. "--help" before the kind is kHelp.
 inline ParseResult parse_bench_args(const std::vector<std::string>& args, BenchKind* kind,
                                     std::vector<std::string>* rest, std::string* err) {
-  const std::string accepted = "indexer, indexer --fused, topk, mma";
+  const std::string accepted = "indexer, indexer --fused, topk, mma, mla";
   rest->clear();
   if (args.empty()) {
     *err = "dsattn bench: missing benchmark name (accepted: " + accepted + ")";
@@ -216,15 +217,14 @@ inline ParseResult parse_bench_args(const std::vector<std::string>& args, BenchK
     }
     return ParseResult::kRun;
   }
-  if (args[0] == "topk") {
-    *kind = BenchKind::kTopk;
-    rest->assign(args.begin() + 1, args.end());
-    return ParseResult::kRun;
-  }
-  if (args[0] == "mma") {
-    *kind = BenchKind::kMma;
-    rest->assign(args.begin() + 1, args.end());
-    return ParseResult::kRun;
+  const std::pair<const char*, BenchKind> plain[] = {
+      {"topk", BenchKind::kTopk}, {"mma", BenchKind::kMma}, {"mla", BenchKind::kMla}};
+  for (const auto& [name, k] : plain) {
+    if (args[0] == name) {
+      *kind = k;
+      rest->assign(args.begin() + 1, args.end());
+      return ParseResult::kRun;
+    }
   }
   *err = "dsattn bench: unknown benchmark '" + args[0] + "' (accepted: " + accepted + ")";
   return ParseResult::kError;

@@ -16,6 +16,7 @@ int run_indexer(const std::vector<std::string>& args) __attribute__((weak));
 int run_fused(const std::vector<std::string>& args) __attribute__((weak));
 int run_topk(const std::vector<std::string>& args) __attribute__((weak));
 int run_mma(const std::vector<std::string>& args) __attribute__((weak));
+int run_mla(const std::vector<std::string>& args) __attribute__((weak));
 }  // namespace bench
 
 namespace cli {
@@ -26,6 +27,7 @@ const char kBenchUsage[] =
     "       dsattn bench indexer --fused [options]  paged_mqa_topk (fused indexer + top-k)\n"
     "       dsattn bench topk [options]             topk over a logits matrix\n"
     "       dsattn bench mma [options]              mma.sync and E4M3-conversion ceilings (portable kernel)\n"
+    "       dsattn bench mla [options]              sparse_mla_decode: scalar and tensor-core kernels\n"
     "\n"
     "Benchmarks need a CUDA build and a GPU. `dsattn bench <name> --help` lists each one's options.\n";
 }  // namespace
@@ -47,6 +49,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     case BenchKind::kFused: fn = bench::run_fused, name = "indexer --fused"; break;
     case BenchKind::kTopk: fn = bench::run_topk, name = "topk"; break;
     case BenchKind::kMma: fn = bench::run_mma, name = "mma"; break;
+    case BenchKind::kMla: fn = bench::run_mla, name = "mla"; break;
   }
   if (fn == nullptr) {
     std::fprintf(stderr, "dsattn bench %s: this build has no such benchmark yet (bench/*.cu does not define it)\n", name);

@@ -94,9 +94,12 @@ TEST(CliArgs, Bench) {
   ASSERT_EQ(parse_bench_args(A({"mma", "--warps", "12"}), &kind, &rest, &err), ParseResult::kRun);
   EXPECT_EQ(kind, BenchKind::kMma);
   EXPECT_EQ(rest, A({"--warps", "12"}));
+  ASSERT_EQ(parse_bench_args(A({"mla", "--batch", "4"}), &kind, &rest, &err), ParseResult::kRun);
+  EXPECT_EQ(kind, BenchKind::kMla);
+  EXPECT_EQ(rest, A({"--batch", "4"}));
   EXPECT_EQ(parse_bench_args(A({"--help"}), &kind, &rest, &err), ParseResult::kHelp);
-  EXPECT_EQ(parse_bench_args(A({"mla"}), &kind, &rest, &err), ParseResult::kError);
-  EXPECT_EQ(err, "dsattn bench: unknown benchmark 'mla' (accepted: indexer, indexer --fused, topk, mma)");
+  EXPECT_EQ(parse_bench_args(A({"attention"}), &kind, &rest, &err), ParseResult::kError);
+  EXPECT_EQ(err, "dsattn bench: unknown benchmark 'attention' (accepted: indexer, indexer --fused, topk, mma, mla)");
   EXPECT_EQ(parse_bench_args({}, &kind, &rest, &err), ParseResult::kError);
 }
 
