@@ -58,9 +58,9 @@ done
 
 OUT="${OUT:-./gpu_out}"
 mkdir -p "$OUT"
-. scripts/lib_step.sh  # step NAME LOG CMD..., SUMMARY, FAILED
+. scripts/lib_step.sh  # step, device_info, sanitize, print_summary
 
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/device.txt" 2>&1 || true
+device_info
 
 if [ -n "$PREBUILT" ]; then
   BIN="$PREBUILT"

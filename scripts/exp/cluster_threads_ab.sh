@@ -47,20 +47,14 @@ fi
 OUT="${OUT:-./gpu_out}/cluster_threads"
 mkdir -p "$OUT"
 STEP_TIMEOUT_DEFAULT=540  # a device call runs at most 600 s
-. scripts/lib_step.sh  # step NAME LOG CMD..., SUMMARY, FAILED
+. scripts/lib_step.sh  # step, device_info, sanitize, print_summary
 
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/device.txt" 2>&1 || true
+device_info
 
 if [ "$TESTS" = 1 ]; then
   step tests tests.log "$BIN/dsattn_gpu_tests" --gtest_filter='GpuTopk*:*GpuTopkCluster*:GpuFusedTopk.*'
 fi
-if [ "$SAN" = 1 ] && command -v compute-sanitizer >/dev/null; then
-  SAN_TESTS='GpuTopk.ClusterSanitizerSmall'
-  step memcheck memcheck.log compute-sanitizer --tool memcheck --error-exitcode 97 \
-    "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_TESTS"
-  step racecheck racecheck.log compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 97 \
-    "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_TESTS"
-fi
+[ "$SAN" = 1 ] && sanitize "$BIN" 'GpuTopk.ClusterSanitizerSmall'
 
 TOPK_SHAPES=(--shape 1x65536 --shape 1x40000 --shape 1x32768 --shape 1x16384 --shape 8x65536 --shape 12x32768)
 FUSED_SHAPES=(--shape 1x65536x1x64x64x128 --shape 1x40000x1x64x64x128 --shape 1x32768x1x64x64x128
@@ -83,10 +77,7 @@ if [ "$NCU" = 1 ] && command -v ncu >/dev/null; then
   done
 fi
 
-{
-  echo "| step                   | result    |  time | log"
-  printf '%s\n' "${SUMMARY[@]}"
-} | tee "$OUT/summary.txt"
+print_summary
 # The medians side by side: the topk rows and the fused rows of every configuration and round.
 for f in "$OUT"/topk_*.log "$OUT"/fused_*.log; do
   [ -f "$f" ] || continue

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One device call for the tensor-core sparse-MLA decode kernel (src/cuda/common/mla_mma_kernel.cuh,
+# DSATTN_MLA_KERNEL=mma; BENCHMARKS.md 2026-12-05 "sparse MLA decode on tensor cores"):
+#   1. the GPU tests GpuSparseMla.* (every decode case on both kernels, against the CPU reference;
+#      heads per CTA 16 / 32 / 64, sm_120's 99 KiB budget, the errors it gives);
+#   2. compute-sanitizer memcheck and racecheck of GpuSparseMla.SmallHeadCountsAndEmptyRows and
+#      GpuSparseMla.MmaRejectsWhatItCannotRun (short and empty rows, both caches, both formats);
+#   3. dsattn bench mla: the scalar and the tensor-core kernels beside the copy bandwidth, both
+#      formats, at the default heads per CTA, then 16 and 64 heads per CTA at 64 and 128 heads;
+#   4. ncu of the tensor-core kernel at 64 x 128 heads (one launch), when ncu is present.
+# Logs go to ${OUT:-./gpu_out}/mla_mma; a summary table is printed last.
+#
+# Usage: scripts/exp/mla_mma.sh --prebuilt DIR [--no-tests] [--no-sanitizer] [--no-bench] [--no-ncu]
+#   DIR holds dsattn_gpu_tests and dsattn, built for sm_90a (with CXX=/usr/bin/g++).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+BIN=""
+TESTS=1
+SAN=1
+BENCH=1
+NCU=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) BIN="$2"; shift 2 ;;
+    --no-tests) TESTS=0; shift ;;
+    --no-sanitizer) SAN=0; shift ;;
+    --no-bench) BENCH=0; shift ;;
+    --no-ncu) NCU=0; shift ;;
+    -h|--help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
+    *) echo "mla_mma: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$BIN" ] || [ ! -x "$BIN/dsattn" ] || [ ! -x "$BIN/dsattn_gpu_tests" ]; then
+  echo "mla_mma: --prebuilt DIR with dsattn and dsattn_gpu_tests expected" >&2
+  exit 2
+fi
+
+OUT="${OUT:-./gpu_out}/mla_mma"
+mkdir -p "$OUT"
+STEP_TIMEOUT_DEFAULT=300
+. scripts/lib_step.sh  # step, device_info, sanitize, print_summary
+
+device_info
+
+if [ "$TESTS" = 1 ]; then
+  step tests tests.log "$BIN/dsattn_gpu_tests" --gtest_filter='GpuSparseMla.*'
+fi
+[ "$SAN" = 1 ] && sanitize "$BIN" 'GpuSparseMla.SmallHeadCountsAndEmptyRows:GpuSparseMla.MmaRejectsWhatItCannotRun'
+if [ "$BENCH" = 1 ]; then
+  step "bench v32" bench_v32.log "$BIN/dsattn" bench mla --format v32 --batch 1,16,64 --heads 16,64,128 --topk 2048
+  step "bench v4" bench_v4.log "$BIN/dsattn" bench mla --format v4 --batch 1,16,64 --heads 16,64,128 --topk 512 \
+    --extra 128
+  for h in 16 64; do
+    step "bench hpc$h" "bench_hpc$h.log" \
+      env DSATTN_MLA_HEADS_PER_CTA=$h "$BIN/dsattn" bench mla --format v32,v4 --batch 16,64 --heads 64,128 --topk 2048 --no-simple
+  done
+fi
+if [ "$NCU" = 1 ] && command -v ncu >/dev/null; then
+  step ncu ncu.log ncu --kernel-name regex:sparse_mla_mma_kernel --launch-count 1 --section SpeedOfLight \
+    --section LaunchStats --section Occupancy --section WarpStateStats \
+    "$BIN/dsattn" bench mla --format v32 --batch 64 --heads 128 --no-simple --reps 3
+fi
+
+print_summary
+for f in "$OUT"/bench_*.log; do
+  [ -f "$f" ] || continue
+  echo "== $(basename "$f")"
+  cat "$f"
+done | tee "$OUT/rows.txt"
+exit "$FAILED"
