@@ -5,7 +5,8 @@
 // disjoint index sets, a cache larger than 3x the L2, medians), the gathered cache bytes per
 // second against the copy (the bytes a call must read: its tokens' records plus q and out), the
 // TFLOPS of Q K^T and P V, and the largest difference between the two kernels' outputs (relative
-// to the largest output) on the first index set.
+// to the largest output) on the first index set. The tensor-core kernel's split over the indices
+// follows its own rule (DSATTN_MLA_SPLITS overrides it); its workspace is allocated per row.
 //
 // The cache is written by the library's CUDA cache writer from uniform [-1, 1) latents (real
 // scales); indices are uniform random slots of the whole cache (one request per row, next_n = 1).
@@ -203,6 +204,11 @@ int run_mla(const std::vector<std::string>& args) {
         for (const char* kernel : {"simple", "mma"}) {
           if (!simple && kernel[0] == 's') continue;
           setenv("DSATTN_MLA_KERNEL", kernel, 1);
+          size_t ws_bytes = 0;  // the tensor-core kernel's split over the indices
+          (void)sparse_mla_decode_workspace(params(0), ex, &ws_bytes);
+          DeviceBuffer ws(ws_bytes);
+          ex.workspace = ws.ptr;
+          ex.workspace_bytes = ws_bytes;
           const Status st = sparse_mla_decode(params(0), ex);
           if (!st.ok()) {
             t.add({f == LatentFormat::kV4Fp8 ? "v4" : "v32", std::to_string(B) + " x " + std::to_string(Hq),

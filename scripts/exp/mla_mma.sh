@@ -2,11 +2,12 @@
 # One device call for the tensor-core sparse-MLA decode kernel (src/cuda/common/mla_mma_kernel.cuh,
 # DSATTN_MLA_KERNEL=mma; BENCHMARKS.md 2026-12-05 "sparse MLA decode on tensor cores"):
 #   1. the GPU tests GpuSparseMla.* (every decode case on both kernels, against the CPU reference;
-#      heads per CTA 16 / 32 / 64, sm_120's 99 KiB budget, the errors it gives);
+#      heads per CTA 16 / 32 / 64, splits over the indices, sm_120's 99 KiB budget, the errors);
 #   2. compute-sanitizer memcheck and racecheck of GpuSparseMla.SmallHeadCountsAndEmptyRows and
 #      GpuSparseMla.MmaRejectsWhatItCannotRun (short and empty rows, both caches, both formats);
 #   3. dsattn bench mla: the scalar and the tensor-core kernels beside the copy bandwidth, both
-#      formats, at the default heads per CTA, then 16 and 64 heads per CTA at 64 and 128 heads;
+#      formats, at the default heads per CTA; without the split over the indices at small batches
+#      (DSATTN_MLA_SPLITS=1); 16 and 64 heads per CTA at 64 and 128 heads;
 #   4. ncu of the tensor-core kernel at 64 x 128 heads (one launch), when ncu is present.
 # Logs go to ${OUT:-./gpu_out}/mla_mma; a summary table is printed last.
 #
@@ -51,6 +52,8 @@ if [ "$BENCH" = 1 ]; then
   step "bench v32" bench_v32.log "$BIN/dsattn" bench mla --format v32 --batch 1,16,64 --heads 16,64,128 --topk 2048
   step "bench v4" bench_v4.log "$BIN/dsattn" bench mla --format v4 --batch 1,16,64 --heads 16,64,128 --topk 512 \
     --extra 128
+  step "bench nosplit" bench_nosplit.log env DSATTN_MLA_SPLITS=1 "$BIN/dsattn" bench mla --format v32,v4 \
+    --batch 1,4,16 --heads 16,128 --topk 2048 --no-simple
   for h in 16 64; do
     step "bench hpc$h" "bench_hpc$h.log" \
       env DSATTN_MLA_HEADS_PER_CTA=$h "$BIN/dsattn" bench mla --format v32,v4 --batch 16,64 --heads 64,128 --topk 2048 --no-simple

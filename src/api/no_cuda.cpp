@@ -25,6 +25,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams&, const detail::PagedIndexerProbl
 Status paged_mqa_topk_route(const PagedMqaTopkParams&, const detail::PagedIndexerProblem&, const Exec&, const char**) {
   return no_cuda("paged_mqa_topk_route");
 }
+size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams&, const Exec&) { return 0; }
 Status sparse_mla_decode(const SparseMlaDecodeParams&, const Exec&) { return no_cuda("sparse_mla_decode"); }
 Status sparse_mla_prefill(const SparseMlaPrefillParams&, const Exec&) { return no_cuda("sparse_mla_prefill"); }
 Status write_indexer_cache(const WriteIndexerCacheParams&, const Exec&) { return no_cuda("write_indexer_cache"); }

@@ -130,7 +130,8 @@ Status sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& e
   if (bytes == nullptr) return invalid("sparse_mla_decode_workspace", "bytes is a null pointer");
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_decode(p, ex, &b));
-  *bytes = 0;  // neither backend needs scratch
+  // Only the tensor-core decode kernel's split over the indices needs scratch (CUDA, opt-in).
+  *bytes = b == Backend::kCuda ? cuda::sparse_mla_decode_workspace(p, ex) : 0;
   return Status::Ok();
 }
 
@@ -138,7 +139,9 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_decode(p, ex, &b));
   if (p.q.shape[0] * p.q.shape[1] == 0) return Status::Ok();
-  return b == Backend::kCuda ? cuda::sparse_mla_decode(p, ex) : cpu::sparse_mla_decode(p, ex);
+  if (b != Backend::kCuda) return cpu::sparse_mla_decode(p, ex);
+  DSATTN_RETURN_IF_ERROR(detail::check_workspace("sparse_mla_decode", ex, cuda::sparse_mla_decode_workspace(p, ex)));
+  return cuda::sparse_mla_decode(p, ex);
 }
 
 Status sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec& ex, size_t* bytes) {

@@ -35,6 +35,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& p, const detail::PagedIndexerPro
 Status paged_mqa_topk_route(const PagedMqaTopkParams& p, const detail::PagedIndexerProblem& pb, const Exec& ex,
                            const char** route);
 
+size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex);
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex);
 Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex);
 Status write_indexer_cache(const WriteIndexerCacheParams& p, const Exec& ex);

@@ -266,6 +266,17 @@ void run_problem(const Problem& pr, uint32_t seed) {
     std::vector<float> lse_gpu(lse_cpu.size()), first_lse;
     Exec gex;
     gex.smem_budget_bytes = pr.smem_budget;
+    size_t ws_bytes = 0;  // the tensor-core kernel's split over the indices needs one
+    ASSERT_TRUE(sparse_mla_decode_workspace(g, gex, &ws_bytes).ok());
+    if (!mma) {
+      EXPECT_EQ(ws_bytes, 0u);
+    }
+    test::DevBuf dws;
+    if (ws_bytes > 0) {
+      dws.alloc(ws_bytes);
+      gex.workspace = dws.get();
+      gex.workspace_bytes = ws_bytes;
+    }
     for (int rep = 0; rep < 5; ++rep) {
       st = sparse_mla_decode(g, gex);
       ASSERT_TRUE(st.ok()) << st.to_string();
@@ -372,10 +383,32 @@ TEST(GpuSparseMla, MmaHeadsPerCtaAndSmallBudget) {
   }
 }
 
+// The tensor-core kernel's split over the indices: forced split counts (the last split shorter,
+// rows whose length leaves whole splits empty), no split, and the default rule on one request.
+TEST(GpuSparseMla, MmaSplitsOverTheIndices) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const char* splits : {"1", "3", "7"}) {
+    SCOPED_TRACE(std::string("DSATTN_MLA_SPLITS=") + splits);
+    const ScopedEnv env("DSATTN_MLA_SPLITS", splits);
+    Problem pr = problem(LatentFormat::kV32Fp8, 4, 1, 32, 64, 16, 300);
+    pr.lengths = true;  // request 0 all 300; the others random, some below a split's first tile
+    pr.sink = true;
+    pr.extra = true;
+    pr.extra_P = 16;
+    pr.extra_pages = 8;
+    pr.extra_topk = 40;
+    pr.empty_rows = {2};
+    run_problem(pr, 5000);
+  }
+  Problem one = problem(LatentFormat::kV4Fp8, 1, 1, 128, 64, 40, 2048);  // default rule: splits
+  one.sink = true;
+  run_problem(one, 5100);
+}
+
 // What the tensor-core kernel cannot take is an error that says why, never a wrong answer.
 TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int Hq = 32, P = 16, pages = 2, topk = 8;
+  const int Hq = 32, P = 16, pages = 4, topk = 64;
   HostCache c;
   ASSERT_NO_FATAL_FAILURE(make_cache(&c, LatentFormat::kV4Fp8, P, pages, 77));
   std::vector<uint16_t> q(Hq * 512 + 8, codec::f32_to_bf16(0.5f));
@@ -425,6 +458,17 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
     Exec small;
     small.smem_budget_bytes = 48 * 1024;
     expect_error(g, small, "bytes of shared memory per block, budget is 49152");
+  }
+  {
+    const ScopedEnv z("DSATTN_MLA_SPLITS", "0");
+    expect_error(g, Exec{}, "DSATTN_MLA_SPLITS expected 1 .. 1024");
+  }
+  {
+    const ScopedEnv z("DSATTN_MLA_SPLITS", "2");  // two tiles, two splits: partial results in the workspace
+    size_t need = 0;
+    ASSERT_TRUE(sparse_mla_decode_workspace(g, Exec{}, &need).ok());
+    EXPECT_EQ(need, size_t(Hq) * 2 * (512 * 4 + 8));
+    expect_error(g, Exec{}, "workspace expected >= ");
   }
 }
 

@@ -2,6 +2,7 @@
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
 // decode on tensor cores with src/cuda/common/mla_mma_kernel.cuh where DSATTN_MLA_KERNEL=mma asks
 // for it (see mla_kernel_choice).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,10 +51,12 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
 // The decode kernel a call runs (DSATTN_MLA_KERNEL, read per call): unset, "auto" or "simple" run
 // the scalar kernel; "mma" the tensor-core kernel, which then must be able to take the call (an
 // error says why not). The tensor-core kernel is not the default yet: it has not run on a GPU.
-// DSATTN_MLA_HEADS_PER_CTA (16, 32 or 64; default 16 for 16 heads, else 32) sets its heads per CTA.
+// Its knobs: DSATTN_MLA_HEADS_PER_CTA (16, 32 or 64; default 16 for 16 heads, else 32) and
+// DSATTN_MLA_SPLITS (splits of each row's indices, >= 1; default: mla_mma_plan's rule).
 struct MlaChoice {
   bool mma = false;
-  int hm = 0;  // heads per CTA / 16; 0: the default
+  int hm = 0;      // heads per CTA / 16; 0: the default
+  int splits = 0;  // 0: the default
 };
 
 Status mla_kernel_choice(const char* op, MlaChoice* c) {
@@ -73,14 +76,60 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
     }
     c->hm = v / 16;
   }
+  const char* z = std::getenv("DSATTN_MLA_SPLITS");
+  if (z != nullptr && *z != '\0') {
+    const int v = std::atoi(z);
+    if (v < 1 || v > 1024) return detail::invalid(op, "DSATTN_MLA_SPLITS expected 1 .. 1024, got \"%s\"", z);
+    c->splits = v;
+  }
+  return Status::Ok();
+}
+
+// How the tensor-core kernel takes a call: heads per CTA, and a split of each row's indices when
+// the (row, head group) CTAs alone would leave SMs idle: as many splits as fill the SMs at the
+// kernel's CTAs per SM (mla_mma_min_blocks), each of at least 4 tiles (128 indices), at most 64.
+// The partial results need rows x Hq x splits x (512 + 2) fp32 of workspace.
+struct MlaMmaPlan {
+  int hm = 2;
+  int splits = 1;
+  int tiles_per_split = 1 << 30;
+  size_t workspace = 0;
+};
+
+Status mla_mma_plan(const char* op, const SparseMlaDecodeParams& p, const Exec& ex, const MlaChoice& c,
+                    MlaMmaPlan* plan) {
+  *plan = MlaMmaPlan{};
+  const int64_t rows = p.q.shape[0] * p.q.shape[1], heads = p.q.shape[2];
+  plan->hm = c.hm != 0 ? c.hm : heads == 16 ? 1 : 2;
+  if (16 * plan->hm > heads) {
+    return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
+                           static_cast<long long>(heads), 16 * plan->hm);
+  }
+  const int64_t topk = p.indices.shape[2] + (p.extra_indices.defined() ? p.extra_indices.shape[2] : 0);
+  const int64_t ntiles = (topk + kMlaMmaTile - 1) / kMlaMmaTile;
+  int64_t splits = c.splits;
+  if (splits == 0) {
+    const int64_t ctas = rows * (heads / (16 * plan->hm));
+    const int per_sm = plan->hm == 1 ? mla_mma_min_blocks<1>() : plan->hm == 2 ? mla_mma_min_blocks<2>()
+                                                                                 : mla_mma_min_blocks<4>();
+    splits = std::min<int64_t>({int64_t(cuda_stream_num_sms(ex.stream)) * per_sm / std::max<int64_t>(ctas, 1),
+                                ntiles / 4, 64});
+  }
+  if (splits > 1 && ntiles > 1 && rows * heads <= 0x7FFFFFFF) {
+    plan->tiles_per_split = static_cast<int>((ntiles + splits - 1) / splits);
+    plan->splits = static_cast<int>((ntiles + plan->tiles_per_split - 1) / plan->tiles_per_split);
+  }
+  if (plan->splits > 1) {
+    plan->workspace = size_t(rows * heads) * plan->splits * (kLatentDv * sizeof(float) + sizeof(float2));
+  }
   return Status::Ok();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <int HM, LatentFormat F>
-Status launch_mma(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t heads, int smem_budget,
-                  const Exec& ex) {
+Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
+                  int smem_budget, const Exec& ex) {
   constexpr size_t smem = mla_mma_smem_bytes<HM, F>();
   if (smem > static_cast<size_t>(smem_budget)) {
     return detail::not_implemented(op,
@@ -89,35 +138,39 @@ Status launch_mma(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t 
                                    16 * HM, smem, smem_budget);
   }
   const auto kern = sparse_mla_mma_kernel<HM, F>;
+  const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)));
-  kern<<<grid, MlaMmaShape<HM, F>::kThreads, smem, static_cast<cudaStream_t>(ex.stream)>>>(a);
-  return last_launch_status(op, "sparse_mla_mma_kernel");
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)), static_cast<unsigned>(sp.splits));
+  kern<<<grid, MlaMmaShape<HM, F>::kThreads, smem, st>>>(a, sp);
+  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_mma_kernel"));
+  if (sp.splits == 1) return Status::Ok();
+  sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
+  return last_launch_status(op, "sparse_mla_combine_kernel");
 }
 
 template <LatentFormat F>
-Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t heads, int hm, int smem_budget,
-                     const Exec& ex) {
-  if (hm == 0) hm = heads == 16 ? 1 : 2;
-  if (16 * hm > heads) {
-    return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
-                           static_cast<long long>(heads), 16 * hm);
-  }
+Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
+                     int hm, int smem_budget, const Exec& ex) {
   switch (hm) {
-    case 1: return launch_mma<1, F>(op, a, rows, heads, smem_budget, ex);
-    case 2: return launch_mma<2, F>(op, a, rows, heads, smem_budget, ex);
-    default: return launch_mma<4, F>(op, a, rows, heads, smem_budget, ex);
+    case 1: return launch_mma<1, F>(op, a, sp, rows, heads, smem_budget, ex);
+    case 2: return launch_mma<2, F>(op, a, sp, rows, heads, smem_budget, ex);
+    default: return launch_mma<4, F>(op, a, sp, rows, heads, smem_budget, ex);
   }
 }
 
-// The tensor-core kernel reads q rows and cache tokens in 16-byte pieces.
+// The tensor-core kernel reads q rows and cache tokens in 16-byte pieces and writes out in 4- or
+// 8-byte pieces.
 Status check_mma_alignment(const char* op, const SparseMlaDecodeParams& p) {
-  const int64_t qs[3] = {p.q.strides[0], p.q.strides[1], p.q.strides[2]};
-  if (!aligned16(p.q.data) || qs[0] % 8 != 0 || qs[1] % 8 != 0 || qs[2] % 8 != 0) {
-    return detail::not_implemented(
-        op, "DSATTN_MLA_KERNEL=mma needs q 16-byte aligned with strides that are multiples of 8, got strides "
-            "[%lld, %lld, %lld]",
-        static_cast<long long>(qs[0]), static_cast<long long>(qs[1]), static_cast<long long>(qs[2]));
+  const TensorView* views[2] = {&p.q, &p.out};
+  for (const TensorView* v : views) {
+    const int64_t* st = v->strides;
+    if (!aligned16(v->data) || st[0] % 8 != 0 || st[1] % 8 != 0 || st[2] % 8 != 0) {
+      return detail::not_implemented(
+          op, "DSATTN_MLA_KERNEL=mma needs %s 16-byte aligned with strides that are multiples of 8, got strides "
+              "[%lld, %lld, %lld]",
+          v == &p.q ? "q" : "out", static_cast<long long>(st[0]), static_cast<long long>(st[1]),
+          static_cast<long long>(st[2]));
+    }
   }
   const LatentCache* caches[2] = {&p.cache, p.extra_indices.defined() ? &p.extra_cache : nullptr};
   for (const LatentCache* c : caches) {
@@ -139,6 +192,15 @@ void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
 }
 
 }  // namespace
+
+size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex) {
+  MlaChoice choice;
+  MlaMmaPlan plan;
+  // A bad knob gives 0 here; the call itself reports it.
+  if (!mla_kernel_choice("sparse_mla_decode", &choice).ok() || !choice.mma) return 0;
+  if (!mla_mma_plan("sparse_mla_decode", p, ex, choice, &plan).ok()) return 0;
+  return plan.workspace;
+}
 
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   const int64_t B = p.q.shape[0], Sq = p.q.shape[1], Hq = p.q.shape[2];
@@ -170,6 +232,19 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
                                      static_cast<long long>(B * Sq));
     }
     DSATTN_RETURN_IF_ERROR(check_mma_alignment(op, p));
+    MlaMmaPlan plan;
+    DSATTN_RETURN_IF_ERROR(mla_mma_plan(op, p, ex, choice, &plan));
+    MlaSplitArgs sp{};
+    sp.splits = plan.splits;
+    sp.tiles_per_split = plan.tiles_per_split;
+    sp.hq = static_cast<int>(Hq);
+    if (plan.splits > 1) {  // the API checked the workspace's size (sparse_mla_decode_workspace)
+      if (!aligned16(ex.workspace)) {
+        return detail::invalid(op, "workspace expected 16-byte aligned for the tensor-core kernel's split");
+      }
+      sp.part_o = static_cast<float*>(ex.workspace);
+      sp.part_ml = reinterpret_cast<float2*>(sp.part_o + size_t(B * Sq * Hq) * plan.splits * kLatentDv);
+    }
     int budget = ex.smem_budget_bytes;
     if (budget <= 0) {
       int dev = 0;
@@ -177,8 +252,8 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
       DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
     return p.cache.format == LatentFormat::kV4Fp8
-               ? launch_mma_hm<LatentFormat::kV4Fp8>(op, a, B * Sq, Hq, choice.hm, budget, ex)
-               : launch_mma_hm<LatentFormat::kV32Fp8>(op, a, B * Sq, Hq, choice.hm, budget, ex);
+               ? launch_mma_hm<LatentFormat::kV4Fp8>(op, a, sp, B * Sq, Hq, plan.hm, budget, ex)
+               : launch_mma_hm<LatentFormat::kV32Fp8>(op, a, sp, B * Sq, Hq, plan.hm, budget, ex);
   }
   return p.cache.format == LatentFormat::kV4Fp8
              ? launch<LatentSource<LatentFormat::kV4Fp8>>(op, a, B * Sq, Hq, ex)

@@ -19,6 +19,10 @@
 // Then out = O / l (times 1 / (1 + exp(sink - lse)) with a sink) in bf16 and lse = ln(sum exp).
 // A row with no used token writes zeros and lse = -inf.
 //
+// Split over the indices (MlaSplitArgs, when few CTAs would cover the GPU): CTA z of a (row, head
+// group) takes tiles [z tps, (z + 1) tps) and writes its unnormalized O and its (max, sum) to the
+// workspace; sparse_mla_combine_kernel merges the splits of each (row, head) and writes out / lse.
+//
 // Shared memory (dynamic): Q [HG][D + 8] bf16 | K [32][D + 8] bf16 | S/P [HG][40] fp32 |
 // scales [32][8] fp32 | alpha, m, l [HG] fp32. The row pads keep ldmatrix and the fragment reads
 // free of bank conflicts. Requirements checked by the launcher: q rows and cache pages 16-byte
@@ -74,6 +78,15 @@ struct MlaMmaShape {
   static constexpr size_t kScBytes = size_t(kMlaMmaTile) * kMlaMmaScales * 4;
   static constexpr size_t kSmemBytes = kQBytes + kKBytes + kSBytes + kScBytes + 3 * size_t(kHeads) * 4;
   static_assert(kDimsPerWarp % 16 == 0 && kSub % 16 == 0, "n-tiles are taken in pairs");
+};
+
+// The split over the indices: partial results in the caller's workspace.
+struct MlaSplitArgs {
+  float* part_o;    // [rows * hq][splits][512] fp32: each split's O, not divided by its sum
+  float2* part_ml;  // [rows * hq][splits]: each split's running max (log2 units) and sum
+  int splits;       // 1: no split (part_* unused)
+  int tiles_per_split;
+  int hq;
 };
 
 template <int HM, LatentFormat F>
@@ -171,7 +184,7 @@ constexpr int mla_mma_min_blocks() {
 
 template <int HM, LatentFormat F>
 __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_blocks<HM>())
-    sparse_mla_mma_kernel(MlaDecodeArgs a) {
+    sparse_mla_mma_kernel(MlaDecodeArgs a, MlaSplitArgs sp) {
   using namespace mla_mma;
   using Fmt = MlaMmaFormat<F>;
   using Sh = MlaMmaShape<HM, F>;
@@ -198,6 +211,8 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
   const int len_extra = a.extra.topk > 0 ? used_length(a.extra, b) : 0;
   const int total = len_main + len_extra;
   const int ntiles = (total + T - 1) / T;
+  const int t_begin = blockIdx.z * sp.tiles_per_split;  // this CTA's tiles (all of them without a split)
+  const int t_end = sp.splits > 1 ? min(ntiles, t_begin + sp.tiles_per_split) : ntiles;
   const float qk_scale = a.sm_scale * kLog2e;  // scores in the log2 domain
 
   // Q: HG rows of D bf16, 16-byte pieces.
@@ -212,9 +227,9 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
   int pend_which = -1, pend_id = -1;  // warp 0: the index of position 32 (j + 1) + lane
   if (warp == 0) {
     int w0, i0;
-    load_index(a, b, s, len_main, total, lane, &w0, &i0);
+    load_index(a, b, s, len_main, total, t_begin * T + lane, &w0, &i0);
     ref_s[0][lane] = make_ref<F>(a, w0, i0);
-    load_index(a, b, s, len_main, total, T + lane, &pend_which, &pend_id);
+    load_index(a, b, s, len_main, total, (t_begin + 1) * T + lane, &pend_which, &pend_id);
   }
   __syncthreads();
 
@@ -273,7 +288,7 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
       }
     }
   };
-  if (ntiles > 0) issue(0);
+  if (t_begin < t_end) issue(0);
 
   float o[HM][Sh::kDimsPerWarp / 8][4];
 #pragma unroll
@@ -282,17 +297,17 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
     for (int n = 0; n < Sh::kDimsPerWarp / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
   float m_run = kNegInf, l_run = 0.0f;  // softmax threads: head tid / 8
 
-  for (int j = 0; j < ntiles; ++j) {
-    const int slot = j & 1;
+  for (int j = t_begin; j < t_end; ++j) {
+    const int slot = (j - t_begin) & 1;
     // A: this tile's bytes into shared memory; warp 0 resolves the next tile's positions.
     store();
-    if (warp == 0 && j + 1 < ntiles) {
+    if (warp == 0 && j + 1 < t_end) {
       ref_s[slot ^ 1][lane] = make_ref<F>(a, pend_which, pend_id);
       load_index(a, b, s, len_main, total, (j + 2) * T + lane, &pend_which, &pend_id);
     }
     __syncthreads();
     // B: the next tile's loads, then S for (heads 16 (warp / 4) .., tokens 8 (warp % 4) ..).
-    if (j + 1 < ntiles) issue(slot ^ 1);
+    if (j + 1 < t_end) issue(slot ^ 1);
     {
       const int mt = warp >> 2, nt = warp & 3;
       const uint32_t qa = smem_u32(q_s + (16 * mt + (lane & 15)) * KS + (lane >> 4) * 8);
@@ -413,6 +428,23 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
     __syncthreads();  // K, S / P and the scales are rewritten by the next tile
   }
 
+  const int d0 = warp * Sh::kDimsPerWarp;
+  if (sp.splits > 1) {  // this split's unnormalized O and (max, sum), for the combine kernel
+    const int64_t row_h = int64_t(blockIdx.x) * sp.hq + h0;  // (row, first head of the group)
+    if ((tid & 7) == 0) sp.part_ml[(row_h + (tid >> 3)) * sp.splits + blockIdx.z] = make_float2(m_run, l_run);
+#pragma unroll
+    for (int mt = 0; mt < HM; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float* po = sp.part_o + ((row_h + 16 * mt + g + 8 * half) * sp.splits + blockIdx.z) * kLatentDv + d0 + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < Sh::kDimsPerWarp / 8; ++n) {
+          *reinterpret_cast<float2*>(po + 8 * n) = make_float2(o[mt][n][2 * half], o[mt][n][2 * half + 1]);
+        }
+      }
+    }
+    return;
+  }
   // Epilogue: per-head max and sum to shared memory, then each warp writes its dims.
   if ((tid & 7) == 0) {
     const int h = tid >> 3;
@@ -422,7 +454,6 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
     a.lse[b * a.l_sb + s * a.l_ss + int64_t(h0 + h) * a.l_sh] = lse;
   }
   __syncthreads();
-  const int d0 = warp * Sh::kDimsPerWarp;
 #pragma unroll
   for (int mt = 0; mt < HM; ++mt) {
 #pragma unroll
@@ -445,6 +476,49 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_bloc
       }
     }
   }
+}
+
+// Merges the splits of one (query row, head) per CTA of kMlaCombineThreads threads (4 dims each):
+// M = max m_z, L = sum l_z 2^(m_z - M), out = sum 2^(m_z - M) O_z / L (times the sink factor),
+// lse = ln2 (M + log2 L); no used token in any split: zeros and lse = -inf.
+constexpr int kMlaCombineThreads = kLatentDv / 4;
+
+__global__ void __launch_bounds__(kMlaCombineThreads) sparse_mla_combine_kernel(MlaDecodeArgs a, MlaSplitArgs sp) {
+  const int64_t row_h = blockIdx.x;  // row * hq + h
+  const int64_t row = row_h / sp.hq;
+  const int h = static_cast<int>(row_h % sp.hq);
+  const int64_t b = row / a.Sq, s = row % a.Sq;
+  const float2* ml = sp.part_ml + row_h * sp.splits;
+  float M = -INFINITY;
+  for (int z = 0; z < sp.splits; ++z) M = fmaxf(M, ml[z].x);
+  float L = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (M != -INFINITY) {
+    const float4* po = reinterpret_cast<const float4*>(sp.part_o + row_h * sp.splits * kLatentDv) + threadIdx.x;
+    for (int z = 0; z < sp.splits; ++z) {
+      const float w = exp2f(ml[z].x - M);  // a split with no used token: 2^-inf = 0
+      L = fmaf(ml[z].y, w, L);
+      if (w > 0.0f) {
+        const float4 v = po[z * (kLatentDv / 4)];
+        acc.x = fmaf(v.x, w, acc.x);
+        acc.y = fmaf(v.y, w, acc.y);
+        acc.z = fmaf(v.z, w, acc.z);
+        acc.w = fmaf(v.w, w, acc.w);
+      }
+    }
+  }
+  const bool used = L > 0.0f;
+  float f = 0.0f, lse = -INFINITY;
+  if (used) {
+    lse = (M + log2f(L)) * 0.6931471805599453f;
+    f = 1.0f / L;
+    if (a.sink != nullptr) f *= 1.0f / (1.0f + expf(a.sink[int64_t(h) * a.sink_s] - lse));
+  }
+  uint16_t* orow = a.out + b * a.o_sb + s * a.o_ss + int64_t(h) * a.o_sh + 4 * threadIdx.x;
+  const uint32_t lo = used ? mla_mma::pack_bf16(acc.x * f, acc.y * f) : 0u;
+  const uint32_t hi = used ? mla_mma::pack_bf16(acc.z * f, acc.w * f) : 0u;
+  *reinterpret_cast<uint2*>(orow) = make_uint2(lo, hi);
+  if (threadIdx.x == 0) a.lse[b * a.l_sb + s * a.l_ss + int64_t(h) * a.l_sh] = lse;
 }
 
 }  // namespace cuda
