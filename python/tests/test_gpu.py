@@ -159,6 +159,28 @@ def test_gpu_sparse_mla_decode_matches_reference():
 
 
 @gpu_op
+@pytest.mark.parametrize("splits", ["1", "2"])
+def test_gpu_sparse_mla_decode_tensor_core_kernel(monkeypatch, splits):
+    """The opt-in tensor-core decode kernel (DSATTN_MLA_KERNEL=mma) through the binding; with two
+    splits its workspace is the one the binding allocates from sparse_mla_decode's own query."""
+    monkeypatch.setenv("DSATTN_MLA_KERNEL", "mma")
+    monkeypatch.setenv("DSATTN_MLA_SPLITS", splits)
+    c = mla_case(seed=4, B=2, Sq=1, Hq=64, topk=64, P=64, num_pages=4, extra=True, sink=True)
+    args = dict(sm_scale=c.sm_scale, topk_length=cu(c.topk_length),
+                extra_cache=dsattn.LatentCache(cu(c.extra_pages), c.extra_P), extra_indices=cu(c.extra_indices),
+                attn_sink=cu(c.attn_sink), stream=_cur())
+    q, cache, idx = cu(c.q, "bf16"), dsattn.LatentCache(cu(c.pages), c.P), cu(c.indices)
+    need = dsattn.sparse_mla_decode_workspace_size(q, cache, idx, **args)
+    assert (need > 0) == (splits != "1")
+    out, lse = dsattn.sparse_mla_decode(q, cache, idx, **args)
+    want_out, want_lse = c.ref()
+    # P is rounded to bf16 in this kernel (2^-8 of each term, tests/gpu/test_gpu_sparse_mla.cpp):
+    # the values are ~1 in magnitude, so atol 4e-3 holds that too.
+    np.testing.assert_allclose(ref.bf16_to_f32(host(out)), want_out, rtol=2.0 ** -7, atol=4e-3)
+    np.testing.assert_allclose(host(lse), want_lse, rtol=1e-4, atol=1e-4)
+
+
+@gpu_op
 def test_gpu_topk_sorted_exact_and_bf16_logits():
     rng = np.random.default_rng(12)
     x = rng.integers(-50, 50, (8, 3000)).astype(np.float32)   # ties everywhere
