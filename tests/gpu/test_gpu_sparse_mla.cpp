@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cpu/cpu_ops.h"
+#include "cuda/common/mla_plan.h"
 #include "dsattn/codecs.h"
 #include "dsattn/ops.h"
 #include "gpu/gpu_test_util.h"
@@ -404,6 +405,42 @@ TEST(GpuSparseMla, MmaSplitsOverTheIndices) {
   Problem one = problem(LatentFormat::kV4Fp8, 1, 1, 128, 64, 40, 2048);  // default rule: splits
   one.sink = true;
   run_problem(one, 5100);
+}
+
+// The split rule (mla_plan.h), host only, with hand-computed expectations for an H200's 132 SMs.
+TEST(GpuSparseMlaPlan, SplitRule) {
+  using cuda::mla_mma_plan_for;
+  // One request, 128 heads, 2048 indices: 4 CTAs of 32 heads, 264 / 4 = 66 splits wanted, 64 tiles
+  // allow 16 (4 tiles each).
+  cuda::MlaMmaPlan p = mla_mma_plan_for(1, 128, 2048, 132, 0, 0);
+  EXPECT_EQ(p.hm, 2);
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(p.tiles_per_split, 4);
+  EXPECT_EQ(p.workspace, size_t(128) * 16 * (512 * 4 + 8));
+  p = mla_mma_plan_for(16, 128, 2048, 132, 0, 0);  // 64 CTAs: 264 / 64 = 4 splits of 16 tiles
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.tiles_per_split, 16);
+  p = mla_mma_plan_for(64, 128, 2048, 132, 0, 0);  // 256 CTAs fill the SMs: no split, no workspace
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.workspace, 0u);
+  p = mla_mma_plan_for(1, 16, 2048, 132, 0, 0);  // 16 heads: 16 per CTA, 3 CTAs per SM
+  EXPECT_EQ(p.hm, 1);
+  EXPECT_EQ(p.splits, 16);
+  p = mla_mma_plan_for(1, 64, 640, 132, 0, 0);  // 20 tiles: at most 5 splits of 4
+  EXPECT_EQ(p.splits, 5);
+  EXPECT_EQ(p.tiles_per_split, 4);
+  EXPECT_EQ(mla_mma_plan_for(1, 64, 200, 132, 0, 0).splits, 1);  // 7 tiles: not 2 x 4
+  EXPECT_EQ(mla_mma_plan_for(1, 64, 32, 132, 0, 7).splits, 1);   // one tile: never split
+  p = mla_mma_plan_for(4, 32, 340, 132, 0, 7);  // forced 7 over 11 tiles: 2 each, 6 splits cover them
+  EXPECT_EQ(p.tiles_per_split, 2);
+  EXPECT_EQ(p.splits, 6);
+  p = mla_mma_plan_for(4, 32, 340, 132, 0, 3);
+  EXPECT_EQ(p.tiles_per_split, 4);
+  EXPECT_EQ(p.splits, 3);
+  p = mla_mma_plan_for(1, 128, 2048, 132, 4, 0);  // 64 heads per CTA: 2 CTAs, 1 per SM -> 66, 16 allowed
+  EXPECT_EQ(p.hm, 4);
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(mla_mma_plan_for(1, 128, 2048, 132, 0, 1).splits, 1);  // DSATTN_MLA_SPLITS=1
 }
 
 // What the tensor-core kernel cannot take is an error that says why, never a wrong answer.

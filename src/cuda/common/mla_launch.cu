@@ -2,7 +2,6 @@
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
 // decode on tensor cores with src/cuda/common/mla_mma_kernel.cuh where DSATTN_MLA_KERNEL=mma asks
 // for it (see mla_kernel_choice).
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/mla_kernel.cuh"
 #include "cuda/common/mla_mma_kernel.cuh"
+#include "cuda/common/mla_plan.h"
 #include "cuda/cuda_ops.h"
 
 namespace dsattn {
@@ -85,43 +85,17 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
   return Status::Ok();
 }
 
-// How the tensor-core kernel takes a call: heads per CTA, and a split of each row's indices when
-// the (row, head group) CTAs alone would leave SMs idle: as many splits as fill the SMs at the
-// kernel's CTAs per SM (mla_mma_min_blocks), each of at least 4 tiles (128 indices), at most 64.
-// The partial results need rows x Hq x splits x (512 + 2) fp32 of workspace.
-struct MlaMmaPlan {
-  int hm = 2;
-  int splits = 1;
-  int tiles_per_split = 1 << 30;
-  size_t workspace = 0;
-};
-
+// The tensor-core kernel's plan for this call (mla_plan.h), after the heads-per-CTA knob is checked.
 Status mla_mma_plan(const char* op, const SparseMlaDecodeParams& p, const Exec& ex, const MlaChoice& c,
                     MlaMmaPlan* plan) {
-  *plan = MlaMmaPlan{};
-  const int64_t rows = p.q.shape[0] * p.q.shape[1], heads = p.q.shape[2];
-  plan->hm = c.hm != 0 ? c.hm : heads == 16 ? 1 : 2;
-  if (16 * plan->hm > heads) {
+  const int64_t heads = p.q.shape[2];
+  if (c.hm != 0 && 16 * c.hm > heads) {
     return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
-                           static_cast<long long>(heads), 16 * plan->hm);
+                           static_cast<long long>(heads), 16 * c.hm);
   }
-  const int64_t topk = p.indices.shape[2] + (p.extra_indices.defined() ? p.extra_indices.shape[2] : 0);
-  const int64_t ntiles = (topk + kMlaMmaTile - 1) / kMlaMmaTile;
-  int64_t splits = c.splits;
-  if (splits == 0) {
-    const int64_t ctas = rows * (heads / (16 * plan->hm));
-    const int per_sm = plan->hm == 1 ? mla_mma_min_blocks<1>() : plan->hm == 2 ? mla_mma_min_blocks<2>()
-                                                                                 : mla_mma_min_blocks<4>();
-    splits = std::min<int64_t>({int64_t(cuda_stream_num_sms(ex.stream)) * per_sm / std::max<int64_t>(ctas, 1),
-                                ntiles / 4, 64});
-  }
-  if (splits > 1 && ntiles > 1 && rows * heads <= 0x7FFFFFFF) {
-    plan->tiles_per_split = static_cast<int>((ntiles + splits - 1) / splits);
-    plan->splits = static_cast<int>((ntiles + plan->tiles_per_split - 1) / plan->tiles_per_split);
-  }
-  if (plan->splits > 1) {
-    plan->workspace = size_t(rows * heads) * plan->splits * (kLatentDv * sizeof(float) + sizeof(float2));
-  }
+  const int64_t indices = p.indices.shape[2] + (p.extra_indices.defined() ? p.extra_indices.shape[2] : 0);
+  *plan = mla_mma_plan_for(p.q.shape[0] * p.q.shape[1], heads, indices, cuda_stream_num_sms(ex.stream), c.hm,
+                           c.splits);
   return Status::Ok();
 }
 

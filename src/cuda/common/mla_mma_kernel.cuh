@@ -35,12 +35,12 @@
 #include <cstdint>
 
 #include "cuda/common/mla_kernel.cuh"
+#include "cuda/common/mla_plan.h"
 #include "cuda/common/mma_fp8.cuh"
 
 namespace dsattn {
 namespace cuda {
 
-constexpr int kMlaMmaTile = 32;   // tokens per tile
 constexpr int kMlaMmaSRow = 40;   // fp32 words per S/P row (32 + 8: conflict-free float2 reads)
 constexpr int kMlaMmaScales = 8;  // scale words per token
 
@@ -174,16 +174,11 @@ __device__ __forceinline__ TokenRef make_ref(const MlaDecodeArgs& a, int which, 
 
 }  // namespace mla_mma
 
-// CTAs per SM asked of the register allocator: 2 x 256 or 1 x 512 threads at <= 128 registers
-// (a few dozen bytes spill at 32 and 64 heads), 3 x 128 threads at <= 170 (16 heads: its 10-11
-// chunks per thread in flight need more registers).
-template <int HM>
-constexpr int mla_mma_min_blocks() {
-  return HM == 1 ? 3 : HM == 2 ? 2 : 1;
-}
-
+// CTAs per SM asked of the register allocator (mla_mma_ctas_per_sm): 2 x 256 or 1 x 512 threads
+// at <= 128 registers (a few dozen bytes spill at 32 and 64 heads), 3 x 128 threads at <= 170
+// (16 heads: its 10-11 chunks per thread in flight need more registers).
 template <int HM, LatentFormat F>
-__global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_min_blocks<HM>())
+__global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_ctas_per_sm(HM))
     sparse_mla_mma_kernel(MlaDecodeArgs a, MlaSplitArgs sp) {
   using namespace mla_mma;
   using Fmt = MlaMmaFormat<F>;

@@ -1,0 +1,48 @@
+// Launch plan of the tensor-core sparse-MLA decode kernel (mla_mma_kernel.cuh): heads per CTA and
+// the split of each row's indices over CTAs. A pure function of the call's shape and the SM count,
+// so the workspace query and the call always agree (and host tests can check the rule).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace dsattn {
+namespace cuda {
+
+constexpr int kMlaMmaTile = 32;  // indices per tile of the tensor-core kernel
+
+// CTAs per SM the tensor-core kernel is built for at 16 hm heads per CTA (its __launch_bounds__).
+constexpr int mla_mma_ctas_per_sm(int hm) { return hm == 1 ? 3 : hm == 2 ? 2 : 1; }
+
+struct MlaMmaPlan {
+  int hm = 2;                       // heads per CTA / 16
+  int splits = 1;                   // CTAs per (row, head group) along the indices
+  int tiles_per_split = 1 << 30;    // tiles of kMlaMmaTile indices per split
+  size_t workspace = 0;             // bytes of partial results (splits > 1)
+};
+
+// rows = B Sq, heads = Hq, indices = topk (+ the extra cache's topk); hm: heads per CTA / 16
+// (0: 1 at 16 heads, else 2); forced_splits: 0 for the rule. The rule: as many splits as fill the
+// SMs at the kernel's CTAs per SM, each of at least 4 tiles (128 indices), at most 64, none for a
+// row of a single tile; then as few splits as cover the tiles at that many tiles per split. The
+// partial results take rows x heads x splits x (512 + 2) fp32.
+inline MlaMmaPlan mla_mma_plan_for(int64_t rows, int64_t heads, int64_t indices, int num_sms, int hm,
+                                   int forced_splits) {
+  MlaMmaPlan plan;
+  plan.hm = hm != 0 ? hm : heads == 16 ? 1 : 2;
+  const int64_t ntiles = (indices + kMlaMmaTile - 1) / kMlaMmaTile;
+  int64_t splits = forced_splits;
+  if (splits == 0) {
+    const int64_t ctas = std::max<int64_t>(1, rows * (heads / (16 * plan.hm)));
+    splits = std::min<int64_t>({int64_t(num_sms) * mla_mma_ctas_per_sm(plan.hm) / ctas, ntiles / 4, 64});
+  }
+  if (splits > 1 && ntiles > 1 && rows * heads <= 0x7FFFFFFF) {
+    plan.tiles_per_split = static_cast<int>((ntiles + splits - 1) / splits);
+    plan.splits = static_cast<int>((ntiles + plan.tiles_per_split - 1) / plan.tiles_per_split);
+  }
+  if (plan.splits > 1) plan.workspace = size_t(rows * heads) * plan.splits * (512 * sizeof(float) + 2 * sizeof(float));
+  return plan;
+}
+
+}  // namespace cuda
+}  // namespace dsattn
