@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""CPU emulation of the tensor-core sparse-MLA decode kernel (src/cuda/common/mla_mma_kernel.cuh),
+written while no GPU was lent (2026-12-05) to check its index logic before it first runs:
+
+  1. the fragment / address math alone (ldmatrix, ldmatrix.trans, mma.m16n8k16 A / B / C layouts
+     as the PTX ISA documents them, the scale blocks) for every heads-per-CTA setting and both
+     cache formats: Q K^T and P V must come out exactly;
+  2. a phase-by-phase transliteration of the kernel and of sparse_mla_combine_kernel (chunk loads,
+     the token-reference ring, the split over the indices, online softmax, the bf16 rounding of P,
+     the epilogues) on caches written by dsattn.reference, checked against
+     dsattn.reference.sparse_mla_decode with the error model of tests/gpu/test_gpu_sparse_mla.cpp.
+
+It checks the arithmetic of indices and phases against the documented layouts, not the hardware:
+races, alignment and the instructions themselves are what the GPU tests are for. It mirrors the
+kernel by hand, so a change to the kernel needs the same change here. Needs numpy; ~20 s.
+Usage: python3 scripts/exp/mla_mma_emu.py
+"""
+import importlib.util
+import math
+import pathlib
+
+import numpy as np
+
+_REF = pathlib.Path(__file__).resolve().parents[2] / "python" / "dsattn" / "reference.py"
+_spec = importlib.util.spec_from_file_location("dsattn_reference", _REF)
+ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ref)
+
+
+def ldsm_x4(mem, addr_fn, trans=False):
+    # mem: 2D array [rows][cols] of values; addr_fn(lane)->(row,col) start of 8-elem line
+    regs=[[None]*4 for _ in range(32)]
+    lines=[addr_fn(l) for l in range(32)]
+    for j in range(4):
+        mat=np.array([[mem[lines[8*j+r][0], lines[8*j+r][1]+c] for c in range(8)] for r in range(8)])
+        for l in range(32):
+            if not trans: regs[l][j]=(mat[l//4,2*(l%4)], mat[l//4,2*(l%4)+1])
+            else: regs[l][j]=(mat[2*(l%4),l//4], mat[2*(l%4)+1,l//4])
+    return regs
+def mma(C,A,B0,B1):
+    # C: list per lane of 4 floats; A: per lane 4 pairs; B0,B1 per lane pairs
+    Am=np.zeros((16,16));Bm=np.zeros((16,8))
+    for l in range(32):
+        g,t=l//4,l%4
+        Am[g,2*t:2*t+2]=A[l][0];Am[g+8,2*t:2*t+2]=A[l][1];Am[g,2*t+8:2*t+10]=A[l][2];Am[g+8,2*t+8:2*t+10]=A[l][3]
+        Bm[2*t:2*t+2,g]=B0[l];Bm[2*t+8:2*t+10,g]=B1[l]
+    R=Am@Bm
+    for l in range(32):
+        g,t=l//4,l%4
+        C[l][0]+=R[g,2*t];C[l][1]+=R[g,2*t+1];C[l][2]+=R[g+8,2*t];C[l][3]+=R[g+8,2*t+1]
+
+
+def check_fragments():
+    rng=np.random.default_rng(0)
+    for V4 in (True,False):
+        for HM in (1,2,4):
+            nope=448 if V4 else 512; D=nope+64; blockd=64 if V4 else 128; nb=nope//blockd
+            HG=16*HM; NW=4*HM; T=32
+            Q=rng.standard_normal((HG,D)); K=rng.standard_normal((T,D)); sc=np.ones((T,8)); sc[:,:nb]=rng.uniform(0.5,2,(T,nb))
+            Kdq=K.copy()
+            for b in range(nb): Kdq[:,b*blockd:(b+1)*blockd]*=sc[:,b:b+1]
+            S=np.zeros((HG,T))
+            for w in range(NW):
+                mt,nt=w>>2,w&3
+                sacc=[[0.0]*4 for _ in range(32)]
+                def kstep(acc,k0):
+                    a0=ldsm_x4(Q,lambda l:(16*mt+(l&15),(l>>4)*8+k0))
+                    a1=ldsm_x4(Q,lambda l:(16*mt+(l&15),(l>>4)*8+k0+16))
+                    bb=ldsm_x4(K,lambda l:(8*nt+(l&7),(l>>3)*8+k0))
+                    mma(acc,a0,[x[0] for x in bb],[x[1] for x in bb]); mma(acc,a1,[x[2] for x in bb],[x[3] for x in bb])
+                for blk in range(nb):
+                    c=[[0.0]*4 for _ in range(32)]
+                    for kk in range(blockd//32): kstep(c,blk*blockd+32*kk)
+                    for l in range(32):
+                        t4=l&3;tok0=8*nt+2*t4
+                        sacc[l][0]+=c[l][0]*sc[tok0,blk];sacc[l][1]+=c[l][1]*sc[tok0+1,blk];sacc[l][2]+=c[l][2]*sc[tok0,blk];sacc[l][3]+=c[l][3]*sc[tok0+1,blk]
+                for kk in range(2): kstep(sacc,nope+32*kk)
+                for l in range(32):
+                    g,t4=l>>2,l&3;tok0=8*nt+2*t4
+                    S[16*mt+g,tok0]=sacc[l][0];S[16*mt+g,tok0+1]=sacc[l][1];S[16*mt+g+8,tok0]=sacc[l][2];S[16*mt+g+8,tok0+1]=sacc[l][3]
+            assert np.allclose(S,Q@Kdq.T), ("S",V4,HM)
+            # PV
+            Pm=rng.uniform(0,1,(HG,T)); O=np.zeros((HG,512))
+            DW=512//NW; SUB=min(DW,blockd); NSUB=DW//SUB
+            for w in range(NW):
+                d0=w*DW; o=[[[[0.0]*4 for _ in range(32)] for n in range(DW//8)] for mt in range(HM)]
+                for ks in range(2):
+                    for sb in range(NSUB):
+                        dsub=d0+sb*SUB; blk=dsub//blockd
+                        pa=[]
+                        for mt in range(HM):
+                            A=[]
+                            for l in range(32):
+                                g,t4=l>>2,l&3; ta=16*ks+2*t4
+                                r0=16*mt+g; r1=r0+8
+                                s0,s1,s2,s3=sc[ta,blk],sc[ta+1,blk],sc[ta+8,blk],sc[ta+9,blk]
+                                A.append(((Pm[r0,ta]*s0,Pm[r0,ta+1]*s1),(Pm[r1,ta]*s0,Pm[r1,ta+1]*s1),(Pm[r0,ta+8]*s2,Pm[r0,ta+9]*s3),(Pm[r1,ta+8]*s2,Pm[r1,ta+9]*s3)))
+                            pa.append(A)
+                        for np_ in range(SUB//16):
+                            n0=dsub+16*np_
+                            vb=ldsm_x4(K,lambda l:(16*ks+(l&7)+((l>>3)&1)*8,n0+(l>>4)*8),trans=True)
+                            ni=(sb*SUB+16*np_)//8
+                            for mt in range(HM):
+                                mma(o[mt][ni],pa[mt],[x[0] for x in vb],[x[1] for x in vb])
+                                mma(o[mt][ni+1],pa[mt],[x[2] for x in vb],[x[3] for x in vb])
+                for mt in range(HM):
+                    for n in range(DW//8):
+                        for l in range(32):
+                            g,t4=l>>2,l&3
+                            for half in range(2):
+                                h=16*mt+g+8*half
+                                O[h,d0+8*n+2*t4]=o[mt][n][l][2*half]; O[h,d0+8*n+2*t4+1]=o[mt][n][l][2*half+1]
+            Vdq=Kdq[:,:512] if True else None
+            # V dims: V4 448 nope + 64 rope (rope unscaled: sc[:,7]=1) ; V32 512 nope
+            assert np.allclose(O,Pm@Vdq), ("PV",V4,HM, np.abs(O-Pm@Vdq).max())
+            print("fragments ok: V4" if V4 else "fragments ok: V3.2", "heads per CTA", 16 * HM)
+
+
+def bf16r(x):  # round float32 -> bf16 value (scalar or array)
+    a = ref.bf16_to_f32(ref.f32_to_bf16(np.atleast_1d(np.asarray(x, np.float32))))
+    return float(a[0]) if np.ndim(x) == 0 else a
+f32 = np.float32
+
+def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM, splits_forced, num_sms=132):
+    V4 = fmt == "v4_fp8"
+    nope = 448 if V4 else 512; D = nope + 64; blockd = 64 if V4 else 128; nb = nope // blockd
+    nopeCh = nope // 16; CH = nopeCh + 9; scaleCh = nopeCh + 8 if V4 else nopeCh; rope0 = nopeCh if V4 else nopeCh + 1
+    recB = 576 if V4 else 656
+    HG = 16 * HM; NW = 4 * HM; NT = 32 * NW; T = 32; SR = 40; NL = (T * CH + NT - 1) // NT
+    B, Sq, Hq, _ = q.shape
+    rows = B * Sq
+    topk = idx.shape[2]; etopk = eidx.shape[2] if eidx is not None else 0
+    # plan (mla_plan.h)
+    ntiles_max = (topk + etopk + 31) // 32
+    splits = splits_forced
+    if splits == 0:
+        ctas = max(1, rows * (Hq // HG)); per = {1: 3, 2: 2, 4: 1}[HM]
+        splits = min(num_sms * per // ctas, ntiles_max // 4, 64)
+    tps = 1 << 30; nsplit = 1
+    if splits > 1 and ntiles_max > 1:
+        tps = (ntiles_max + splits - 1) // splits; nsplit = (ntiles_max + tps - 1) // tps
+    out = np.full((B, Sq, Hq, 512), np.nan, np.float32); lse = np.full((B, Sq, Hq), np.nan, np.float32)
+    part_o = np.zeros((rows * Hq, nsplit, 512), np.float32); part_ml = np.zeros((rows * Hq, nsplit, 2), np.float32)
+    caches = [(pages.reshape(pages.shape[0], -1), P), (None if epages is None else epages.reshape(epages.shape[0], -1), eP)]
+    def used_length(L, tk, b):
+        if L is None: return tk
+        v = int(L[b]); return 0 if v < 0 else min(v, tk)
+    def load_index(b, s, lm, tot, j):
+        if j < lm: return 0, int(idx[b, s, j])
+        if j < tot: return 1, int(eidx[b, s, j - lm])
+        return -1, -1
+    def make_ref(which, i):
+        if which < 0: return None
+        pg, PP = caches[which]
+        if i < 0 or i >= pg.shape[0] * PP: return None
+        page, off = divmod(i, PP)
+        rec = (which, page, off * recB)
+        scl = (which, page, PP * 576 + off * 8) if V4 else (which, page, off * recB + 512)
+        return rec, scl
+    def read(loc, n):
+        which, page, off = loc
+        return caches[which][0][page, off:off + n]
+    for row in range(rows):
+        b, s = divmod(row, Sq)
+        lm = used_length(lens, topk, b); le = used_length(elens, etopk, b) if etopk > 0 else 0
+        tot = lm + le; ntiles = (tot + 31) // 32
+        for gy in range(Hq // HG):
+            h0 = gy * HG
+            for z in range(nsplit):
+                tb = z * tps if nsplit > 1 else 0
+                te = min(ntiles, tb + tps) if nsplit > 1 else ntiles
+                q_s = np.zeros((HG, D + 8)); q_s[:, :D] = ref.bf16_to_f32(q[b, s, h0:h0 + HG])
+                k_s = np.full((T, D + 8), np.nan); s_s = np.full((HG, SR), np.nan); sc_s = np.full((T, 8), np.nan)
+                alpha_s = np.full(HG, np.nan)
+                ref_s = [[None] * T, [None] * T]
+                pend = [None] * 32
+                for lane in range(32):
+                    ref_s[0][lane] = make_ref(*load_index(b, s, lm, tot, tb * T + lane))
+                    pend[lane] = load_index(b, s, lm, tot, (tb + 1) * T + lane)
+                ld = [[None] * NL for _ in range(NT)]
+                def issue(slot):
+                    for tid in range(NT):
+                        for i in range(NL):
+                            c = tid + i * NT; ld[tid][i] = np.zeros(16, np.uint8)
+                            if c < T * CH:
+                                tok, part = divmod(c, CH); r = ref_s[slot][tok]
+                                if r is not None:
+                                    if V4 and part == scaleCh: ld[tid][i][:8] = read(r[1], 8)
+                                    else:
+                                        which, page, off = r[0]; ld[tid][i] = read((which, page, off + 16 * part), 16).copy()
+                def store():
+                    for tid in range(NT):
+                        for i in range(NL):
+                            c = tid + i * NT
+                            if c < T * CH:
+                                tok, part = divmod(c, CH); v = ld[tid][i]
+                                if part < nopeCh: k_s[tok, 16 * part:16 * part + 16] = ref.e4m3_to_f32(v)
+                                elif part == scaleCh:
+                                    if V4:
+                                        sc_s[tok, :7] = ref.ue8m0_to_f32(v[:7]); sc_s[tok, 7] = 1.0
+                                    else: sc_s[tok, :4] = v.view("<f4")
+                                else:
+                                    k_s[tok, nope + 8 * (part - rope0):nope + 8 * (part - rope0) + 8] = ref.bf16_to_f32(v.view("<u2"))
+                if tb < te: issue(0)
+                o = np.zeros((NW, HM, 512 // NW // 8, 32, 4))
+                m_run = np.full(NT, -np.inf, np.float32); l_run = np.zeros(NT, np.float32)
+                for j in range(tb, te):
+                    slot = (j - tb) & 1
+                    store()
+                    if j + 1 < te:
+                        for lane in range(32):
+                            ref_s[slot ^ 1][lane] = make_ref(*pend[lane])
+                            pend[lane] = load_index(b, s, lm, tot, (j + 2) * T + lane)
+                    # --- sync1
+                    if j + 1 < te: issue(slot ^ 1)
+                    for w in range(NW):
+                        mt, nt = w >> 2, w & 3
+                        def ksteps(acc, k0):
+                            a0 = ldsm_x4(q_s, lambda l: (16 * mt + (l & 15), (l >> 4) * 8 + k0))
+                            a1 = ldsm_x4(q_s, lambda l: (16 * mt + (l & 15), (l >> 4) * 8 + k0 + 16))
+                            bb = ldsm_x4(k_s, lambda l: (8 * nt + (l & 7), (l >> 3) * 8 + k0))
+                            mma(acc, a0, [x[0] for x in bb], [x[1] for x in bb]); mma(acc, a1, [x[2] for x in bb], [x[3] for x in bb])
+                        sacc = [[0.0] * 4 for _ in range(32)]
+                        for blk in range(nb):
+                            cc = [[0.0] * 4 for _ in range(32)]
+                            for kk in range(blockd // 32): ksteps(cc, blk * blockd + 32 * kk)
+                            for l in range(32):
+                                tok0 = 8 * nt + 2 * (l & 3)
+                                sc0, sc1 = sc_s[tok0, blk], sc_s[tok0 + 1, blk]
+                                sacc[l][0] += cc[l][0] * sc0; sacc[l][1] += cc[l][1] * sc1; sacc[l][2] += cc[l][2] * sc0; sacc[l][3] += cc[l][3] * sc1
+                        ksteps(sacc, nope); ksteps(sacc, nope + 32)
+                        for l in range(32):
+                            g, t4 = l >> 2, l & 3; tok0 = 8 * nt + 2 * t4
+                            u0 = ref_s[slot][tok0] is not None; u1 = ref_s[slot][tok0 + 1] is not None
+                            qk = sm_scale * 1.4426950408889634
+                            s_s[16 * mt + g, tok0] = sacc[l][0] * qk if u0 else -np.inf
+                            s_s[16 * mt + g, tok0 + 1] = sacc[l][1] * qk if u1 else -np.inf
+                            s_s[16 * mt + g + 8, tok0] = sacc[l][2] * qk if u0 else -np.inf
+                            s_s[16 * mt + g + 8, tok0 + 1] = sacc[l][3] * qk if u1 else -np.inf
+                    # --- sync2: softmax
+                    for h in range(HG):
+                        v = s_s[h, :32].copy(); tids = range(8 * h, 8 * h + 8)
+                        mx = np.max(v); m_old = m_run[8 * h]
+                        m_new = max(m_old, mx)
+                        if m_new != -np.inf:
+                            alpha = 2.0 ** (m_old - m_new); p = 2.0 ** (v - m_new)
+                        else:
+                            alpha = 1.0; p = np.zeros(32)
+                        for t in tids:
+                            l_run[t] = l_run[t] * alpha + np.sum(p); m_run[t] = m_new
+                        s_s[h, :32] = p; alpha_s[h] = alpha
+                    # --- sync3: PV
+                    DW = 512 // NW; SUB = min(DW, blockd); NSUB = DW // SUB
+                    for w in range(NW):
+                        d0 = w * DW
+                        for mt in range(HM):
+                            for n in range(DW // 8):
+                                for l in range(32):
+                                    g = l >> 2
+                                    o[w, mt, n, l, 0] *= alpha_s[16 * mt + g]; o[w, mt, n, l, 1] *= alpha_s[16 * mt + g]
+                                    o[w, mt, n, l, 2] *= alpha_s[16 * mt + g + 8]; o[w, mt, n, l, 3] *= alpha_s[16 * mt + g + 8]
+                        for ks in range(2):
+                            for sb in range(NSUB):
+                                dsub = d0 + sb * SUB; blk = dsub // blockd
+                                pa = []
+                                for mt in range(HM):
+                                    A = []
+                                    for l in range(32):
+                                        g, t4 = l >> 2, l & 3; ta = 16 * ks + 2 * t4; r0 = 16 * mt + g; r1 = r0 + 8
+                                        c0, c1, c2, c3 = sc_s[ta, blk], sc_s[ta + 1, blk], sc_s[ta + 8, blk], sc_s[ta + 9, blk]
+                                        A.append(((bf16r(s_s[r0, ta] * c0), bf16r(s_s[r0, ta + 1] * c1)),
+                                                  (bf16r(s_s[r1, ta] * c0), bf16r(s_s[r1, ta + 1] * c1)),
+                                                  (bf16r(s_s[r0, ta + 8] * c2), bf16r(s_s[r0, ta + 9] * c3)),
+                                                  (bf16r(s_s[r1, ta + 8] * c2), bf16r(s_s[r1, ta + 9] * c3))))
+                                    pa.append(A)
+                                for np_ in range(SUB // 16):
+                                    n0 = dsub + 16 * np_
+                                    vb = ldsm_x4(k_s, lambda l: (16 * ks + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8), trans=True)
+                                    ni = (sb * SUB + 16 * np_) // 8
+                                    for mt in range(HM):
+                                        accA = [list(o[w, mt, ni, l]) for l in range(32)]; accB = [list(o[w, mt, ni + 1, l]) for l in range(32)]
+                                        mma(accA, pa[mt], [x[0] for x in vb], [x[1] for x in vb]); mma(accB, pa[mt], [x[2] for x in vb], [x[3] for x in vb])
+                                        o[w, mt, ni] = np.array(accA); o[w, mt, ni + 1] = np.array(accB)
+                # epilogue
+                DW = 512 // NW
+                if nsplit > 1:
+                    row_h = row * Hq + h0
+                    for h in range(HG): part_ml[row_h + h, z] = (m_run[8 * h], l_run[8 * h])
+                    for w in range(NW):
+                        d0 = w * DW
+                        for mt in range(HM):
+                            for half in range(2):
+                                for l in range(32):
+                                    g, t4 = l >> 2, l & 3; h = 16 * mt + g + 8 * half
+                                    for n in range(DW // 8):
+                                        part_o[row_h + h, z, d0 + 8 * n + 2 * t4] = o[w, mt, n, l, 2 * half]
+                                        part_o[row_h + h, z, d0 + 8 * n + 2 * t4 + 1] = o[w, mt, n, l, 2 * half + 1]
+                    continue
+                for h in range(HG):
+                    L = l_run[8 * h]; M = m_run[8 * h]
+                    lse[b, s, h0 + h] = (M + math.log2(L)) * math.log(2) if L > 0 else -np.inf
+                for w in range(NW):
+                    d0 = w * DW
+                    for mt in range(HM):
+                        for half in range(2):
+                            for l in range(32):
+                                g, t4 = l >> 2, l & 3; h = 16 * mt + g + 8 * half
+                                L = l_run[8 * h]; f = 0.0
+                                if L > 0:
+                                    f = 1.0 / L
+                                    if sink is not None: f *= 1.0 / (1.0 + math.exp(sink[h0 + h] - (m_run[8 * h] + math.log2(L)) * math.log(2)))
+                                for n in range(DW // 8):
+                                    for e in range(2):
+                                        out[b, s, h0 + h, d0 + 8 * n + 2 * t4 + e] = bf16r(o[w, mt, n, l, 2 * half + e] * f) if L > 0 else 0.0
+    if nsplit > 1:  # combine
+        for rh in range(rows * Hq):
+            row, h = divmod(rh, Hq); b, s = divmod(row, Sq)
+            M = np.max(part_ml[rh, :, 0]); L = 0.0; acc = np.zeros(512)
+            if M != -np.inf:
+                for zz in range(nsplit):
+                    w_ = 2.0 ** (part_ml[rh, zz, 0] - M); L += part_ml[rh, zz, 1] * w_
+                    if w_ > 0: acc += part_o[rh, zz] * w_
+            if L > 0:
+                l_ = (M + math.log2(L)) * math.log(2); f = 1.0 / L
+                if sink is not None: f *= 1.0 / (1.0 + math.exp(sink[h] - l_))
+                out[b, s, h] = bf16r(acc * f); lse[b, s, h] = l_
+            else:
+                out[b, s, h] = 0.0; lse[b, s, h] = -np.inf
+    return out, lse, nsplit
+
+def case(fmt, seed, B, Sq, Hq, P, npages, topk, HM, splits, extra=False, lengths=True, sink=True):
+    rng = np.random.default_rng(seed)
+    dqk = 512 if fmt == "v4_fp8" else 576
+    stride = (((P * 584 + 575) // 576) * 576 if fmt == "v4_fp8" else P * 656)
+    pages = ref.write_latent_cache(rng.standard_normal((npages * P, dqk)).astype(np.float32) * 0.5, np.arange(npages * P),
+                                   np.zeros((npages, stride), np.uint8), P, fmt)
+    q = ref.f32_to_bf16(rng.standard_normal((B, Sq, Hq, dqk)).astype(np.float32) * 0.7)
+    idx = rng.integers(0, npages * P, (B, Sq, topk)).astype(np.int32); idx[rng.random(idx.shape) < 0.15] = -1
+    if B > 1: idx[1, 0, :] = -1
+    lens = rng.integers(0, topk + 1, B).astype(np.int32) if lengths else None
+    if lengths: lens[0] = topk
+    ep = eidx = elens = None; eP = 8
+    if extra:
+        ep = ref.write_latent_cache(rng.standard_normal((3 * eP, dqk)).astype(np.float32), np.arange(3 * eP),
+                                    np.zeros((3, (((eP * 584 + 575) // 576) * 576 if fmt == "v4_fp8" else eP * 656)), np.uint8), eP, fmt)
+        eidx = rng.integers(-1, 3 * eP, (B, Sq, 9)).astype(np.int32)
+        if B > 1: eidx[1, 0, :] = -1
+        elens = rng.integers(0, 10, B).astype(np.int32) if lengths else None
+    sk = rng.standard_normal(Hq).astype(np.float32) if sink else None
+    sm = dqk ** -0.5
+    out, lse, ns = run(fmt, P, pages, idx, lens, ep, eP, eidx, elens, q, sk, sm, HM, splits)
+    want, wl = ref.sparse_mla_decode(q, pages, P, idx, sm_scale=sm, format=fmt, topk_length=lens,
+                                     extra=None if not extra else dict(pages=ep, tokens_per_page=eP, indices=eidx, topk_length=elens),
+                                     attn_sink=sk)
+    assert not np.isnan(out).any() and not np.isnan(lse).any()
+    emp = np.isinf(wl)
+    assert np.array_equal(np.isinf(lse), emp) and (out[emp] == 0).all()
+    assert np.allclose(lse[~emp], wl[~emp], rtol=2e-5, atol=2e-5), np.abs(lse - wl)[~emp].max()
+    # A_d = sum p |v| / sum p from the reference's dequantized tokens (the C++ test's model)
+    A = np.zeros_like(want, dtype=np.float64)
+    qf = ref.bf16_to_f32(q).astype(np.float64)
+    for b in range(q.shape[0]):
+        for s_ in range(q.shape[1]):
+            keys = [ref.latent_token(pages, i, P, fmt) for i in ref._valid(idx[b, s_], None if lens is None else lens[b])]
+            if extra:
+                keys += [ref.latent_token(ep, i, eP, fmt) for i in ref._valid(eidx[b, s_], None if elens is None else elens[b])]
+            if not keys: continue
+            K = np.array(keys, np.float64)
+            for h in range(q.shape[2]):
+                sc = sm * (K @ qf[b, s_, h]); pp = np.exp(sc - sc.max())
+                A[b, s_, h] = (pp @ np.abs(K[:, :512])) / pp.sum()
+    err = np.abs(out - want)[~emp]
+    tol = np.maximum(np.abs(out), np.abs(want))[~emp] * 2.0 ** -8 + 1.05 * 2.0 ** -8 * A[~emp]
+    print("   worst err / tol", (err / tol).max())
+    print(fmt, "B", B, "Sq", Sq, "Hq", Hq, "HM", HM, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
+    assert (err <= tol).all(), "outputs outside the error model"
+
+if __name__ == "__main__":
+    check_fragments()
+    case("v4_fp8", 1, 2, 1, 32, 16, 8, 70, 2, 0, extra=True)
+    case("v32_fp8", 2, 2, 2, 16, 16, 8, 45, 1, 0, extra=True)
+    case("v4_fp8", 3, 3, 1, 32, 16, 8, 200, 2, 3, extra=True)
+    case("v32_fp8", 4, 1, 1, 64, 64, 4, 150, 4, 0)
+    case("v4_fp8", 5, 1, 1, 64, 2, 64, 130, 1, 2, extra=True)
