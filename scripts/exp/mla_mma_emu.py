@@ -6,12 +6,13 @@ a phase-by-phase transliteration of the kernel and of sparse_mla_combine_kernel,
 ldmatrix.trans and mma.m16n8k16 emulated from the PTX ISA's fragment layouts (chunk loads,
 the token-reference ring, the split over the indices, online softmax, the bf16 rounding of P, the
 epilogues) for 16 / 32 / 64 heads per CTA and both cache formats, on caches written by
-dsattn.reference, checked against dsattn.reference.sparse_mla_decode with the error model of
+dsattn.reference (decode) and on bf16 kv rows (prefill), checked against
+dsattn.reference.sparse_mla_decode / sparse_mla_prefill with the error model of
 tests/gpu/test_gpu_sparse_mla.cpp.
 
 It checks the arithmetic of indices and phases against the documented layouts, not the hardware:
 races, alignment and the instructions themselves are what the GPU tests are for. It mirrors the
-kernel by hand, so a change to the kernel needs the same change here. Needs numpy; ~30 s.
+kernel by hand, so a change to the kernel needs the same change here. Needs numpy; ~45 s.
 Usage: python3 scripts/exp/mla_mma_emu.py
 """
 import importlib.util
@@ -56,9 +57,14 @@ f32 = np.float32
 
 def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM, splits_forced, num_sms=132):
     V4 = fmt == "v4_fp8"
-    nope = 448 if V4 else 512; D = nope + 64; blockd = 64 if V4 else 128; nb = nope // blockd
-    nopeCh = nope // 16; CH = nopeCh + 9; scaleCh = nopeCh + 8 if V4 else nopeCh; rope0 = nopeCh if V4 else nopeCh + 1
-    recB = 576 if V4 else 656
+    BF = fmt.startswith("bf16")  # prefill: pages = a bf16 kv [Nk, D] as bytes, P = 1 (MlaSrc::kBf16D*)
+    if BF:
+        D = int(fmt[4:]); nope = D - 64; blockd = 64; nb = nope // blockd
+        nopeCh = 0; CH = D // 8; scaleCh = -1; rope0 = 0; rawdim0 = 0; recB = 2 * D
+    else:
+        nope = 448 if V4 else 512; D = nope + 64; blockd = 64 if V4 else 128; nb = nope // blockd
+        nopeCh = nope // 16; CH = nopeCh + 9; scaleCh = nopeCh + 8 if V4 else nopeCh; rope0 = nopeCh if V4 else nopeCh + 1
+        rawdim0 = nope; recB = 576 if V4 else 656
     HG = 16 * HM; NW = 4 * HM; NT = 32 * NW; T = 32; SR = 40; NL = (T * CH + NT - 1) // NT
     B, Sq, Hq, _ = q.shape
     rows = B * Sq
@@ -103,7 +109,7 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                 tb = z * tps if nsplit > 1 else 0
                 te = min(ntiles, tb + tps) if nsplit > 1 else ntiles
                 q_s = np.zeros((HG, D + 8)); q_s[:, :D] = ref.bf16_to_f32(q[b, s, h0:h0 + HG])
-                k_s = np.full((T, D + 8), np.nan); s_s = np.full((HG, SR), np.nan); sc_s = np.full((T, 8), np.nan)
+                k_s = np.full((T, D + 8), np.nan); s_s = np.full((HG, SR), np.nan); sc_s = np.full((T, 8), 1.0 if BF else np.nan)
                 alpha_s = np.full(HG, np.nan)
                 ref_s = [[None] * T, [None] * T]
                 pend = [None] * 32
@@ -133,7 +139,8 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                                         sc_s[tok, :7] = ref.ue8m0_to_f32(v[:7]); sc_s[tok, 7] = 1.0
                                     else: sc_s[tok, :4] = v.view("<f4")
                                 else:
-                                    k_s[tok, nope + 8 * (part - rope0):nope + 8 * (part - rope0) + 8] = ref.bf16_to_f32(v.view("<u2"))
+                                    d = rawdim0 + 8 * (part - rope0)
+                                    k_s[tok, d:d + 8] = ref.bf16_to_f32(v.view("<u2"))
                 if tb < te: issue(0)
                 o = np.zeros((NW, HM, 512 // NW // 8, 32, 4))
                 m_run = np.full(NT, -np.inf, np.float32); l_run = np.zeros(NT, np.float32)
@@ -308,6 +315,37 @@ def case(fmt, seed, B, Sq, Hq, P, npages, topk, HM, splits, extra=False, lengths
     print(fmt, "B", B, "Sq", Sq, "Hq", Hq, "HM", HM, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
     assert (err <= tol).all(), "outputs outside the error model"
 
+def prefill_case(D, seed, M, Hq, Nk, topk, HM, splits):
+    rng = np.random.default_rng(seed)
+    kv = ref.f32_to_bf16(rng.standard_normal((Nk, D)).astype(np.float32) * 0.6)
+    q = ref.f32_to_bf16(rng.standard_normal((M, Hq, D)).astype(np.float32) * 0.6)
+    idx = rng.integers(-1, Nk, (M, topk)).astype(np.int32)
+    idx[2 % M, :] = -1
+    lens = rng.integers(0, topk + 1, M).astype(np.int32); lens[0] = topk
+    sk = rng.standard_normal(Hq).astype(np.float32)
+    sm = D ** -0.5
+    pages = kv.astype("<u2").view(np.uint8).reshape(Nk, 2 * D)
+    out, lse, ns = run("bf16%d" % D, 1, pages, idx[:, None, :], lens, None, 1, None, None, q[:, None], sk, sm, HM, splits)
+    want, wl = ref.sparse_mla_prefill(q, kv, idx, sm_scale=sm, topk_length=lens, attn_sink=sk)
+    out, lse = out[:, 0], lse[:, 0]
+    emp = np.isinf(wl)
+    assert not np.isnan(out).any() and np.array_equal(np.isinf(lse), emp) and (out[emp] == 0).all()
+    assert np.allclose(lse[~emp], wl[~emp], rtol=2e-5, atol=2e-5)
+    kvf = ref.bf16_to_f32(kv).astype(np.float64); qf = ref.bf16_to_f32(q).astype(np.float64)
+    A = np.zeros_like(want, dtype=np.float64)
+    for m in range(M):
+        K = kvf[ref._valid(idx[m], lens[m])]
+        if len(K) == 0: continue
+        for h in range(Hq):
+            sc = sm * (K @ qf[m, h]); pp = np.exp(sc - sc.max())
+            A[m, h] = (pp @ np.abs(K[:, :512])) / pp.sum()
+    err = np.abs(out - want)[~emp]
+    tol = np.maximum(np.abs(out), np.abs(want))[~emp] * 2.0 ** -8 + 1.05 * 2.0 ** -8 * A[~emp]
+    print("   worst err / tol", (err / tol).max())
+    print("prefill bf16 D", D, "M", M, "Hq", Hq, "HM", HM, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
+    assert (err <= tol).all(), "outputs outside the error model"
+
+
 if __name__ == "__main__":
     case("v4_fp8", 1, 2, 1, 32, 16, 8, 70, 2, 0, extra=True)
     case("v32_fp8", 2, 2, 2, 16, 16, 8, 45, 1, 0, extra=True)
@@ -316,3 +354,6 @@ if __name__ == "__main__":
     case("v4_fp8", 5, 1, 1, 64, 2, 64, 130, 1, 2, extra=True)
     case("v4_fp8", 6, 1, 2, 64, 16, 8, 90, 4, 0, lengths=False, sink=False)
     case("v32_fp8", 7, 2, 1, 64, 32, 4, 100, 2, 0, extra=True)
+    prefill_case(576, 8, 3, 32, 300, 96, 2, 0)
+    prefill_case(512, 9, 3, 16, 200, 96, 1, 2)
+    prefill_case(576, 10, 2, 64, 200, 70, 4, 2)

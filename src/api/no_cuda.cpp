@@ -27,6 +27,7 @@ Status paged_mqa_topk_route(const PagedMqaTopkParams&, const detail::PagedIndexe
 }
 size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams&, const Exec&) { return 0; }
 Status sparse_mla_decode(const SparseMlaDecodeParams&, const Exec&) { return no_cuda("sparse_mla_decode"); }
+size_t sparse_mla_prefill_workspace(const SparseMlaPrefillParams&, const Exec&) { return 0; }
 Status sparse_mla_prefill(const SparseMlaPrefillParams&, const Exec&) { return no_cuda("sparse_mla_prefill"); }
 Status write_indexer_cache(const WriteIndexerCacheParams&, const Exec&) { return no_cuda("write_indexer_cache"); }
 Status write_latent_cache(const WriteLatentCacheParams&, const Exec&) { return no_cuda("write_latent_cache"); }

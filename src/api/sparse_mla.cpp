@@ -13,8 +13,8 @@
 // them without a host sync and clamps them into [0, topk] instead.
 // CUDA: both ops run one straightforward kernel by default (src/cuda/common/mla_kernel.cuh, fp32
 // online softmax, not performance-tuned); prefill on CUDA needs d_v <= 512. Decode can run on
-// tensor cores instead (src/cuda/common/mla_mma_kernel.cuh, DSATTN_MLA_KERNEL=mma), opt-in until
-// it has run on a GPU: see src/cuda/common/mla_launch.cu.
+// tensor cores instead (src/cuda/common/mla_mma_kernel.cuh, DSATTN_MLA_KERNEL=mma; prefill too when
+// d_v = 512), opt-in until it has run on a GPU: see src/cuda/common/mla_launch.cu.
 #include <cmath>
 
 #include "api/latent_check.h"
@@ -148,7 +148,7 @@ Status sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec&
   if (bytes == nullptr) return invalid("sparse_mla_prefill_workspace", "bytes is a null pointer");
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_prefill(p, ex, &b));
-  *bytes = 0;
+  *bytes = b == Backend::kCuda ? cuda::sparse_mla_prefill_workspace(p, ex) : 0;  // as for decode
   return Status::Ok();
 }
 
@@ -156,7 +156,9 @@ Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex) {
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_prefill(p, ex, &b));
   if (p.q.shape[0] == 0) return Status::Ok();
-  return b == Backend::kCuda ? cuda::sparse_mla_prefill(p, ex) : cpu::sparse_mla_prefill(p, ex);
+  if (b != Backend::kCuda) return cpu::sparse_mla_prefill(p, ex);
+  DSATTN_RETURN_IF_ERROR(detail::check_workspace("sparse_mla_prefill", ex, cuda::sparse_mla_prefill_workspace(p, ex)));
+  return cuda::sparse_mla_prefill(p, ex);
 }
 
 }  // namespace dsattn

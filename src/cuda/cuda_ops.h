@@ -37,6 +37,7 @@ Status paged_mqa_topk_route(const PagedMqaTopkParams& p, const detail::PagedInde
 
 size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex);
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex);
+size_t sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec& ex);
 Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex);
 Status write_indexer_cache(const WriteIndexerCacheParams& p, const Exec& ex);
 Status write_latent_cache(const WriteLatentCacheParams& p, const Exec& ex);

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/mla_kernel.cuh"
@@ -85,67 +88,114 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
   return Status::Ok();
 }
 
-// The tensor-core kernel's plan for this call (mla_plan.h), after the heads-per-CTA knob is checked.
-Status mla_mma_plan(const char* op, const SparseMlaDecodeParams& p, const Exec& ex, const MlaChoice& c,
+// The tensor-core kernel's plan for a call of `rows` query rows, `heads` heads and `indices`
+// indices per row (mla_plan.h), after the heads-per-CTA knob is checked.
+Status mla_mma_plan(const char* op, int64_t rows, int64_t heads, int64_t indices, const Exec& ex, const MlaChoice& c,
                     MlaMmaPlan* plan) {
-  const int64_t heads = p.q.shape[2];
   if (c.hm != 0 && 16 * c.hm > heads) {
     return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
                            static_cast<long long>(heads), 16 * c.hm);
   }
-  const int64_t indices = p.indices.shape[2] + (p.extra_indices.defined() ? p.extra_indices.shape[2] : 0);
-  *plan = mla_mma_plan_for(p.q.shape[0] * p.q.shape[1], heads, indices, cuda_stream_num_sms(ex.stream), c.hm,
-                           c.splits);
+  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), c.hm, c.splits);
   return Status::Ok();
+}
+
+int64_t decode_indices(const SparseMlaDecodeParams& p) {
+  return p.indices.shape[2] + (p.extra_indices.defined() ? p.extra_indices.shape[2] : 0);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <int HM, LatentFormat F>
+template <int HM, MlaSrc S>
 Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                   int smem_budget, const Exec& ex) {
-  constexpr size_t smem = mla_mma_smem_bytes<HM, F>();
+  constexpr size_t smem = mla_mma_smem_bytes<HM, S>();
   if (smem > static_cast<size_t>(smem_budget)) {
     return detail::not_implemented(op,
                                    "the tensor-core kernel at %d heads per CTA needs %zu bytes of shared memory "
                                    "per block, budget is %d",
                                    16 * HM, smem, smem_budget);
   }
-  const auto kern = sparse_mla_mma_kernel<HM, F>;
+  const auto kern = sparse_mla_mma_kernel<HM, S>;
   const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)), static_cast<unsigned>(sp.splits));
-  kern<<<grid, MlaMmaShape<HM, F>::kThreads, smem, st>>>(a, sp);
+  kern<<<grid, MlaMmaShape<HM, S>::kThreads, smem, st>>>(a, sp);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_mma_kernel"));
   if (sp.splits == 1) return Status::Ok();
   sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
   return last_launch_status(op, "sparse_mla_combine_kernel");
 }
 
-template <LatentFormat F>
+template <MlaSrc S>
 Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                      int hm, int smem_budget, const Exec& ex) {
   switch (hm) {
-    case 1: return launch_mma<1, F>(op, a, sp, rows, heads, smem_budget, ex);
-    case 2: return launch_mma<2, F>(op, a, sp, rows, heads, smem_budget, ex);
-    default: return launch_mma<4, F>(op, a, sp, rows, heads, smem_budget, ex);
+    case 1: return launch_mma<1, S>(op, a, sp, rows, heads, smem_budget, ex);
+    case 2: return launch_mma<2, S>(op, a, sp, rows, heads, smem_budget, ex);
+    default: return launch_mma<4, S>(op, a, sp, rows, heads, smem_budget, ex);
   }
 }
 
-// The tensor-core kernel reads q rows and cache tokens in 16-byte pieces and writes out in 4- or
-// 8-byte pieces.
-Status check_mma_alignment(const char* op, const SparseMlaDecodeParams& p) {
-  const TensorView* views[2] = {&p.q, &p.out};
-  for (const TensorView* v : views) {
-    const int64_t* st = v->strides;
-    if (!aligned16(v->data) || st[0] % 8 != 0 || st[1] % 8 != 0 || st[2] % 8 != 0) {
-      return detail::not_implemented(
-          op, "DSATTN_MLA_KERNEL=mma needs %s 16-byte aligned with strides that are multiples of 8, got strides "
-              "[%lld, %lld, %lld]",
-          v == &p.q ? "q" : "out", static_cast<long long>(st[0]), static_cast<long long>(st[1]),
-          static_cast<long long>(st[2]));
+// Runs the tensor-core kernel (and its combine kernel when it splits) on a call whose alignment
+// was checked: the plan, the partial results in the workspace (the API checked its size), the
+// shared-memory budget.
+Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows, int64_t heads, int64_t indices,
+               const MlaChoice& c, const Exec& ex) {
+  if (rows > 0x7FFFFFFF) {
+    return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld", static_cast<long long>(rows));
+  }
+  MlaMmaPlan plan;
+  DSATTN_RETURN_IF_ERROR(mla_mma_plan(op, rows, heads, indices, ex, c, &plan));
+  MlaSplitArgs sp{};
+  sp.splits = plan.splits;
+  sp.tiles_per_split = plan.tiles_per_split;
+  sp.hq = static_cast<int>(heads);
+  if (plan.splits > 1) {
+    if (!aligned16(ex.workspace)) {
+      return detail::invalid(op, "workspace expected 16-byte aligned for the tensor-core kernel's split");
+    }
+    sp.part_o = static_cast<float*>(ex.workspace);
+    sp.part_ml = reinterpret_cast<float2*>(sp.part_o + size_t(rows * heads) * plan.splits * kLatentDv);
+  }
+  int budget = ex.smem_budget_bytes;
+  if (budget <= 0) {
+    int dev = 0;
+    DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+    DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  }
+  switch (src) {
+    case MlaSrc::kV4Fp8: return launch_mma_hm<MlaSrc::kV4Fp8>(op, a, sp, rows, heads, plan.hm, budget, ex);
+    case MlaSrc::kV32Fp8: return launch_mma_hm<MlaSrc::kV32Fp8>(op, a, sp, rows, heads, plan.hm, budget, ex);
+    case MlaSrc::kBf16D512: return launch_mma_hm<MlaSrc::kBf16D512>(op, a, sp, rows, heads, plan.hm, budget, ex);
+    default: return launch_mma_hm<MlaSrc::kBf16D576>(op, a, sp, rows, heads, plan.hm, budget, ex);
+  }
+}
+
+std::string strides_text(const TensorView& v) {
+  std::string s = "[";
+  for (int d = 0; d < v.ndim; ++d) s += (d ? ", " : "") + std::to_string(v.strides[d]);
+  return s + "]";
+}
+
+// The tensor-core kernel reads q rows, kv rows and cache tokens in 16-byte pieces and writes out in
+// 4- or 8-byte pieces: each named view 16-byte aligned with every stride but the last a multiple
+// of 8 elements.
+Status check_mma_views(const char* op, std::initializer_list<std::pair<const char*, const TensorView*>> views) {
+  for (const auto& [name, v] : views) {
+    bool ok = aligned16(v->data);
+    for (int d = 0; d + 1 < v->ndim; ++d) ok = ok && v->strides[d] % 8 == 0;
+    if (!ok) {
+      return detail::not_implemented(op,
+                                     "DSATTN_MLA_KERNEL=mma needs %s 16-byte aligned with strides (but the last) "
+                                     "that are multiples of 8, got strides %s",
+                                     name, strides_text(*v).c_str());
     }
   }
+  return Status::Ok();
+}
+
+Status check_mma_caches(const char* op, const SparseMlaDecodeParams& p) {
   const LatentCache* caches[2] = {&p.cache, p.extra_indices.defined() ? &p.extra_cache : nullptr};
   for (const LatentCache* c : caches) {
     if (c == nullptr) continue;
@@ -160,6 +210,14 @@ Status check_mma_alignment(const char* op, const SparseMlaDecodeParams& p) {
   return Status::Ok();
 }
 
+// Prefill on the tensor-core kernel: d_v 512 only (its warps own 512 output dims).
+Status check_mma_prefill(const char* op, const SparseMlaPrefillParams& p) {
+  if (p.d_v != kLatentDv) {
+    return detail::not_implemented(op, "DSATTN_MLA_KERNEL=mma needs d_v %d for prefill, got %d", kLatentDv, p.d_v);
+  }
+  return check_mma_views(op, {{"q", &p.q}, {"kv", &p.kv}, {"out", &p.out}});
+}
+
 void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
   a->sink = sink.defined() ? sink.ptr<const float>() : nullptr;
   a->sink_s = sink.defined() ? sink.strides[0] : 0;
@@ -167,13 +225,23 @@ void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
 
 }  // namespace
 
-size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex) {
+// Workspace of the tensor-core kernel's split (0 for the scalar kernel). A bad knob gives 0 here;
+// the call itself reports it.
+size_t mma_workspace(const char* op, int64_t rows, int64_t heads, int64_t indices, const Exec& ex) {
   MlaChoice choice;
   MlaMmaPlan plan;
-  // A bad knob gives 0 here; the call itself reports it.
-  if (!mla_kernel_choice("sparse_mla_decode", &choice).ok() || !choice.mma) return 0;
-  if (!mla_mma_plan("sparse_mla_decode", p, ex, choice, &plan).ok()) return 0;
+  if (!mla_kernel_choice(op, &choice).ok() || !choice.mma) return 0;
+  if (!mla_mma_plan(op, rows, heads, indices, ex, choice, &plan).ok()) return 0;
   return plan.workspace;
+}
+
+size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex) {
+  return mma_workspace("sparse_mla_decode", p.q.shape[0] * p.q.shape[1], p.q.shape[2], decode_indices(p), ex);
+}
+
+size_t sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec& ex) {
+  if (p.d_v != kLatentDv) return 0;  // not the tensor-core kernel's call
+  return mma_workspace("sparse_mla_prefill", p.q.shape[0], p.q.shape[1], p.indices.shape[1], ex);
 }
 
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
@@ -201,33 +269,9 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   MlaChoice choice;
   DSATTN_RETURN_IF_ERROR(mla_kernel_choice(op, &choice));
   if (choice.mma) {
-    if (B * Sq > 0x7FFFFFFF) {
-      return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld",
-                                     static_cast<long long>(B * Sq));
-    }
-    DSATTN_RETURN_IF_ERROR(check_mma_alignment(op, p));
-    MlaMmaPlan plan;
-    DSATTN_RETURN_IF_ERROR(mla_mma_plan(op, p, ex, choice, &plan));
-    MlaSplitArgs sp{};
-    sp.splits = plan.splits;
-    sp.tiles_per_split = plan.tiles_per_split;
-    sp.hq = static_cast<int>(Hq);
-    if (plan.splits > 1) {  // the API checked the workspace's size (sparse_mla_decode_workspace)
-      if (!aligned16(ex.workspace)) {
-        return detail::invalid(op, "workspace expected 16-byte aligned for the tensor-core kernel's split");
-      }
-      sp.part_o = static_cast<float*>(ex.workspace);
-      sp.part_ml = reinterpret_cast<float2*>(sp.part_o + size_t(B * Sq * Hq) * plan.splits * kLatentDv);
-    }
-    int budget = ex.smem_budget_bytes;
-    if (budget <= 0) {
-      int dev = 0;
-      DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
-      DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    }
-    return p.cache.format == LatentFormat::kV4Fp8
-               ? launch_mma_hm<LatentFormat::kV4Fp8>(op, a, sp, B * Sq, Hq, plan.hm, budget, ex)
-               : launch_mma_hm<LatentFormat::kV32Fp8>(op, a, sp, B * Sq, Hq, plan.hm, budget, ex);
+    DSATTN_RETURN_IF_ERROR(check_mma_views(op, {{"q", &p.q}, {"out", &p.out}}));
+    DSATTN_RETURN_IF_ERROR(check_mma_caches(op, p));
+    return run_mma(op, a, mla_src_of(p.cache.format), B * Sq, Hq, decode_indices(p), choice, ex);
   }
   return p.cache.format == LatentFormat::kV4Fp8
              ? launch<LatentSource<LatentFormat::kV4Fp8>>(op, a, B * Sq, Hq, ex)
@@ -263,6 +307,12 @@ Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex) {
   a.main.topk = static_cast<int>(p.indices.shape[1]);
   a.main.len = p.topk_length.defined() ? p.topk_length.ptr<const int32_t>() : nullptr;
   a.main.len_s = p.topk_length.defined() ? p.topk_length.strides[0] : 0;
+  MlaChoice choice;
+  DSATTN_RETURN_IF_ERROR(mla_kernel_choice(op, &choice));
+  if (choice.mma) {
+    DSATTN_RETURN_IF_ERROR(check_mma_prefill(op, p));
+    return run_mma(op, a, dqk == 512 ? MlaSrc::kBf16D512 : MlaSrc::kBf16D576, M, Hq, p.indices.shape[1], choice, ex);
+  }
   return dqk == 512 ? launch<Bf16Source<512>>(op, a, M, Hq, ex) : launch<Bf16Source<576>>(op, a, M, Hq, ex);
 }
 

@@ -1,4 +1,5 @@
-// Sparse-MLA decode on tensor cores (SPEC §3.5 over the FP8 latent caches of §2.3): bf16
+// Sparse MLA on tensor cores (SPEC §3.5 decode over the FP8 latent caches of §2.3; §3.6 prefill
+// over a bf16 kv [Nk, d_qk] with d_v = 512, a query row m being (b = m, s = 0)): bf16
 // m16n8k16 `mma.sync` with fp32 accumulators, so it runs on sm_80 .. sm_120 alike. Opt-in for now
 // (DSATTN_MLA_KERNEL=mma, see mla_launch.cu): written without a GPU at hand; mla_kernel.cuh's
 // scalar kernel stays the default until this one has run its tests and benchmarks on hardware.
@@ -44,26 +45,34 @@ namespace cuda {
 constexpr int kMlaMmaSRow = 40;   // fp32 words per S/P row (32 + 8: conflict-free float2 reads)
 constexpr int kMlaMmaScales = 8;  // scale words per token
 
-// Per-format constants. Chunks are the 16-byte pieces a token's bytes are loaded in: E4M3 NoPE
-// chunks first, then (V4) RoPE chunks and the scale record (8 bytes), or (V3.2) the scale chunk
-// (4 fp32) and the RoPE chunks; every chunk but V4's scales sits at 16 p from the token's record.
-template <LatentFormat F>
+// What the kernel reads: an FP8 latent cache (decode, SPEC §2.3) or a bf16 kv [Nk, d_qk] (prefill).
+enum class MlaSrc { kV4Fp8, kV32Fp8, kBf16D512, kBf16D576 };
+
+constexpr MlaSrc mla_src_of(LatentFormat f) { return f == LatentFormat::kV4Fp8 ? MlaSrc::kV4Fp8 : MlaSrc::kV32Fp8; }
+
+// Per-source constants. Chunks are the 16-byte pieces a token's bytes are loaded in: for the FP8
+// caches the E4M3 NoPE chunks first, then (V4) RoPE chunks and the scale record (8 bytes), or
+// (V3.2) the scale chunk (4 fp32) and the RoPE chunks, every chunk but V4's scales at 16 p from the
+// token's record; for a bf16 kv row, d_qk / 8 chunks of bf16 values (no scales: all 1).
+template <MlaSrc S>
 struct MlaMmaFormat {
-  static constexpr bool kV4 = F == LatentFormat::kV4Fp8;
-  static constexpr int kNope = kV4 ? kV4NopeDim : kV32NopeDim;  // 448 / 512
-  static constexpr int kDqk = kNope + 64;                       // 512 / 576
-  static constexpr int kBlock = kV4 ? 64 : 128;                 // dims per scale
-  static constexpr int kNopeBlocks = kNope / kBlock;            // 7 / 4
-  static constexpr int kNopeChunks = kNope / 16;                // 28 / 32
-  static constexpr int kChunks = kNopeChunks + 9;               // + 8 RoPE + 1 scale: 37 / 41
-  static constexpr int kScaleChunk = kV4 ? kNopeChunks + 8 : kNopeChunks;  // 36 / 32
-  static constexpr int kRopeChunk0 = kV4 ? kNopeChunks : kNopeChunks + 1;  // 28 / 33
-  static constexpr int kRecBytes = kV4 ? kV4DataBytes : kV32TokenBytes;
+  static constexpr bool kV4 = S == MlaSrc::kV4Fp8;
+  static constexpr bool kFp8 = S == MlaSrc::kV4Fp8 || S == MlaSrc::kV32Fp8;
+  static constexpr int kDqk = S == MlaSrc::kV4Fp8 || S == MlaSrc::kBf16D512 ? 512 : 576;
+  static constexpr int kNope = kDqk - 64;                         // 448 / 512: the dims with scale blocks
+  static constexpr int kBlock = S == MlaSrc::kV32Fp8 ? 128 : 64;  // dims per scale
+  static constexpr int kNopeBlocks = kNope / kBlock;              // 7 / 4 (bf16: 7 / 8, scale 1)
+  static constexpr int kNopeChunks = kFp8 ? kNope / 16 : 0;       // E4M3 chunks: 28 / 32
+  static constexpr int kChunks = kFp8 ? kNopeChunks + 9 : kDqk / 8;  // + 8 RoPE + 1 scale: 37 / 41; 64 / 72
+  static constexpr int kScaleChunk = kV4 ? kNopeChunks + 8 : kFp8 ? kNopeChunks : -1;  // 36 / 32
+  static constexpr int kRawChunk0 = kV4 ? kNopeChunks : kFp8 ? kNopeChunks + 1 : 0;   // first bf16 chunk
+  static constexpr int kRawDim0 = kFp8 ? kNope : 0;                                    // ... and its dim
+  static constexpr int kRecBytes = kV4 ? kV4DataBytes : kV32TokenBytes;               // FP8 caches
 };
 
-template <int HM, LatentFormat F>
+template <int HM, MlaSrc S>
 struct MlaMmaShape {
-  using Fmt = MlaMmaFormat<F>;
+  using Fmt = MlaMmaFormat<S>;
   static constexpr int kHeads = 16 * HM;
   static constexpr int kWarps = 4 * HM;
   static constexpr int kThreads = 32 * kWarps;
@@ -89,9 +98,9 @@ struct MlaSplitArgs {
   int hq;
 };
 
-template <int HM, LatentFormat F>
+template <int HM, MlaSrc S>
 constexpr size_t mla_mma_smem_bytes() {
-  return MlaMmaShape<HM, F>::kSmemBytes;
+  return MlaMmaShape<HM, S>::kSmemBytes;
 }
 
 namespace mla_mma {
@@ -157,17 +166,21 @@ __device__ __forceinline__ void load_index(const MlaDecodeArgs& a, int64_t b, in
   }
 }
 
-template <LatentFormat F>
+template <MlaSrc S>
 __device__ __forceinline__ TokenRef make_ref(const MlaDecodeArgs& a, int which, int id) {
   TokenRef r{nullptr, nullptr};
   if (which < 0) return r;
   const MlaCacheArgs& c = which == 0 ? a.main : a.extra;
   if (id < 0 || id >= c.num_slots) return r;
+  if constexpr (!MlaMmaFormat<S>::kFp8) {  // bf16 kv: page_stride is the row stride in elements
+    r.rec = c.pages + int64_t(id) * c.page_stride * 2;
+    return r;
+  }
   const uint32_t page = static_cast<uint32_t>(id) / static_cast<uint32_t>(c.P);
   const uint32_t off = static_cast<uint32_t>(id) - page * static_cast<uint32_t>(c.P);
   const uint8_t* pg = c.pages + int64_t(page) * c.page_stride;
-  r.rec = pg + int64_t(off) * MlaMmaFormat<F>::kRecBytes;
-  r.scl = MlaMmaFormat<F>::kV4 ? pg + int64_t(c.P) * kV4DataBytes + int64_t(off) * kV4ScaleBytes
+  r.rec = pg + int64_t(off) * MlaMmaFormat<S>::kRecBytes;
+  r.scl = MlaMmaFormat<S>::kV4 ? pg + int64_t(c.P) * kV4DataBytes + int64_t(off) * kV4ScaleBytes
                                : r.rec + kV32NopeDim;
   return r;
 }
@@ -177,12 +190,12 @@ __device__ __forceinline__ TokenRef make_ref(const MlaDecodeArgs& a, int which, 
 // CTAs per SM asked of the register allocator (mla_mma_ctas_per_sm): 2 x 256 or 1 x 512 threads
 // at <= 128 registers (a few dozen bytes spill at 32 and 64 heads), 3 x 128 threads at <= 170
 // (16 heads: its 10-11 chunks per thread in flight need more registers).
-template <int HM, LatentFormat F>
-__global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_ctas_per_sm(HM))
+template <int HM, MlaSrc S>
+__global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per_sm(HM))
     sparse_mla_mma_kernel(MlaDecodeArgs a, MlaSplitArgs sp) {
   using namespace mla_mma;
-  using Fmt = MlaMmaFormat<F>;
-  using Sh = MlaMmaShape<HM, F>;
+  using Fmt = MlaMmaFormat<S>;
+  using Sh = MlaMmaShape<HM, S>;
   constexpr int D = Fmt::kDqk, KS = Sh::kRow, HG = Sh::kHeads, NT = Sh::kThreads, T = kMlaMmaTile;
   constexpr int SR = kMlaMmaSRow, CH = Fmt::kChunks, NL = Sh::kLoads;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -219,11 +232,14 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_ctas_per
       *reinterpret_cast<uint4*>(q_s + h * KS + 8 * c) = v;
     }
   }
+  if constexpr (!Fmt::kFp8) {  // a bf16 kv has no scales; nothing overwrites these
+    for (int e = tid; e < T * kMlaMmaScales; e += NT) sc_s[e] = 1.0f;
+  }
   int pend_which = -1, pend_id = -1;  // warp 0: the index of position 32 (j + 1) + lane
   if (warp == 0) {
     int w0, i0;
     load_index(a, b, s, len_main, total, t_begin * T + lane, &w0, &i0);
-    ref_s[0][lane] = make_ref<F>(a, w0, i0);
+    ref_s[0][lane] = make_ref<S>(a, w0, i0);
     load_index(a, b, s, len_main, total, (t_begin + 1) * T + lane, &pend_which, &pend_id);
   }
   __syncthreads();
@@ -277,8 +293,8 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_ctas_per
             sc[2] = __uint_as_float(ld[i].z);
             sc[3] = __uint_as_float(ld[i].w);
           }
-        } else {
-          *reinterpret_cast<uint4*>(krow + Fmt::kNope + 8 * (part - Fmt::kRopeChunk0)) = ld[i];
+        } else {  // bf16 values: the FP8 caches' RoPE, or a bf16 kv row
+          *reinterpret_cast<uint4*>(krow + Fmt::kRawDim0 + 8 * (part - Fmt::kRawChunk0)) = ld[i];
         }
       }
     }
@@ -297,7 +313,7 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_ctas_per
     // A: this tile's bytes into shared memory; warp 0 resolves the next tile's positions.
     store();
     if (warp == 0 && j + 1 < t_end) {
-      ref_s[slot ^ 1][lane] = make_ref<F>(a, pend_which, pend_id);
+      ref_s[slot ^ 1][lane] = make_ref<S>(a, pend_which, pend_id);
       load_index(a, b, s, len_main, total, (j + 2) * T + lane, &pend_which, &pend_id);
     }
     __syncthreads();
@@ -387,7 +403,7 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, F>::kThreads, mla_mma_ctas_per
 #pragma unroll
         for (int sb = 0; sb < Sh::kNSub; ++sb) {
           const int dsub = d0 + sb * Sh::kSub;
-          const int blk = dsub / Fmt::kBlock;  // V4: the RoPE dims (448 ..) are block 7, scale 1
+          const int blk = dsub / Fmt::kBlock;  // V4: the RoPE dims (448 ..) are block 7, scale 1 (bf16: all 1)
           const float c0 = sc_s[ta * kMlaMmaScales + blk], c1 = sc_s[(ta + 1) * kMlaMmaScales + blk];
           const float c2 = sc_s[(ta + 8) * kMlaMmaScales + blk], c3 = sc_s[(ta + 9) * kMlaMmaScales + blk];
           uint32_t pa[HM][4];
