@@ -10,12 +10,14 @@
 //
 // The cache is written by the library's CUDA cache writer from uniform [-1, 1) latents (real
 // scales); indices are uniform random slots of the whole cache (one request per row, next_n = 1).
+// --prefill times sparse_mla_prefill the same way over a bf16 kv of uniform [-1, 1) rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,13 +34,15 @@ namespace {
 int mla_usage(int rc = 2) {
   std::fprintf(rc == 0 ? stdout : stderr,
                "usage: dsattn bench mla [--format v4,v32] [--batch 1,16,64] [--heads 16,128] [--topk 2048]\n"
-               "                        [--extra 0] [--page 64] [--reps 15] [--no-simple]\n"
+               "                        [--extra 0] [--page 64] [--reps 15] [--no-simple] [--prefill]\n"
                "  --format     latent cache layouts (SPEC 2.3): v4 (584 B/token, d_qk 512), v32 (656 B, d_qk 576)\n"
                "  --batch      query rows (requests, next_n = 1)\n"
                "  --heads      q heads (16, 32, 64, 128)\n"
                "  --topk       indices per row in the main cache; --extra: in a second cache (V4's window)\n"
                "  --page       tokens per page\n"
                "  --no-simple  skip the scalar kernel (slow at large shapes)\n"
+               "  --prefill    sparse_mla_prefill instead: --batch query rows over a bf16 kv of d_qk 512 (v4) or\n"
+               "               576 (v32), --topk rows each, d_v 512\n"
                "The tensor-core kernel's heads per CTA follow DSATTN_MLA_HEADS_PER_CTA when set.\n");
   return rc;
 }
@@ -104,6 +108,99 @@ float max_abs_bf16(const std::vector<uint16_t>& v) {
   return m;
 }
 
+// Times one shape under DSATTN_MLA_KERNEL=simple (unless !simple) and =mma, adding a row each to
+// `t`: run(set, ex) makes the call on index set `set`, workspace(ex) asks for its workspace; `out`
+// holds the call's n_out bf16 outputs (compared between the kernels on set 0).
+void time_kernels(Table* t, const std::vector<std::string>& label, bool simple, cudaStream_t stream, int sets, int reps,
+                  double call_bytes, double flops, double copy, const DeviceBuffer& out, size_t n_out,
+                  const std::function<size_t(const Exec&)>& workspace,
+                  const std::function<Status(int, const Exec&)>& run) {
+  Exec ex;
+  ex.stream = stream;
+  double us_simple = 0.0;
+  std::vector<uint16_t> ref;
+  for (const char* kernel : {"simple", "mma"}) {
+    if (!simple && kernel[0] == 's') continue;
+    setenv("DSATTN_MLA_KERNEL", kernel, 1);
+    std::vector<std::string> row = label;
+    row.push_back(kernel);
+    const size_t ws_bytes = workspace(ex);  // the tensor-core kernel's split over the indices
+    DeviceBuffer ws(ws_bytes);
+    ex.workspace = ws.ptr;
+    ex.workspace_bytes = ws_bytes;
+    const Status st = run(0, ex);
+    if (!st.ok()) {
+      row.push_back("error: " + st.to_string());
+      t->add(row);
+      continue;
+    }
+    DSATTN_BENCH_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> o(n_out);
+    DSATTN_BENCH_CHECK(cudaMemcpy(o.data(), out.ptr, o.size() * 2, cudaMemcpyDeviceToHost));
+    std::string diff = "-";
+    if (kernel[0] == 's') {
+      ref = o;
+    } else if (!ref.empty()) {
+      float d = 0.0f;
+      for (size_t i = 0; i < o.size(); ++i) d = std::max(d, std::fabs(codec::bf16_to_f32(o[i]) - codec::bf16_to_f32(ref[i])));
+      diff = fmt("%.2e", d / std::max(max_abs_bf16(ref), 1e-30f));
+    }
+    const double us = time_graph_us(stream, sets, [&](int s) { (void)run(s, ex); }, reps);
+    if (kernel[0] == 's') us_simple = us;
+    const double gbs = call_bytes / (us * 1e-6) / 1e9;
+    for (const std::string& c : {fmt("%.1f", us), fmt("%.0f", gbs), fmt("%.1f", 100.0 * gbs / copy),
+                                 fmt("%.1f", flops / (us * 1e-6) / 1e12),
+                                 us_simple > 0.0 ? fmt("%.1f", us_simple / us) : std::string("-"), diff}) {
+      row.push_back(c);
+    }
+    t->add(row);
+  }
+  unsetenv("DSATTN_MLA_KERNEL");
+}
+
+// sparse_mla_prefill over a bf16 kv of >= 3x the L2: rows x heads, `topk` random rows each.
+void run_prefill(LatentFormat f, const std::vector<long>& batches, const std::vector<long>& heads, long topk, int reps,
+                 bool simple, cudaStream_t stream, double copy) {
+  const int dqk = latent_dqk(f);
+  const int64_t nk = std::max<int64_t>(65536, int64_t(3 * l2_bytes() / size_t(2 * dqk)) + 1);
+  DeviceBuffer kv(size_t(nk) * dqk * 2);
+  mla_bench_fill_bf16<<<1024, 256>>>(kv.as<uint16_t>(), size_t(nk) * dqk, 21);
+  DSATTN_BENCH_CHECK(cudaGetLastError());
+  Table t({"prefill", "M x Hq", "indices", "kernel", "us", "GB/s", "% copy", "TFLOPS", "x scalar", "max |diff|"});
+  for (long M : batches) {
+    for (long Hq : heads) {
+      const double call_bytes = double(M) * topk * dqk * 2 + double(M) * Hq * (dqk + 512) * 2;
+      const int sets = sets_for(size_t(call_bytes));
+      DeviceBuffer q(size_t(M) * Hq * dqk * 2), out(size_t(M) * Hq * 512 * 2), lse(size_t(M) * Hq * 4);
+      DeviceBuffer idx(size_t(sets) * M * topk * 4);
+      mla_bench_fill_bf16<<<256, 256>>>(q.as<uint16_t>(), size_t(M) * Hq * dqk, 22);
+      mla_bench_fill_ids<<<256, 256>>>(idx.as<int32_t>(), size_t(sets) * M * topk, 23, nk);
+      DSATTN_BENCH_CHECK(cudaGetLastError());
+      const auto params = [&](int s) {
+        SparseMlaPrefillParams p;
+        p.q = make_tensor(q.ptr, DType::kBF16, {M, Hq, dqk}, Device::kCuda);
+        p.kv = make_tensor(kv.ptr, DType::kBF16, {nk, dqk}, Device::kCuda);
+        p.indices = make_tensor(idx.as<int32_t>() + size_t(s) * M * topk, DType::kI32, {M, topk}, Device::kCuda);
+        p.sm_scale = 1.0f / std::sqrt(float(dqk));
+        p.d_v = 512;
+        p.out = make_tensor(out.ptr, DType::kBF16, {M, Hq, 512}, Device::kCuda);
+        p.lse = make_tensor(lse.ptr, DType::kF32, {M, Hq}, Device::kCuda);
+        return p;
+      };
+      time_kernels(&t, {"d_qk " + std::to_string(dqk), std::to_string(M) + " x " + std::to_string(Hq), std::to_string(topk)},
+                   simple, stream, sets, reps, call_bytes, 2.0 * double(M) * Hq * double(topk) * (dqk + 512), copy, out,
+                   size_t(M) * Hq * 512,
+                   [&](const Exec& ex) {
+                     size_t b = 0;
+                     (void)sparse_mla_prefill_workspace(params(0), ex, &b);
+                     return b;
+                   },
+                   [&](int s, const Exec& ex) { return sparse_mla_prefill(params(s), ex); });
+    }
+  }
+  t.print();
+}
+
 }  // namespace
 
 int run_mla(const std::vector<std::string>& args) {
@@ -162,6 +259,11 @@ int run_mla(const std::vector<std::string>& args) {
               "DSATTN_MLA_HEADS_PER_CTA=%s\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, copy, topk, extra, P, hpc ? hpc : "(default)");
 
+  if (has_flag(args, "--prefill")) {
+    for (LatentFormat f : formats) run_prefill(f, batches, heads, topk, reps, simple, stream, copy);
+    cudaStreamDestroy(stream);
+    return 0;
+  }
   const long max_b = *std::max_element(batches.begin(), batches.end());
   for (LatentFormat f : formats) {
     const int dqk = latent_dqk(f);
@@ -197,46 +299,16 @@ int run_mla(const std::vector<std::string>& args) {
           p.lse = make_tensor(lse.ptr, DType::kF32, {B, 1, Hq}, Device::kCuda);
           return p;
         };
-        Exec ex;
-        ex.stream = stream;
-        double us_simple = 0.0;
-        std::vector<uint16_t> ref;
-        for (const char* kernel : {"simple", "mma"}) {
-          if (!simple && kernel[0] == 's') continue;
-          setenv("DSATTN_MLA_KERNEL", kernel, 1);
-          size_t ws_bytes = 0;  // the tensor-core kernel's split over the indices
-          (void)sparse_mla_decode_workspace(params(0), ex, &ws_bytes);
-          DeviceBuffer ws(ws_bytes);
-          ex.workspace = ws.ptr;
-          ex.workspace_bytes = ws_bytes;
-          const Status st = sparse_mla_decode(params(0), ex);
-          if (!st.ok()) {
-            t.add({f == LatentFormat::kV4Fp8 ? "v4" : "v32", std::to_string(B) + " x " + std::to_string(Hq),
-                   std::to_string(topk + extra), kernel, "error: " + st.to_string()});
-            continue;
-          }
-          DSATTN_BENCH_CHECK(cudaStreamSynchronize(stream));
-          std::vector<uint16_t> o(size_t(B) * Hq * 512);
-          DSATTN_BENCH_CHECK(cudaMemcpy(o.data(), out.ptr, o.size() * 2, cudaMemcpyDeviceToHost));
-          std::string diff = "-";
-          if (kernel[0] == 's') {
-            ref = o;
-          } else if (!ref.empty()) {
-            float d = 0.0f;
-            for (size_t i = 0; i < o.size(); ++i) {
-              d = std::max(d, std::fabs(codec::bf16_to_f32(o[i]) - codec::bf16_to_f32(ref[i])));
-            }
-            diff = fmt("%.2e", d / std::max(max_abs_bf16(ref), 1e-30f));
-          }
-          const double us = time_graph_us(stream, sets, [&](int s) { (void)sparse_mla_decode(params(s), ex); }, reps);
-          if (kernel[0] == 's') us_simple = us;
-          const double gbs = double(call_bytes) / (us * 1e-6) / 1e9;
-          const double flops = 2.0 * double(B) * Hq * double(topk + extra) * (dqk + 512);
-          t.add({f == LatentFormat::kV4Fp8 ? "v4" : "v32", std::to_string(B) + " x " + std::to_string(Hq),
-                 std::to_string(topk + extra), kernel, fmt("%.1f", us), fmt("%.0f", gbs), fmt("%.1f", 100.0 * gbs / copy),
-                 fmt("%.1f", flops / (us * 1e-6) / 1e12), us_simple > 0.0 ? fmt("%.1f", us_simple / us) : "-", diff});
-        }
-        unsetenv("DSATTN_MLA_KERNEL");
+        time_kernels(&t, {f == LatentFormat::kV4Fp8 ? "v4" : "v32", std::to_string(B) + " x " + std::to_string(Hq),
+                          std::to_string(topk + extra)},
+                     simple, stream, sets, reps, double(call_bytes),
+                     2.0 * double(B) * Hq * double(topk + extra) * (dqk + 512), copy, out, size_t(B) * Hq * 512,
+                     [&](const Exec& ex) {
+                       size_t b = 0;
+                       (void)sparse_mla_decode_workspace(params(0), ex, &b);
+                       return b;
+                     },
+                     [&](int s, const Exec& ex) { return sparse_mla_decode(params(s), ex); });
       }
     }
     t.print();

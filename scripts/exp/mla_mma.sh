@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call for the tensor-core sparse-MLA decode kernel (src/cuda/common/mla_mma_kernel.cuh,
 # DSATTN_MLA_KERNEL=mma; BENCHMARKS.md 2026-12-05 "sparse MLA decode on tensor cores"):
-#   1. the GPU tests GpuSparseMla.* (every decode case on both kernels, against the CPU reference;
+#   1. the GPU tests GpuSparseMla* (every decode and prefill case on both kernels, against the CPU
+#      reference;
 #      heads per CTA 16 / 32 / 64, splits over the indices, sm_120's 99 KiB budget, the errors);
 #   2. compute-sanitizer memcheck and racecheck of GpuSparseMla.SmallHeadCountsAndEmptyRows and
 #      GpuSparseMla.MmaRejectsWhatItCannotRun (short and empty rows, both caches, both formats);
 #   3. dsattn bench mla: the scalar and the tensor-core kernels beside the copy bandwidth, both
-#      formats, at the default heads per CTA; without the split over the indices at small batches
+#      formats, at the default heads per CTA; prefill over a bf16 kv (64 / 256 rows beside the scalar
+#      kernel, 4096 rows alone); without the split over the indices at small batches
 #      (DSATTN_MLA_SPLITS=1); 16 and 64 heads per CTA at 64 and 128 heads;
 #   4. ncu of the tensor-core kernel at 64 x 128 heads (one launch), when ncu is present.
 # Logs go to ${OUT:-./gpu_out}/mla_mma; a summary table is printed last.
@@ -45,13 +47,17 @@ STEP_TIMEOUT_DEFAULT=300
 device_info
 
 if [ "$TESTS" = 1 ]; then
-  step tests tests.log "$BIN/dsattn_gpu_tests" --gtest_filter='GpuSparseMla.*'
+  step tests tests.log "$BIN/dsattn_gpu_tests" --gtest_filter='GpuSparseMla*'
 fi
 [ "$SAN" = 1 ] && sanitize "$BIN" 'GpuSparseMla.SmallHeadCountsAndEmptyRows:GpuSparseMla.MmaRejectsWhatItCannotRun'
 if [ "$BENCH" = 1 ]; then
   step "bench v32" bench_v32.log "$BIN/dsattn" bench mla --format v32 --batch 1,16,64 --heads 16,64,128 --topk 2048
   step "bench v4" bench_v4.log "$BIN/dsattn" bench mla --format v4 --batch 1,16,64 --heads 16,64,128 --topk 512 \
     --extra 128
+  step "bench prefill" bench_prefill.log "$BIN/dsattn" bench mla --prefill --format v32,v4 --batch 64,256 \
+    --heads 16,128 --topk 2048
+  step "bench prefill big" bench_prefill_big.log "$BIN/dsattn" bench mla --prefill --format v32 --batch 4096 \
+    --heads 128 --topk 2048 --no-simple
   step "bench nosplit" bench_nosplit.log env DSATTN_MLA_SPLITS=1 "$BIN/dsattn" bench mla --format v32,v4 \
     --batch 1,4,16 --heads 16,128 --topk 2048 --no-simple
   for h in 16 64; do
