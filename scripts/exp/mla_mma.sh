@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call for the tensor-core sparse-MLA decode kernel (src/cuda/common/mla_mma_kernel.cuh,
+# One device call for the tensor-core sparse-MLA kernel (decode and prefill) (src/cuda/common/mla_mma_kernel.cuh,
 # DSATTN_MLA_KERNEL=mma; BENCHMARKS.md 2026-12-05 "sparse MLA decode on tensor cores"):
 #   1. the GPU tests GpuSparseMla* (every decode and prefill case on both kernels, against the CPU
-#      reference;
-#      heads per CTA 16 / 32 / 64, splits over the indices, sm_120's 99 KiB budget, the errors);
+#      reference; heads per CTA 16 / 32 / 64, splits over the indices, sm_120's 99 KiB budget, the
+#      errors; the split rule);
 #   2. compute-sanitizer memcheck and racecheck of GpuSparseMla.SmallHeadCountsAndEmptyRows and
 #      GpuSparseMla.MmaRejectsWhatItCannotRun (short and empty rows, both caches, both formats);
 #   3. dsattn bench mla: the scalar and the tensor-core kernels beside the copy bandwidth, both
