@@ -1,7 +1,7 @@
 // Launchers of the sparse-MLA kernels (arguments validated by src/api/sparse_mla.cpp): decode over
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
-// decode on tensor cores with src/cuda/common/mla_mma_kernel.cuh where DSATTN_MLA_KERNEL=mma asks
-// for it (see mla_kernel_choice).
+// both on tensor cores with src/cuda/common/mla_mma_kernel.cuh where DSATTN_MLA_KERNEL=mma asks for
+// it (see mla_kernel_choice).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -51,9 +51,9 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
   return last_launch_status(op, "sparse_mla_kernel");
 }
 
-// The decode kernel a call runs (DSATTN_MLA_KERNEL, read per call): unset, "auto" or "simple" run
-// the scalar kernel; "mma" the tensor-core kernel, which then must be able to take the call (an
-// error says why not). The tensor-core kernel is not the default yet: it has not run on a GPU.
+// The kernel a decode or prefill call runs (DSATTN_MLA_KERNEL, read per call): unset, "auto" or
+// "simple" run the scalar kernel; "mma" the tensor-core kernel, which then must be able to take the
+// call (an error says why not). The tensor-core kernel is not the default yet: it has not run on a GPU.
 // Its knobs: DSATTN_MLA_HEADS_PER_CTA (16, 32 or 64; default 16 for 16 heads, else 32) and
 // DSATTN_MLA_SPLITS (splits of each row's indices, >= 1; default: mla_mma_plan's rule).
 struct MlaChoice {
@@ -223,8 +223,6 @@ void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
   a->sink_s = sink.defined() ? sink.strides[0] : 0;
 }
 
-}  // namespace
-
 // Workspace of the tensor-core kernel's split (0 for the scalar kernel). A bad knob gives 0 here;
 // the call itself reports it.
 size_t mma_workspace(const char* op, int64_t rows, int64_t heads, int64_t indices, const Exec& ex) {
@@ -234,6 +232,8 @@ size_t mma_workspace(const char* op, int64_t rows, int64_t heads, int64_t indice
   if (!mla_mma_plan(op, rows, heads, indices, ex, choice, &plan).ok()) return 0;
   return plan.workspace;
 }
+
+}  // namespace
 
 size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex) {
   return mma_workspace("sparse_mla_decode", p.q.shape[0] * p.q.shape[1], p.q.shape[2], decode_indices(p), ex);
