@@ -4,6 +4,8 @@
 #   1. the GPU tests GpuSparseMla* (every decode and prefill case on both kernels, against the CPU
 #      reference; heads per CTA 16 / 32 / 64, splits over the indices, sm_120's 99 KiB budget, the
 #      errors; the split rule);
+#      Then `dsattn demo` (V4.1-Flash, V3.2 with next_n 2) under DSATTN_MLA_KERNEL=mma: its MLA
+#      stage checked against the CPU reference and recomputed attention rows;
 #   2. compute-sanitizer memcheck and racecheck of GpuSparseMla.SmallHeadCountsAndEmptyRows and
 #      GpuSparseMla.MmaRejectsWhatItCannotRun (short and empty rows, both caches, both formats);
 #   3. dsattn bench mla: the scalar and the tensor-core kernels beside the copy bandwidth, both
@@ -50,6 +52,11 @@ if [ "$TESTS" = 1 ]; then
   step tests tests.log "$BIN/dsattn_gpu_tests" --gtest_filter='GpuSparseMla*'
 fi
 [ "$SAN" = 1 ] && sanitize "$BIN" 'GpuSparseMla.SmallHeadCountsAndEmptyRows:GpuSparseMla.MmaRejectsWhatItCannotRun'
+if [ "$TESTS" = 1 ]; then  # end to end: the demo's decode step with the tensor-core kernel, checked by the demo
+  step "demo v4.1" demo_v41.log env DSATTN_MLA_KERNEL=mma "$BIN/dsattn" demo --preset deepseek-v4.1-flash --batch 8
+  step "demo v3.2" demo_v32.log env DSATTN_MLA_KERNEL=mma "$BIN/dsattn" demo --preset deepseek-v3.2 --batch 2 \
+    --next-n 2
+fi
 if [ "$BENCH" = 1 ]; then
   step "bench v32" bench_v32.log "$BIN/dsattn" bench mla --format v32 --batch 1,16,64 --heads 16,64,128 --topk 2048
   step "bench v4" bench_v4.log "$BIN/dsattn" bench mla --format v4 --batch 1,16,64 --heads 16,64,128 --topk 512 \
