@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -230,6 +231,21 @@ TEST_F(MlaDecodeValidation, WorkspaceIsZeroAndValidates) {
   p_.sm_scale = -1.0f;
   EXPECT_EQ(sparse_mla_decode_workspace(p_, Exec{}, &bytes).message,
             "sparse_mla_decode: sm_scale expected a finite value > 0, got -1");
+}
+
+// The CUDA kernel knobs (DSATTN_MLA_KERNEL=mma, DSATTN_MLA_SPLITS) do not reach the CPU backend:
+// no workspace asked for, and the call runs.
+TEST_F(MlaDecodeValidation, CudaKernelKnobsLeaveTheCpuBackendAlone) {
+  setenv("DSATTN_MLA_KERNEL", "mma", 1);
+  setenv("DSATTN_MLA_SPLITS", "4", 1);
+  size_t bytes = 123;
+  const Status ws = sparse_mla_decode_workspace(p_, Exec{}, &bytes);
+  const Status run = sparse_mla_decode(p_, Exec{});
+  unsetenv("DSATTN_MLA_KERNEL");
+  unsetenv("DSATTN_MLA_SPLITS");
+  ASSERT_TRUE(ws.ok()) << ws.to_string();
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_TRUE(run.ok()) << run.to_string();
 }
 
 // ---------------------------------------------------------------- prefill
