@@ -8,8 +8,9 @@
 // indices (main cache, then the extra cache) in tiles of kMlaMmaTile = 32 tokens:
 //   A. the tile's bytes, loaded into registers during the previous tile, go to shared memory: the
 //      E4M3 values as bf16 *without* their scales (exact: every E4M3 value is a bf16 value), the
-//      RoPE values as they are, the scales as fp32 per (token, block of kBlock dims); unused
-//      tokens (past topk_length, -1, ids past the end) as zeros, never read from the cache;
+//      RoPE values as they are, the scales as fp32 per (token, block of kBlock dims) (a bf16 kv
+//      row: its values as they are, every scale 1); unused tokens (past topk_length, -1, ids past
+//      the end) as zeros, never read from the cache;
 //   B. the next tile's loads are issued; warp w scores its (16 heads, 8 tokens) piece of
 //      S = Q K^T, one fp32 accumulator per scale block, each multiplied by its tokens' scale
 //      before it is added (so the scores are those of the dequantized keys, in fp32);
@@ -26,8 +27,8 @@
 //
 // Shared memory (dynamic): Q [HG][D + 8] bf16 | K [32][D + 8] bf16 | S/P [HG][40] fp32 |
 // scales [32][8] fp32 | alpha, m, l [HG] fp32. The row pads keep ldmatrix and the fragment reads
-// free of bank conflicts. Requirements checked by the launcher: q rows and cache pages 16-byte
-// aligned (page strides multiples of 16).
+// free of bank conflicts. Requirements checked by the launcher: q, out and kv rows and cache pages
+// 16-byte aligned (row strides multiples of 8 elements, page strides multiples of 16 bytes).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
