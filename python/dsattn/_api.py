@@ -420,9 +420,9 @@ def sparse_mla_decode(q, cache: LatentCache, indices, *, sm_scale: float, topk_l
                       backend="auto", stream=None, workspace=None, num_threads=0, smem_budget_bytes=0):
     """Sparse MLA decode over an FP8 latent cache (SPEC 3.5). q bf16 [B, Sq, Hq, d_qk]; indices
     int32 [B, Sq, topk] slot ids (-1 = none). Returns (out bf16 [B, Sq, Hq, 512], lse float32
-    [B, Sq, Hq], natural log). On CUDA, DSATTN_MLA_KERNEL=mma selects the tensor-core kernel
-    (opt-in, not yet run on hardware); when it splits rows it needs the workspace that
-    sparse_mla_decode_workspace_size reports (allocated here when none is passed)."""
+    [B, Sq, Hq], natural log). On CUDA the tensor-core kernel runs wherever it can
+    (DSATTN_MLA_KERNEL=simple / mma force one kernel); when it splits rows it needs the workspace
+    that sparse_mla_decode_workspace_size reports (allocated here when none is passed)."""
     args = _sparse_mla_decode(q, cache, indices, sm_scale, topk_length, extra_cache, extra_indices,
                               extra_topk_length, attn_sink, out, lse, False)
     ex = _exec("sparse_mla_decode", backend, stream, workspace, num_threads, smem_budget_bytes)
@@ -460,7 +460,7 @@ def sparse_mla_prefill(q, kv, indices, *, sm_scale: float, topk_length=None, att
                        smem_budget_bytes=0):
     """Sparse MLA over a bf16 latent kv [Nk, d_qk] (SPEC 3.6). q bf16 [M, Hq, d_qk]; indices int32
     [M, topk] rows of kv (-1 = none). Returns (out bf16 [M, Hq, d_v], lse float32 [M, Hq]). On
-    CUDA with d_v 512, DSATTN_MLA_KERNEL=mma selects the tensor-core kernel (see sparse_mla_decode)."""
+    CUDA with d_v 512 the tensor-core kernel runs (see sparse_mla_decode)."""
     args = _sparse_mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, out, lse, False)
     ex = _exec("sparse_mla_prefill", backend, stream, workspace, num_threads, smem_budget_bytes)
     _run(_core.sparse_mla_prefill, args, ex, q)

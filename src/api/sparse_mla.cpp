@@ -11,10 +11,10 @@
 //    asks for -inf), never NaN.
 // topk_length values outside [0, topk]: the CPU backend rejects them; the CUDA kernel cannot report
 // them without a host sync and clamps them into [0, topk] instead.
-// CUDA: both ops run one straightforward kernel by default (src/cuda/common/mla_kernel.cuh, fp32
-// online softmax, not performance-tuned); prefill on CUDA needs d_v <= 512. Decode can run on
-// tensor cores instead (src/cuda/common/mla_mma_kernel.cuh, DSATTN_MLA_KERNEL=mma; prefill too when
-// d_v = 512), opt-in until it has run on a GPU: see src/cuda/common/mla_launch.cu.
+// CUDA: both ops run on tensor cores where that kernel can take the call (src/cuda/common/
+// mla_mma_kernel.cuh; prefill with d_v = 512), else on a straightforward scalar kernel
+// (mla_kernel.cuh, fp32 online softmax; prefill needs d_v <= 512): see src/cuda/common/
+// mla_launch.cu and DSATTN_MLA_KERNEL.
 #include <cmath>
 
 #include "api/latent_check.h"
@@ -130,7 +130,7 @@ Status sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& e
   if (bytes == nullptr) return invalid("sparse_mla_decode_workspace", "bytes is a null pointer");
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_decode(p, ex, &b));
-  // Only the tensor-core decode kernel's split over the indices needs scratch (CUDA, opt-in).
+  // Only the tensor-core kernel's split over the indices needs scratch (CUDA).
   *bytes = b == Backend::kCuda ? cuda::sparse_mla_decode_workspace(p, ex) : 0;
   return Status::Ok();
 }

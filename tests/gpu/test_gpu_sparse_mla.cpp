@@ -7,8 +7,8 @@
 // row's largest output for values that cancel to near zero. lse (fp32): 2e-5 * max(1, |lse|).
 // Empty rows must be exact: zeros and -inf. Repeated runs must be bitwise identical.
 //
-// Every decode case runs both decode kernels: the scalar one (default) and the tensor-core one
-// (DSATTN_MLA_KERNEL=mma). The latter multiplies bf16 operands: Q and the cache's E4M3 / RoPE
+// Every decode case runs both decode kernels: the scalar one (DSATTN_MLA_KERNEL=simple) and the
+// tensor-core one (=mma, and the default where it can take the call: checked bitwise). The latter multiplies bf16 operands: Q and the cache's E4M3 / RoPE
 // values are bf16 values already (exact), its scores accumulate in fp32 as above, but each
 // probability p_t is rounded to bf16 (scaled by its token's dequantization scale) before P V, a
 // relative error of at most 2^-8 per term (bf16's unit roundoff: 8 significant bits, round to
@@ -266,10 +266,14 @@ void run_problem(const Problem& pr, uint32_t seed) {
   g.lse = test::on_cuda(p.lse, dlse.get());
 
   std::vector<double> wabs;
-  for (const char* kernel : {static_cast<const char*>(nullptr), "mma"}) {
-    SCOPED_TRACE(kernel == nullptr ? "default decode kernel" : "DSATTN_MLA_KERNEL=mma");
+  // The scalar kernel, the tensor-core kernel, then the default (auto), which on these aligned
+  // inputs must be the tensor-core kernel: bitwise its outputs.
+  std::vector<uint16_t> mma_out;
+  std::vector<float> mma_lse;
+  for (const char* kernel : {"simple", "mma", static_cast<const char*>(nullptr)}) {
+    SCOPED_TRACE(kernel == nullptr ? "DSATTN_MLA_KERNEL unset (auto)" : std::string("DSATTN_MLA_KERNEL=") + kernel);
     const ScopedEnv env("DSATTN_MLA_KERNEL", kernel);
-    const bool mma = kernel != nullptr;
+    const bool mma = kernel == nullptr || std::string(kernel) == "mma";
     if (mma && wabs.empty()) wabs = weighted_abs_values(p);
     DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
     DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
@@ -303,6 +307,15 @@ void run_problem(const Problem& pr, uint32_t seed) {
       }
     }
 
+    if (kernel == nullptr) {
+      ASSERT_TRUE(out_gpu == mma_out) << "auto did not run the tensor-core kernel";
+      ASSERT_EQ(0, std::memcmp(lse_gpu.data(), mma_lse.data(), lse_gpu.size() * 4));
+      continue;
+    }
+    if (mma) {
+      mma_out = out_gpu;
+      mma_lse = lse_gpu;
+    }
     int bad = 0;
     for (int r = 0; r < rows; ++r) {
       for (int h = 0; h < pr.Hq; ++h) {
@@ -419,19 +432,22 @@ TEST(GpuSparseMla, MmaSplitsOverTheIndices) {
 // The split rule (mla_plan.h), host only, with hand-computed expectations for an H200's 132 SMs.
 TEST(GpuSparseMlaPlan, SplitRule) {
   using cuda::mla_mma_plan_for;
-  // One request, 128 heads, 2048 indices: 4 CTAs of 32 heads, 264 / 4 = 66 splits wanted, 64 tiles
-  // allow 16 (4 tiles each).
+  // One request, 128 heads, 2048 indices: 2 CTAs of 64 heads (one per SM), 132 / 2 = 66 splits
+  // wanted, 64 tiles allow 16 (4 tiles each).
   cuda::MlaMmaPlan p = mla_mma_plan_for(1, 128, 2048, 132, 0, 0);
-  EXPECT_EQ(p.hm, 2);
+  EXPECT_EQ(p.hm, 4);
   EXPECT_EQ(p.splits, 16);
   EXPECT_EQ(p.tiles_per_split, 4);
   EXPECT_EQ(p.workspace, size_t(128) * 16 * (512 * 4 + 8));
-  p = mla_mma_plan_for(16, 128, 2048, 132, 0, 0);  // 64 CTAs: 264 / 64 = 4 splits of 16 tiles
+  p = mla_mma_plan_for(16, 128, 2048, 132, 0, 0);  // 32 CTAs: 132 / 32 = 4 splits of 16 tiles
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.tiles_per_split, 16);
-  p = mla_mma_plan_for(64, 128, 2048, 132, 0, 0);  // 256 CTAs fill the SMs: no split, no workspace
+  p = mla_mma_plan_for(64, 128, 2048, 132, 0, 0);  // 128 CTAs fill the SMs: no split, no workspace
   EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.workspace, 0u);
+  p = mla_mma_plan_for(16, 32, 2048, 132, 0, 0);  // 32 heads: one CTA of 32, 2 per SM: 264 / 16 = 16
+  EXPECT_EQ(p.hm, 2);
+  EXPECT_EQ(p.splits, 16);
   p = mla_mma_plan_for(1, 16, 2048, 132, 0, 0);  // 16 heads: 16 per CTA, 3 CTAs per SM
   EXPECT_EQ(p.hm, 1);
   EXPECT_EQ(p.splits, 16);
@@ -446,8 +462,8 @@ TEST(GpuSparseMlaPlan, SplitRule) {
   p = mla_mma_plan_for(4, 32, 340, 132, 0, 3);
   EXPECT_EQ(p.tiles_per_split, 4);
   EXPECT_EQ(p.splits, 3);
-  p = mla_mma_plan_for(1, 128, 2048, 132, 4, 0);  // 64 heads per CTA: 2 CTAs, 1 per SM -> 66, 16 allowed
-  EXPECT_EQ(p.hm, 4);
+  p = mla_mma_plan_for(1, 128, 2048, 132, 2, 0);  // 32 heads per CTA: 4 CTAs, 2 per SM -> 66, 16 allowed
+  EXPECT_EQ(p.hm, 2);
   EXPECT_EQ(p.splits, 16);
   EXPECT_EQ(mla_mma_plan_for(1, 128, 2048, 132, 0, 1).splits, 1);  // DSATTN_MLA_SPLITS=1
 }
@@ -492,6 +508,13 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
     SparseMlaDecodeParams m = g;  // q 2 bytes past a 16-byte boundary
     m.q.data = static_cast<uint8_t*>(dq.get()) + 2;
     expect_error(m, Exec{}, "q 16-byte aligned");
+    const ScopedEnv autod("DSATTN_MLA_KERNEL", nullptr);  // the default takes the scalar kernel there
+    size_t need = 1;
+    ASSERT_TRUE(sparse_mla_decode_workspace(m, Exec{}, &need).ok());
+    EXPECT_EQ(need, 0u);
+    const Status st = sparse_mla_decode(m, Exec{});
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    DSATTN_TEST_CUDA(cudaDeviceSynchronize());
   }
   {
     const ScopedEnv h("DSATTN_MLA_HEADS_PER_CTA", "64");
@@ -580,13 +603,12 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
         }
         weighted_abs_row(K, dqk, q.data() + size_t(m) * Hq * dqk, dqk, Hq, p.sm_scale, wabs.data() + size_t(m) * Hq * 512);
       }
-      // The default kernel, the tensor-core kernel, and the latter with its rows split in two.
-      const std::pair<const char*, const char*> runs[] = {{nullptr, nullptr}, {"mma", nullptr}, {"mma", "2"}};
+      // The scalar kernel, the tensor-core kernel, and the latter with its rows split in two.
+      const std::pair<const char*, const char*> runs[] = {{"simple", nullptr}, {"mma", nullptr}, {"mma", "2"}};
       for (const auto& [kernel, splits] : runs) {
-        SCOPED_TRACE(std::string(kernel == nullptr ? "default kernel" : "DSATTN_MLA_KERNEL=mma") +
-                     (splits ? ", DSATTN_MLA_SPLITS=2" : ""));
+        SCOPED_TRACE(std::string("DSATTN_MLA_KERNEL=") + kernel + (splits ? ", DSATTN_MLA_SPLITS=2" : ""));
         const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_splits("DSATTN_MLA_SPLITS", splits);
-        const bool mma = kernel != nullptr;
+        const bool mma = std::string(kernel) == "mma";
         DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
         DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
         Exec gex;

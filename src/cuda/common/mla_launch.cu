@@ -1,7 +1,7 @@
 // Launchers of the sparse-MLA kernels (arguments validated by src/api/sparse_mla.cpp): decode over
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
-// both on tensor cores with src/cuda/common/mla_mma_kernel.cuh where DSATTN_MLA_KERNEL=mma asks for
-// it (see mla_kernel_choice).
+// both on tensor cores with src/cuda/common/mla_mma_kernel.cuh wherever that kernel can take the call
+// (see mla_kernel_choice, mma_decide).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -51,13 +51,15 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
   return last_launch_status(op, "sparse_mla_kernel");
 }
 
-// The kernel a decode or prefill call runs (DSATTN_MLA_KERNEL, read per call): unset, "auto" or
-// "simple" run the scalar kernel; "mma" the tensor-core kernel, which then must be able to take the
-// call (an error says why not). The tensor-core kernel is not the default yet: it has not run on a GPU.
-// Its knobs: DSATTN_MLA_HEADS_PER_CTA (16, 32 or 64; default 16 for 16 heads, else 32) and
-// DSATTN_MLA_SPLITS (splits of each row's indices, >= 1; default: mla_mma_plan's rule).
+// The kernel a decode or prefill call runs (DSATTN_MLA_KERNEL, read per call): unset or "auto"
+// run the tensor-core kernel where it can take the call (layout, d_v, shared memory: see
+// mma_decide) and the scalar kernel elsewhere; "simple" always the scalar kernel; "mma" always the
+// tensor-core kernel, an error saying why where it cannot. Its knobs: DSATTN_MLA_HEADS_PER_CTA
+// (16, 32 or 64; default mla_mma_default_hm) and DSATTN_MLA_SPLITS (splits of each row's indices,
+// >= 1; default: mla_plan.h's rule).
+enum class MlaMode { kAuto, kSimple, kMma };
 struct MlaChoice {
-  bool mma = false;
+  MlaMode mode = MlaMode::kAuto;
   int hm = 0;      // heads per CTA / 16; 0: the default
   int splits = 0;  // 0: the default
 };
@@ -65,11 +67,14 @@ struct MlaChoice {
 Status mla_kernel_choice(const char* op, MlaChoice* c) {
   *c = MlaChoice{};
   const char* e = std::getenv("DSATTN_MLA_KERNEL");
-  if (e != nullptr && *e != '\0' && std::strcmp(e, "auto") != 0 && std::strcmp(e, "simple") != 0) {
-    if (std::strcmp(e, "mma") != 0) {
+  if (e != nullptr && *e != '\0' && std::strcmp(e, "auto") != 0) {
+    if (std::strcmp(e, "simple") == 0) {
+      c->mode = MlaMode::kSimple;
+    } else if (std::strcmp(e, "mma") == 0) {
+      c->mode = MlaMode::kMma;
+    } else {
       return detail::invalid(op, "DSATTN_MLA_KERNEL expected auto, simple or mma, got \"%s\"", e);
     }
-    c->mma = true;
   }
   const char* h = std::getenv("DSATTN_MLA_HEADS_PER_CTA");
   if (h != nullptr && *h != '\0') {
@@ -88,15 +93,53 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
   return Status::Ok();
 }
 
-// The tensor-core kernel's plan for a call of `rows` query rows, `heads` heads and `indices`
-// indices per row (mla_plan.h), after the heads-per-CTA knob is checked.
-Status mla_mma_plan(const char* op, int64_t rows, int64_t heads, int64_t indices, const Exec& ex, const MlaChoice& c,
-                    MlaMmaPlan* plan) {
+template <int HM>
+size_t mma_smem_hm(MlaSrc s) {
+  switch (s) {
+    case MlaSrc::kV4Fp8: return mla_mma_smem_bytes<HM, MlaSrc::kV4Fp8>();
+    case MlaSrc::kV32Fp8: return mla_mma_smem_bytes<HM, MlaSrc::kV32Fp8>();
+    case MlaSrc::kBf16D512: return mla_mma_smem_bytes<HM, MlaSrc::kBf16D512>();
+    default: return mla_mma_smem_bytes<HM, MlaSrc::kBf16D576>();
+  }
+}
+size_t mma_smem(MlaSrc s, int hm) { return hm == 1 ? mma_smem_hm<1>(s) : hm == 2 ? mma_smem_hm<2>(s) : mma_smem_hm<4>(s); }
+
+// Whether the tensor-core kernel takes this call and how (mla_plan.h). `layout`: the call's
+// layout check (alignment, d_v), not ok where the kernel cannot read or write it. Heads per CTA:
+// the knob's, else mla_mma_default_hm's, halved while its shared memory exceeds the budget
+// (H100 / H200: 64 heads per CTA take 124 KB; sm_120's 99 KiB: 32). In auto mode a call the kernel
+// cannot take runs the scalar kernel (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
+Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
+                  const Exec& ex, const MlaChoice& c, bool* use, MlaMmaPlan* plan) {
+  *use = false;
+  if (c.mode == MlaMode::kSimple) return Status::Ok();
+  const bool forced = c.mode == MlaMode::kMma;
   if (c.hm != 0 && 16 * c.hm > heads) {
     return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
                            static_cast<long long>(heads), 16 * c.hm);
   }
-  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), c.hm, c.splits);
+  if (!layout.ok()) return forced ? layout : Status::Ok();
+  if (rows > 0x7FFFFFFF) {
+    if (!forced) return Status::Ok();
+    return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld", static_cast<long long>(rows));
+  }
+  int budget = ex.smem_budget_bytes;
+  if (budget <= 0) {
+    int dev = 0;
+    DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+    DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  }
+  int hm = c.hm != 0 ? c.hm : mla_mma_default_hm(heads);
+  while (c.hm == 0 && hm > 1 && mma_smem(src, hm) > static_cast<size_t>(budget)) hm /= 2;
+  if (mma_smem(src, hm) > static_cast<size_t>(budget)) {
+    if (!forced) return Status::Ok();
+    return detail::not_implemented(op,
+                                   "the tensor-core kernel at %d heads per CTA needs %zu bytes of shared memory per "
+                                   "block, budget is %d",
+                                   16 * hm, mma_smem(src, hm), budget);
+  }
+  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), hm, c.splits);
+  *use = true;
   return Status::Ok();
 }
 
@@ -108,14 +151,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <int HM, MlaSrc S>
 Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
-                  int smem_budget, const Exec& ex) {
-  constexpr size_t smem = mla_mma_smem_bytes<HM, S>();
-  if (smem > static_cast<size_t>(smem_budget)) {
-    return detail::not_implemented(op,
-                                   "the tensor-core kernel at %d heads per CTA needs %zu bytes of shared memory "
-                                   "per block, budget is %d",
-                                   16 * HM, smem, smem_budget);
-  }
+                  const Exec& ex) {
+  constexpr size_t smem = mla_mma_smem_bytes<HM, S>();  // mma_decide checked it against the budget
   const auto kern = sparse_mla_mma_kernel<HM, S>;
   const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -129,24 +166,18 @@ Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp
 
 template <MlaSrc S>
 Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
-                     int hm, int smem_budget, const Exec& ex) {
+                     int hm, const Exec& ex) {
   switch (hm) {
-    case 1: return launch_mma<1, S>(op, a, sp, rows, heads, smem_budget, ex);
-    case 2: return launch_mma<2, S>(op, a, sp, rows, heads, smem_budget, ex);
-    default: return launch_mma<4, S>(op, a, sp, rows, heads, smem_budget, ex);
+    case 1: return launch_mma<1, S>(op, a, sp, rows, heads, ex);
+    case 2: return launch_mma<2, S>(op, a, sp, rows, heads, ex);
+    default: return launch_mma<4, S>(op, a, sp, rows, heads, ex);
   }
 }
 
-// Runs the tensor-core kernel (and its combine kernel when it splits) on a call whose alignment
-// was checked: the plan, the partial results in the workspace (the API checked its size), the
-// shared-memory budget.
-Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows, int64_t heads, int64_t indices,
-               const MlaChoice& c, const Exec& ex) {
-  if (rows > 0x7FFFFFFF) {
-    return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld", static_cast<long long>(rows));
-  }
-  MlaMmaPlan plan;
-  DSATTN_RETURN_IF_ERROR(mla_mma_plan(op, rows, heads, indices, ex, c, &plan));
+// Runs the tensor-core kernel (and its combine kernel when it splits) as mma_decide planned it,
+// the partial results in the workspace (the API checked its size).
+Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows, int64_t heads,
+               const MlaMmaPlan& plan, const Exec& ex) {
   MlaSplitArgs sp{};
   sp.splits = plan.splits;
   sp.tiles_per_split = plan.tiles_per_split;
@@ -158,17 +189,11 @@ Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows,
     sp.part_o = static_cast<float*>(ex.workspace);
     sp.part_ml = reinterpret_cast<float2*>(sp.part_o + size_t(rows * heads) * plan.splits * kLatentDv);
   }
-  int budget = ex.smem_budget_bytes;
-  if (budget <= 0) {
-    int dev = 0;
-    DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
-    DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  }
   switch (src) {
-    case MlaSrc::kV4Fp8: return launch_mma_hm<MlaSrc::kV4Fp8>(op, a, sp, rows, heads, plan.hm, budget, ex);
-    case MlaSrc::kV32Fp8: return launch_mma_hm<MlaSrc::kV32Fp8>(op, a, sp, rows, heads, plan.hm, budget, ex);
-    case MlaSrc::kBf16D512: return launch_mma_hm<MlaSrc::kBf16D512>(op, a, sp, rows, heads, plan.hm, budget, ex);
-    default: return launch_mma_hm<MlaSrc::kBf16D576>(op, a, sp, rows, heads, plan.hm, budget, ex);
+    case MlaSrc::kV4Fp8: return launch_mma_hm<MlaSrc::kV4Fp8>(op, a, sp, rows, heads, plan.hm, ex);
+    case MlaSrc::kV32Fp8: return launch_mma_hm<MlaSrc::kV32Fp8>(op, a, sp, rows, heads, plan.hm, ex);
+    case MlaSrc::kBf16D512: return launch_mma_hm<MlaSrc::kBf16D512>(op, a, sp, rows, heads, plan.hm, ex);
+    default: return launch_mma_hm<MlaSrc::kBf16D576>(op, a, sp, rows, heads, plan.hm, ex);
   }
 }
 
@@ -210,12 +235,19 @@ Status check_mma_caches(const char* op, const SparseMlaDecodeParams& p) {
   return Status::Ok();
 }
 
-// Prefill on the tensor-core kernel: d_v 512 only (its warps own 512 output dims).
-Status check_mma_prefill(const char* op, const SparseMlaPrefillParams& p) {
-  if (p.d_v != kLatentDv) {
+// The layouts the tensor-core kernel can take (mma_decide's `layout`).
+Status mma_layout_decode(const char* op, const SparseMlaDecodeParams& p) {
+  DSATTN_RETURN_IF_ERROR(check_mma_views(op, {{"q", &p.q}, {"out", &p.out}}));
+  return check_mma_caches(op, p);
+}
+Status mma_layout_prefill(const char* op, const SparseMlaPrefillParams& p) {
+  if (p.d_v != kLatentDv) {  // its warps own 512 output dims
     return detail::not_implemented(op, "DSATTN_MLA_KERNEL=mma needs d_v %d for prefill, got %d", kLatentDv, p.d_v);
   }
   return check_mma_views(op, {{"q", &p.q}, {"kv", &p.kv}, {"out", &p.out}});
+}
+MlaSrc prefill_src(const SparseMlaPrefillParams& p) {
+  return p.q.shape[2] == 512 ? MlaSrc::kBf16D512 : MlaSrc::kBf16D576;
 }
 
 void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
@@ -223,25 +255,30 @@ void set_sink(MlaDecodeArgs* a, const TensorView& sink) {
   a->sink_s = sink.defined() ? sink.strides[0] : 0;
 }
 
-// Workspace of the tensor-core kernel's split (0 for the scalar kernel). A bad knob gives 0 here;
-// the call itself reports it.
-size_t mma_workspace(const char* op, int64_t rows, int64_t heads, int64_t indices, const Exec& ex) {
+// Workspace of the tensor-core kernel's split (0 where the call runs the scalar kernel or does not
+// split). A bad knob gives 0 here; the call itself reports it.
+size_t mma_workspace(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
+                     const Exec& ex) {
   MlaChoice choice;
   MlaMmaPlan plan;
-  if (!mla_kernel_choice(op, &choice).ok() || !choice.mma) return 0;
-  if (!mla_mma_plan(op, rows, heads, indices, ex, choice, &plan).ok()) return 0;
+  bool use = false;
+  if (!mla_kernel_choice(op, &choice).ok()) return 0;
+  if (!mma_decide(op, src, rows, heads, indices, layout, ex, choice, &use, &plan).ok() || !use) return 0;
   return plan.workspace;
 }
 
 }  // namespace
 
 size_t sparse_mla_decode_workspace(const SparseMlaDecodeParams& p, const Exec& ex) {
-  return mma_workspace("sparse_mla_decode", p.q.shape[0] * p.q.shape[1], p.q.shape[2], decode_indices(p), ex);
+  const char* op = "sparse_mla_decode";
+  return mma_workspace(op, mla_src_of(p.cache.format), p.q.shape[0] * p.q.shape[1], p.q.shape[2], decode_indices(p),
+                       mma_layout_decode(op, p), ex);
 }
 
 size_t sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec& ex) {
-  if (p.d_v != kLatentDv) return 0;  // not the tensor-core kernel's call
-  return mma_workspace("sparse_mla_prefill", p.q.shape[0], p.q.shape[1], p.indices.shape[1], ex);
+  const char* op = "sparse_mla_prefill";
+  return mma_workspace(op, prefill_src(p), p.q.shape[0], p.q.shape[1], p.indices.shape[1], mma_layout_prefill(op, p),
+                       ex);
 }
 
 Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
@@ -268,11 +305,12 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   const char* op = "sparse_mla_decode";
   MlaChoice choice;
   DSATTN_RETURN_IF_ERROR(mla_kernel_choice(op, &choice));
-  if (choice.mma) {
-    DSATTN_RETURN_IF_ERROR(check_mma_views(op, {{"q", &p.q}, {"out", &p.out}}));
-    DSATTN_RETURN_IF_ERROR(check_mma_caches(op, p));
-    return run_mma(op, a, mla_src_of(p.cache.format), B * Sq, Hq, decode_indices(p), choice, ex);
-  }
+  MlaMmaPlan plan;
+  bool use = false;
+  const MlaSrc src = mla_src_of(p.cache.format);
+  DSATTN_RETURN_IF_ERROR(
+      mma_decide(op, src, B * Sq, Hq, decode_indices(p), mma_layout_decode(op, p), ex, choice, &use, &plan));
+  if (use) return run_mma(op, a, src, B * Sq, Hq, plan, ex);
   return p.cache.format == LatentFormat::kV4Fp8
              ? launch<LatentSource<LatentFormat::kV4Fp8>>(op, a, B * Sq, Hq, ex)
              : launch<LatentSource<LatentFormat::kV32Fp8>>(op, a, B * Sq, Hq, ex);
@@ -309,10 +347,11 @@ Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex) {
   a.main.len_s = p.topk_length.defined() ? p.topk_length.strides[0] : 0;
   MlaChoice choice;
   DSATTN_RETURN_IF_ERROR(mla_kernel_choice(op, &choice));
-  if (choice.mma) {
-    DSATTN_RETURN_IF_ERROR(check_mma_prefill(op, p));
-    return run_mma(op, a, dqk == 512 ? MlaSrc::kBf16D512 : MlaSrc::kBf16D576, M, Hq, p.indices.shape[1], choice, ex);
-  }
+  MlaMmaPlan plan;
+  bool use = false;
+  DSATTN_RETURN_IF_ERROR(mma_decide(op, prefill_src(p), M, Hq, p.indices.shape[1], mma_layout_prefill(op, p), ex,
+                                    choice, &use, &plan));
+  if (use) return run_mma(op, a, prefill_src(p), M, Hq, plan, ex);
   return dqk == 512 ? launch<Bf16Source<512>>(op, a, M, Hq, ex) : launch<Bf16Source<576>>(op, a, M, Hq, ex);
 }
 

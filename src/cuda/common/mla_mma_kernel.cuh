@@ -1,8 +1,7 @@
 // Sparse MLA on tensor cores (SPEC §3.5 decode over the FP8 latent caches of §2.3; §3.6 prefill
 // over a bf16 kv [Nk, d_qk] with d_v = 512, a query row m being (b = m, s = 0)): bf16
-// m16n8k16 `mma.sync` with fp32 accumulators, so it runs on sm_80 .. sm_120 alike. Opt-in for now
-// (DSATTN_MLA_KERNEL=mma, see mla_launch.cu): written without a GPU at hand; mla_kernel.cuh's
-// scalar kernel stays the default until this one has run its tests and benchmarks on hardware.
+// m16n8k16 `mma.sync` with fp32 accumulators, so it runs on sm_80 .. sm_120 alike. The default
+// wherever it can take the call (mla_launch.cu); mla_kernel.cuh's scalar kernel takes the rest.
 //
 // One CTA per (query row (b, s), group of HG = 16 HM heads), 4 HM warps; it walks the row's used
 // indices (main cache, then the extra cache) in tiles of kMlaMmaTile = 32 tokens:

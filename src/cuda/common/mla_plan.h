@@ -11,6 +11,10 @@ namespace cuda {
 
 constexpr int kMlaMmaTile = 32;  // indices per tile of the tensor-core kernel
 
+// Heads per CTA / 16 by default: 64 heads per CTA from 64 heads on (H100, 2026-12-05: 64 x 128
+// heads 356 -> 317 us at V3.2, 16 x 64 59 -> 55 against 32 per CTA; BENCHMARKS.md), else all heads.
+constexpr int mla_mma_default_hm(int64_t heads) { return heads >= 64 ? 4 : heads >= 32 ? 2 : 1; }
+
 // CTAs per SM the tensor-core kernel is built for at 16 hm heads per CTA (its __launch_bounds__).
 constexpr int mla_mma_ctas_per_sm(int hm) { return hm == 1 ? 3 : hm == 2 ? 2 : 1; }
 
@@ -22,14 +26,14 @@ struct MlaMmaPlan {
 };
 
 // rows = B Sq, heads = Hq, indices = topk (+ the extra cache's topk); hm: heads per CTA / 16
-// (0: 1 at 16 heads, else 2); forced_splits: 0 for the rule. The rule: as many splits as fill the
+// (0: mla_mma_default_hm); forced_splits: 0 for the rule. The rule: as many splits as fill the
 // SMs at the kernel's CTAs per SM, each of at least 4 tiles (128 indices), at most 64, none for a
 // row of a single tile; then as few splits as cover the tiles at that many tiles per split. The
 // partial results take rows x heads x splits x (512 + 2) fp32.
 inline MlaMmaPlan mla_mma_plan_for(int64_t rows, int64_t heads, int64_t indices, int num_sms, int hm,
                                    int forced_splits) {
   MlaMmaPlan plan;
-  plan.hm = hm != 0 ? hm : heads == 16 ? 1 : 2;
+  plan.hm = hm != 0 ? hm : mla_mma_default_hm(heads);
   const int64_t ntiles = (indices + kMlaMmaTile - 1) / kMlaMmaTile;
   int64_t splits = forced_splits;
   if (splits == 0) {
