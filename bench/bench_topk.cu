@@ -34,7 +34,6 @@ int topk_usage(int rc = 2) {
       "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--cluster-v4-max N] [--cluster-gather 0|1]\n"
-      "                         [--cluster-threads 512|1024]\n"
       "                         [--sampled-min N] [--sampled-rows N]\n"
       "                         [--sampled-select window|radix] [--sampled-pipe 0|1] [--sampled-l2 N]\n"
       "                         [--sampled-fixed 0|1]\n"
@@ -46,8 +45,6 @@ int topk_usage(int rc = 2) {
       "                         (a CTA per 4096 positions, still <= 8 per cluster), 0: never;\n"
       "                         --cluster-gather 0: its threshold by two more cluster-wide digits\n"
       "                         instead of the first digit's bin gathered into every CTA (default 1);\n"
-      "                         --cluster-threads 512: its CTAs at 512 threads, twice the keys each\n"
-      "                         (unsorted f32 rows; default 1024);\n"
       "                         --filter-min N: threshold-filter plan from width N on, any rows;\n"
       "                         0: never; --sampled-min N / --sampled-rows N: sampled-threshold kernel\n"
       "                         for rows of width N .. 256K when there are at least that many rows\n"
@@ -87,12 +84,6 @@ int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
       return -1;
     }
     t.cluster_gather = v == "1";
-  } else if (a == "--cluster-threads") {
-    if (v != "512" && v != "1024") {
-      std::fprintf(stderr, "bench: --cluster-threads expects 512 or 1024, got %s\n", v.c_str());
-      return -1;
-    }
-    t.cluster_threads = std::atoi(v.c_str());
   } else if (a == "--sampled-min") {
     t.sampled_min_width = std::atoi(v.c_str());
   } else if (a == "--sampled-pipe") {
@@ -236,9 +227,8 @@ int run_topk(const std::vector<std::string>& args) {
                       plan.s_mcap, plan.s_window && !bf16 ? "window select" : "radix select",
                       plan.s_pipe ? ", loads a tile ahead" : "");
       } else if (plan.cluster > 0) {
-        const int threads = cuda::topk_cluster_threads(plan, sorted, !bf16);
-        std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d threads x %d keys", plan.cluster,
-                      threads, plan.small_v * 1024 / threads);
+        std::snprintf(plan_str, sizeof(plan_str), "cluster of %d CTAs per row, %d keys per thread", plan.cluster,
+                      plan.small_v);
       } else if (plan.direct && plan.small_v > 0) {
         std::snprintf(plan_str, sizeof(plan_str), "direct, %d keys per thread in registers", plan.small_v);
       } else if (plan.direct) {

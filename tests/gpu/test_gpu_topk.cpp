@@ -8,7 +8,6 @@
 #include <limits>
 #include <numeric>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "common/indexer_test_util.h"
@@ -624,18 +623,7 @@ TEST(GpuTopk, SmallRowKernelAndSharedMemoryDirect) {
 // so the third digit runs and ties straddle CTAs), NaN / infinity / constant rows, sorted output,
 // values, bf16, slot ids through row_request, rows not 16-byte aligned (scalar loads), k = 1 and
 // k = 4096, repeated launches bitwise identical.
-// Parameters: TopkTuning::cluster_v4_max_width, and TopkTuning::cluster_threads (512: CTAs of 512
-// threads at twice the keys for unsorted f32 rows; the sorted and bf16 rows here then run 1024).
-class GpuTopkCluster : public ::testing::TestWithParam<std::tuple<int, int>> {
- protected:
-  int v4max() const { return std::get<0>(GetParam()); }
-  int threads() const { return std::get<1>(GetParam()); }
-  // Sets both on the process-wide tuning (restored by the test's TopkTuningScope).
-  void tune() const {
-    cuda::topk_tuning().cluster_v4_max_width = v4max();  // 0: 8 keys per thread on every row
-    cuda::topk_tuning().cluster_threads = threads();
-  }
-};
+class GpuTopkCluster : public ::testing::TestWithParam<int> {};
 
 // The cluster tests' rows built around the first digit's bin: k = 2048, values, two launches.
 Case bin_case(int64_t rows, int64_t width) {
@@ -660,10 +648,10 @@ TEST_P(GpuTopkCluster, KernelRows) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!cluster_launch()) GTEST_SKIP() << "no thread-block cluster launch on this device";
   TopkTuningScope scope;
-  tune();
-  const bool v4 = v4max() > 0;
+  cuda::topk_tuning().cluster_v4_max_width = GetParam();  // 0: 8 keys per thread on every row
+  const bool v4 = GetParam() > 0;
   const auto ctas = [&](int64_t width) {  // the plan's rule (<= 8 CTAs; these calls stay within 96)
-    const int64_t V = width <= v4max() && width <= 8 * 4096 ? 4 : 8;
+    const int64_t V = width <= GetParam() && width <= 8 * 4096 ? 4 : 8;
     return static_cast<int>((width + V * 1024 - 1) / (V * 1024));
   };
   Rng rng(41);
@@ -676,8 +664,7 @@ TEST_P(GpuTopkCluster, KernelRows) {
     c.values = true;
     c.repeats = 3;
     ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, ctas(c.width));
-    ASSERT_EQ(device_plan(c.rows, c.width, c.k).small_v, v4 ? 4 : 8);  // keys per thread at 1024 threads
-    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster_threads, threads());
+    ASSERT_EQ(device_plan(c.rows, c.width, c.k).small_v, v4 ? 4 : 8);
     if (v4) {  // spans of 4096
       run_case(c, coarse(rng, c.rows * c.width, 50), {0, 2047, 2049, 4095, 4097, 12289, 30000, 32768}, 4100);
       run_case(c, coarse(rng, c.rows * c.width, 50), {1, 2048, 4096, 8192, 20000, 32767, 32768, 9000}, 4110);
@@ -767,10 +754,10 @@ TEST_P(GpuTopkCluster, GatherAndFallback) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!cluster_launch()) GTEST_SKIP() << "no thread-block cluster launch on this device";
   TopkTuningScope scope;
-  tune();
+  cuda::topk_tuning().cluster_v4_max_width = GetParam();
   Rng rng(42);
   for (const int64_t width : {int64_t(65536), int64_t(40000), int64_t(16384)}) {
-    const int64_t V = width <= v4max() && width <= 8 * 4096 ? 4 : 8;
+    const int64_t V = width <= GetParam() && width <= 8 * 4096 ? 4 : 8;
     const int64_t span = V * 1024;
     const int C = static_cast<int>((width + span - 1) / span);
     Case c = bin_case(6, width);
@@ -828,14 +815,9 @@ TEST_P(GpuTopkCluster, GatherAndFallback) {
   }
 }
 
-// 8 keys per thread on every row (cluster_v4_max_width 0), and the default rule (4 up to 32768);
-// CTAs of 1024 threads (the default) and of 512 (twice the keys per thread: 16 or 8).
-INSTANTIATE_TEST_SUITE_P(KeysPerThread, GpuTopkCluster,
-                         ::testing::Combine(::testing::Values(0, 32768), ::testing::Values(1024, 512)),
-                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& i) {
-                           return "v4max" + std::to_string(std::get<0>(i.param)) + "_threads" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+// 8 keys per thread on every row (cluster_v4_max_width 0), and the default rule (4 up to 32768).
+INSTANTIATE_TEST_SUITE_P(KeysPerThread, GpuTopkCluster, ::testing::Values(0, 32768),
+                         [](const ::testing::TestParamInfo<int>& i) { return "v4max" + std::to_string(i.param); });
 
 // The sampled-threshold kernel (topk_sampled.cuh) forced onto every split shape: lengths around k and
 // around its candidate capacity (8192 at k <= 2048: rows up to it skip the sample), unaligned rows,
@@ -1030,34 +1012,6 @@ TEST(GpuTopk, SampledSanitizerSmall) {
   c.sorted = true;
   c.values = true;
   run_case(c, v, {}, 5901);
-}
-
-// The cluster kernel under compute-sanitizer (scripts/gpu_check.sh runs the tests named
-// *Sanitizer*), in CTAs of 1024 and of 512 threads (TopkTuning::cluster_threads): one 64K row (8
-// CTAs: the pushed chunk totals and the gather), one row of 12000 (3 CTAs: the pulled digits) and
-// three of 12000 with ties and a short row (the gather of the pull kernels).
-TEST(GpuTopk, ClusterSanitizerSmall) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  if (!cluster_launch()) GTEST_SKIP() << "no thread-block cluster launch on this device";
-  Rng rng(59);
-  for (const int threads : {1024, 512}) {
-    SCOPED_TRACE(std::to_string(threads) + " threads");
-    TopkTuningScope scope;
-    cuda::topk_tuning().cluster_threads = threads;
-    Case c;
-    c.rows = 1;
-    c.width = 65536;
-    c.k = 2048;
-    c.values = true;
-    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 8);
-    run_case(c, normals(rng, c.rows * c.width), {}, 5910);
-    c.width = 12000;
-    ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 3);
-    run_case(c, normals(rng, c.rows * c.width), {}, 5911);
-    c.rows = 3;
-    c.bounds = true;
-    run_case(c, coarse(rng, c.rows * c.width, 50), {12000, 2049, 100}, 5912);
-  }
 }
 
 // The threshold-filter plan forced onto short rows: lengths around k in one launch (short rows

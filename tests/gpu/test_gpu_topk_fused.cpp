@@ -754,44 +754,6 @@ TEST(GpuFusedTopk, ClusterMergeRows) {
   }
 }
 
-// The logits route's cluster top-k in CTAs of 512 threads at twice the keys per thread
-// (TopkTuning::cluster_threads; unsorted f32 rows), also in a CUDA graph: single requests of 12000 states (3 CTAs: the pull digits), 20000 (5: push, the
-// gather), 32768 (8 CTAs at 8 keys per thread), 65536 (8 at 16) and 8193 (3 CTAs, the last one
-// holding one position), and three requests of 40000, 2049 and 0 (the gather over several rows;
-// a row of one more state than k; an empty row, written as padding by CTA 0). Against the
-// reference and the unfused path run at the default 1024 threads.
-TEST(GpuFusedTopk, LogitsRouteClusterHalfThreads) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::vector<int64_t>> shapes = {{12000}, {20000}, {32768}, {65536}, {8193}, {40000, 2049, 0}};
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    SCOPED_TRACE("requests of " + std::to_string(shapes[i][0]) + (shapes[i].size() > 1 ? ", ..." : ""));
-    FusedCase c;
-    c.k = 2048;
-    c.spec = spec(IndexerFormat::kFp8, static_cast<int>(shapes[i].size()), 1, 64, 128, 64, shapes[i],
-                  191 + static_cast<uint64_t>(i));
-    PagedCase pc = testutil::make_paged_case(c.spec);
-    GpuInputs g;
-    upload_case(pc, &g);
-    if (::testing::Test::HasFatalFailure()) return;
-    TopkOut unfused;
-    run_unfused(c, pc, g, &unfused);  // the default tuning: 1024 threads
-    if (::testing::Test::HasFatalFailure()) return;
-    const std::vector<std::vector<float>> refs = testutil::ref_rows(pc);
-    for (const bool graph : {false, true}) {
-      SCOPED_TRACE(graph ? "512 threads, graph" : "512 threads");
-      testing_gpu::TopkTuningScope scope;
-      cuda::topk_tuning().cluster_threads = 512;
-      c.graph = graph;
-      EnvScope route("DSATTN_FUSED_LOGITS", "force");
-      EnvScope off("DSATTN_FUSED_RESIDENT", "0");
-      TopkOut fused;
-      run_fused(c, pc, g, &fused);
-      if (::testing::Test::HasFatalFailure()) return;
-      check_fused(c, pc, refs, fused, unfused);
-    }
-  }
-}
-
 // The split merge (two launches, row histograms), which few long rows take below 8 rows and on
 // devices without cluster launch, forced with DSATTN_FUSED_CLUSTER=0: one row, sorted; every
 // score tied; a few rows with N = 2; pieces that compact; 8 rows (the cluster merge's by default).

@@ -165,39 +165,6 @@ TEST(GpuTopkPlan, ClusterPolicy) {
   EXPECT_EQ(p.cluster, 0);
 }
 
-// TopkTuning::cluster_threads: the plan asks for CTAs of 512 threads (the launch runs them for
-// unsorted f32 rows at twice small_v keys each) with the same spans, CTAs and shared memory; any
-// other value than 512 keeps 1024.
-TEST(GpuTopkPlan, ClusterThreads) {
-  TopkPlan p, base;
-  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &base).ok());
-  EXPECT_EQ(base.cluster_threads, 1024);
-  testing_gpu::TopkTuningScope scope;
-  cuda::topk_tuning().cluster_threads = 512;
-  for (const int64_t width : {int64_t(65536), int64_t(32768), int64_t(20000), int64_t(12000)}) {
-    ASSERT_TRUE(plan_topk(1, width, 2048, kH200Cluster, &base).ok());
-    EXPECT_EQ(base.cluster_threads, 512) << width;
-    cuda::topk_tuning().cluster_threads = 1024;
-    ASSERT_TRUE(plan_topk(1, width, 2048, kH200Cluster, &p).ok());
-    cuda::topk_tuning().cluster_threads = 512;
-    EXPECT_EQ(p.cluster_threads, 1024) << width;
-    EXPECT_EQ(base.cluster, p.cluster) << width;
-    EXPECT_EQ(base.small_v, p.small_v) << width;  // keys per thread at 1024 threads
-    EXPECT_EQ(base.chunk_len, p.chunk_len) << width;
-    EXPECT_EQ(base.smem_final, p.smem_final) << width;
-    EXPECT_EQ(base.cluster_gather, p.cluster_gather) << width;
-  }
-  ASSERT_TRUE(plan_topk(1, 8192, 2048, kH200Cluster, &p).ok());  // not a cluster row: no effect
-  EXPECT_EQ(p.cluster, 0);
-  cuda::topk_tuning().cluster_threads = 256;
-  ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p).ok());
-  EXPECT_EQ(p.cluster_threads, 1024);
-  cuda::topk_tuning().cluster_threads = 512;  // the sm_120 configuration alike
-  ASSERT_TRUE(plan_topk(3, 40000, 512, kSm120Cluster, &p).ok());
-  EXPECT_EQ(p.cluster, 5);
-  EXPECT_EQ(p.cluster_threads, 512);
-}
-
 TEST(GpuTopkPlan, SampledPolicy) {
   // Default: rows the split plan would chunk, 16K..256K wide (and >= 8 kc), at least 16 of them
   // up to 64K positions and 20 per 64K of width beyond.

@@ -1,7 +1,6 @@
 // Cluster top-k for few rows of 8K..64K positions (SPEC §3.3), sm_90 and newer: one thread-block
 // cluster of C <= 8 CTAs per row, CTA c holding positions [c V 1024, (c + 1) V 1024) of the row in
-// registers (V keys per thread, as topk_small_kernel does for one CTA; or, TopkTuning::
-// cluster_threads, the same span in CTAs of 512 threads at 2 V keys each). Each radix digit (bits
+// registers (V keys per thread, as topk_small_kernel does for one CTA). Each radix digit (bits
 // 31..20, 19..10, 9..0) is histogrammed by every CTA in its own shared memory; each CTA pushes
 // the histogram's 64-bin chunk totals into every CTA's shared memory, and after a cluster barrier
 // each CTA finds the chunk from those, then the bin from the chunk's bins read from every CTA
@@ -40,7 +39,6 @@ namespace topk_detail {
 constexpr int kClusterMaxCtas = 8;  // portable cluster size
 constexpr int kClusterV = 8;        // keys per thread
 constexpr int kClusterV4 = 4;       // ... for rows of at most TopkTuning::cluster_v4_max_width
-constexpr int kClusterHalfThreads = 512;  // TopkTuning::cluster_threads: twice the keys per thread
 constexpr int kClusterSelWords = 2 * kMaxK;            // CTA 0's (sel_key, sel_pos), sorted output
 constexpr int kClusterSmemWords = kClusterSelWords + 4;  // + this CTA's (greater, equal) totals
 // The gather (cluster_gather): the first digit's chosen bin holds at most kClusterGather keys in
@@ -94,28 +92,14 @@ __device__ __forceinline__ uint32_t chunk_total(const uint32_t* hist, int t) {
   return s;
 }
 
-// f(t) for each of the nbins / 4 slots t of chunk_total (whole warps: nbins / 4 = 1024 or 256),
-// by the block's NT threads: one slot per thread where NT >= kTopkThreads, else in turns.
-template <int NT, typename F>
-__device__ __forceinline__ void for_chunk_slots(int nbins, F&& f) {
-  if constexpr (NT >= kTopkThreads) {
-    const int t = static_cast<int>(threadIdx.x);
-    if (t < nbins / 4) f(t);
-  } else {
-#pragma unroll 1
-    for (int t = static_cast<int>(threadIdx.x); t < nbins / 4; t += NT) f(t);
-  }
-}
-
 // This CTA's chunk totals: csum[i] = sum of hist[64 i, 64 i + 64). No barrier at the end: the
-// cluster barrier after it publishes them with the histogram. NT: the block's threads (smaller
-// blocks take the 1024 slots of a 4096-bin histogram in turns).
-template <int NT = kTopkThreads>
+// cluster barrier after it publishes them with the histogram.
 __device__ __forceinline__ void cluster_chunk_sums(const uint32_t* hist, uint32_t* csum, int nbins) {
-  for_chunk_slots<NT>(nbins, [&](int t) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
     const uint32_t s = chunk_total(hist, t);
     if ((t & 15) == 0) csum[t >> 4] = s;
-  });
+  }
 }
 
 struct ClusterPick {
@@ -243,10 +227,9 @@ struct ClusterHists {
         csum2(hist2 + kBins2),
         hist3(csum2 + kBins2 / kClusterChunk),
         csum3(hist3 + kBins2) {}
-  template <int NT = kTopkThreads>  // the block's threads
   __device__ void zero() const {  // block-wide; the caller syncs before the first hist_add
-    for (int i = threadIdx.x; i < kBins1; i += NT) hist1[i] = 0;
-    for (int i = threadIdx.x; i < kBins2; i += NT) {
+    for (int i = threadIdx.x; i < kBins1; i += kTopkThreads) hist1[i] = 0;
+    for (int i = threadIdx.x; i < kBins2; i += kTopkThreads) {
       hist2[i] = 0;
       hist3[i] = 0;
     }
@@ -257,12 +240,10 @@ struct ClusterHists {
 // totals, and the bin of the cluster-wide histogram holding the k_rem-th key lands in *pick (every
 // thread may read it on return; it is rewritten only after the next cluster barrier). Block-wide,
 // every CTA of the cluster. (The fused cluster merge's, and topk_cluster_kernel's for C <= 4.)
-// NT: the block's threads.
-template <int NT = kTopkThreads>
 __device__ __forceinline__ void cluster_digit(int C, const uint32_t* hist, uint32_t* csum, int nbins, int k_rem,
                                               ClusterPick* pick) {
   __syncthreads();
-  cluster_chunk_sums<NT>(hist, csum, nbins);
+  cluster_chunk_sums(hist, csum, nbins);
   cluster_sync();
   if (threadIdx.x < 32) cluster_pick(C, hist, csum, nbins, k_rem, pick);
   __syncthreads();
@@ -298,18 +279,19 @@ __device__ __forceinline__ void local_rows_pick(const uint32_t* rows, int C, int
 // cluster. Remote reads: one round (the chosen chunk's bins, warp w < C reading CTA w), where
 // reading the totals too took a second round (H200, 1 x 64K, %globaltimer: ~1.4-1.6 us per pick).
 // d = 0 first waits on the cluster barrier the kernel arrived on at its start: no CTA writes to
-// another's shared memory before every CTA of the cluster is running. NT: the block's threads
-// (smaller blocks take the 1024 slots of a 4096-bin histogram in turns).
-template <int NT = kTopkThreads>
+// another's shared memory before every CTA of the cluster is running.
 __device__ __forceinline__ void cluster_digit_push(int C, int rank, int d, const uint32_t* hist, int nbins,
                                                    int k_rem, ClusterPick* pick, ClusterPickShared& ps) {
   __syncthreads();
   if (d == 0) cluster_wait();
-  for_chunk_slots<NT>(nbins, [&](int t) {
-    const uint32_t s = chunk_total(hist, t);
-    const int sub = t & 15;  // lane q < C of the 16 holding chunk t / 16 pushes it to CTA q
-    if (sub < C) dsmem_st(dsmem_addr(&ps.csum[d][rank][t >> 4], sub), s);
-  });
+  {
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < nbins / 4) {  // whole warps (nbins / 4 = 1024 or 256)
+      const uint32_t s = chunk_total(hist, t);
+      const int sub = t & 15;  // lane q < C of the 16 holding chunk t / 16 pushes it to CTA q
+      if (sub < C) dsmem_st(dsmem_addr(&ps.csum[d][rank][t >> 4], sub), s);
+    }
+  }
   cluster_sync();
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   if (warp == 0) {
@@ -410,8 +392,6 @@ __device__ __forceinline__ void cluster_gather(const uint32_t (&key)[V], int bas
 // warp finding each digit's bin (two barriers a digit instead of three; 1 x 64K 13.0 -> 13.2 us,
 // 8 x 64K 14.6 -> 15.5), and one warp doing the whole selection, histograms included (1 x 64K
 // 15.9, 8 x 64K 19.1-19.3: its loops over the keys wait on each load).
-// NT: the block's threads (kClusterGather / NT slots each).
-template <int NT = kTopkThreads>
 __device__ __forceinline__ bool gather_resolve(uint32_t b1, int k_rem, int C, int rank, const ClusterGatherShared& gs,
                                                uint32_t* hist2, uint32_t* hist3, TopkShared& sh, uint32_t* T_key,
                                                int* need, int* list_packed, int* above_before) {
@@ -425,12 +405,12 @@ __device__ __forceinline__ bool gather_resolve(uint32_t b1, int k_rem, int C, in
     before += q < rank ? gs.above[q] : 0;
   }
   if (!fits) return false;
-  constexpr int J = kClusterGather / NT;
+  constexpr int J = kClusterGather / kTopkThreads;
   uint32_t lk[J];
-  unsigned val = 0u;  // bit j: slot tid + j NT holds a key
+  unsigned val = 0u;  // bit j: slot tid + j 1024 holds a key
 #pragma unroll
   for (int j = 0; j < J; ++j) {
-    const int i = tid + j * NT, q = i >> bits;
+    const int i = tid + j * kTopkThreads, q = i >> bits;
     const bool ok = q < C && (i & (Gs - 1)) < gs.cnt[q < C ? q : 0];
     lk[j] = ok ? gs.key[i] : 0u;
     val |= ok ? 1u << j : 0u;
@@ -452,7 +432,7 @@ __device__ __forceinline__ bool gather_resolve(uint32_t b1, int k_rem, int C, in
     }
     hist_add_v<J>(hist, bin, act);
     __syncthreads();
-    find_bin<false, NT>(hist, kBins2, kr, sh);  // ends synced
+    find_bin(hist, kBins2, kr, sh);  // ends synced
     const uint32_t b = sh.bin;
     p = (p << 10) | b;
     kr -= sh.above;
@@ -461,7 +441,7 @@ __device__ __forceinline__ bool gather_resolve(uint32_t b1, int k_rem, int C, in
   int g = 0, e = 0;
 #pragma unroll
   for (int j = 0; j < J; ++j) {
-    const bool mine = (val >> j & 1u) != 0u && ((tid + j * NT) >> bits) < rank;
+    const bool mine = (val >> j & 1u) != 0u && ((tid + j * kTopkThreads) >> bits) < rank;
     g += mine && lk[j] > *T_key ? 1 : 0;
     e += mine && lk[j] == *T_key ? 1 : 0;
   }
@@ -471,8 +451,7 @@ __device__ __forceinline__ bool gather_resolve(uint32_t b1, int k_rem, int C, in
 }
 
 // block_exclusive_scan<false> of v, plus the block-wide total of `extra` in every thread's result
-// (one barrier). NT: the block's threads (the totals of its NT / 32 warps).
-template <int NT = kTopkThreads>
+// (one barrier).
 __device__ __forceinline__ int block_exclusive_scan_plus(int v, int extra, TopkShared& sh) {
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int x = warp_inclusive_scan(v);
@@ -480,14 +459,8 @@ __device__ __forceinline__ int block_exclusive_scan_plus(int v, int extra, TopkS
   if (lane == 31) sh.warp_scan[warp] = x;
   if (lane == 0) sh.warp_gt[warp] = e;
   __syncthreads();
-  if constexpr (NT >= kTopkThreads) {
-    const int before = __reduce_add_sync(0xffffffffu, (lane < warp ? sh.warp_scan[lane] : 0) + sh.warp_gt[lane]);
-    return before + x - v;
-  } else {  // lanes past the block's warps add nothing
-    const int before =
-        __reduce_add_sync(0xffffffffu, (lane < warp ? sh.warp_scan[lane] : 0) + (lane < NT / 32 ? sh.warp_gt[lane] : 0));
-    return before + x - v;
-  }
+  const int before = __reduce_add_sync(0xffffffffu, (lane < warp ? sh.warp_scan[lane] : 0) + sh.warp_gt[lane]);
+  return before + x - v;
 }
 #endif
 
@@ -501,16 +474,12 @@ __device__ __forceinline__ int block_exclusive_scan_plus(int v, int extra, TopkS
 // instructions with the rolled digits below and write_short_row; paged_mqa_topk 1 x 64K 26.7-27.0
 // -> 25.5-25.6 us, BENCHMARKS.md 2026-12-03).
 // kGather: the gather's code is compiled in (the argument `gather` then decides per call).
-// NT: threads per CTA, kTopkThreads, or kClusterHalfThreads for unsorted output (TopkTuning::
-// cluster_threads: each CTA's span of V x NT positions kept, at twice the keys per thread).
-template <typename T, int V, bool kSorted, bool kPush, bool kGather, int NT = kTopkThreads>
-__global__ void __launch_bounds__(NT)
+template <typename T, int V, bool kSorted, bool kPush, bool kGather>
+__global__ void __launch_bounds__(kTopkThreads)
     topk_cluster_kernel(const T* __restrict__ logits,  // [R, W] (row stride ld)
                         int64_t ld, TopkRowBounds rb, int k, int k_pad, bool gather, TopkOutputs out) {
   pdl_trigger();  // pdl.cuh: before any global-memory access
   pdl_wait();
-  static_assert(NT == kTopkThreads || (NT == kClusterHalfThreads && !kSorted),
-                "topk_cluster_kernel: kTopkThreads threads, or kClusterHalfThreads for unsorted output");
 #if DSATTN_TOPK_CLUSTER_DEVICE
   namespace cg = cooperative_groups;
   __shared__ TopkShared sh;
@@ -534,7 +503,7 @@ __global__ void __launch_bounds__(NT)
       if constexpr (kSorted) {
         finish_short_row(src, len, k, k_pad, kSorted, sel_key, sel_pos, r, out);
       } else {
-        write_short_row<T, NT>(src, len, k, r, out);
+        write_short_row(src, len, k, r, out);
       }
     }
     return;
@@ -547,14 +516,14 @@ __global__ void __launch_bounds__(NT)
   if constexpr (kPush) cluster_arrive();  // waited on before the first push to another CTA
   const auto digit = [&](int d, const uint32_t* hist, uint32_t* csum, int nbins, int k_rem) {
     if constexpr (kPush) {
-      cluster_digit_push<NT>(C, c, d, hist, nbins, k_rem, &pick, ps);
+      cluster_digit_push(C, c, d, hist, nbins, k_rem, &pick, ps);
     } else {
-      cluster_digit<NT>(C, hist, csum, nbins, k_rem, &pick);
+      cluster_digit(C, hist, csum, nbins, k_rem, &pick);
     }
   };
-  h.zero<NT>();
+  h.zero();
   if (tid == 0) gs.local_n = 0;
-  const int base = c * V * NT + tid * V;
+  const int base = c * V * kTopkThreads + tid * V;
   uint32_t key[V];
   load_run_keys<T, V>(src + base, len - base, reinterpret_cast<uintptr_t>(src) % 16 == 0, key);
   bool act[V];
@@ -573,10 +542,9 @@ __global__ void __launch_bounds__(NT)
     cluster_gather<V>(key, base, len, prefix, C, c, h.hist1, kPush ? &ps.csum[0][c][0] : h.csum1, gs);
     cluster_sync();  // every CTA's keys in the bin, and its counts
     int list_packed;
-    gathered =
-        gather_resolve<NT>(prefix, k_rem, C, c, gs, h.hist2, h.hist3, sh, &T_key, &need, &list_packed, &g_before);
+    gathered = gather_resolve(prefix, k_rem, C, c, gs, h.hist2, h.hist3, sh, &T_key, &need, &list_packed, &g_before);
     if (gathered) {
-      const int packed = block_exclusive_scan_plus<NT>(run_counts(key, base, len, T_key), list_packed, sh);
+      const int packed = block_exclusive_scan_plus(run_counts(key, base, len, T_key), list_packed, sh);
       g_before += packed & 0xffff;
       e_before = packed >> 16;
     }
@@ -600,7 +568,7 @@ __global__ void __launch_bounds__(NT)
     const int packed = block_exclusive_scan<false>(counts, sh);  // the cluster barrier follows
     g_before = packed & 0xffff;
     e_before = packed >> 16;
-    if (tid == NT - 1) {
+    if (tid == kTopkThreads - 1) {
       tot[0] = g_before + (counts & 0xffff);
       tot[1] = e_before + (counts >> 16);
     }

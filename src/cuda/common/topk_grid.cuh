@@ -144,11 +144,11 @@ __device__ __forceinline__ void finish_short_row(const T* src, int len, int k, i
 
 // The same output as finish_short_row for unsorted output (0..len-1, then -1 padding), written
 // straight from the row: no shared memory, no barrier, and a kernel's short-row code stays small
-// (the small and cluster kernels jump over it to their rows' code). NT: the block's threads.
-template <typename T, int NT = kTopkThreads>
+// (the small and cluster kernels jump over it to their rows' code).
+template <typename T>
 __device__ __forceinline__ void write_short_row(const T* src, int len, int k, int64_t r, const TopkOutputs& out) {
 #pragma unroll 1
-  for (int j = threadIdx.x; j < k; j += NT) {
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) {
     const int32_t idx = j < len ? j : -1;
     out.write(r, j, idx, [&] { return to_float(src[idx]); });
   }

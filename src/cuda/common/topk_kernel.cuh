@@ -188,22 +188,17 @@ __device__ __forceinline__ int block_exclusive_scan(int v, TopkShared& sh) {
 // that warp scans its lanes (four barriers when the block scan ran over all 1024 threads; H200,
 // topk 1 x 8K k = 2048: see BENCHMARKS.md). kPredScan: the warp scans of warp_inclusive_scan_pred
 // (the sampled kernel, issue-bound; the other kernels keep the code they were measured with).
-// NT: the block's threads (kTopkThreads, or 512 for the cluster kernel's half-size CTAs; per = 8
-// or 2 then).
-template <bool kPredScan = false, int NT = kTopkThreads>
+template <bool kPredScan = false>
 __device__ __forceinline__ void find_bin(const uint32_t* hist, int nbins, int k_rem, TopkShared& sh) {
-  static_assert(NT % 32 == 0 && NT <= kTopkThreads, "find_bin: whole warps, at most kTopkThreads");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int per = nbins / NT;  // 4 or 1 (NT = 1024)
+  const int per = nbins / kTopkThreads;  // 4 or 1
   const int hi = nbins - 1 - static_cast<int>(threadIdx.x) * per;  // this thread's highest bin
   int local = 0;
   for (int j = 0; j < per; ++j) local += hist[hi - j];
   const int wsum = __reduce_add_sync(0xffffffffu, local);
   if (lane == 0) sh.warp_scan[warp] = wsum;
   __syncthreads();
-  // Lanes past the block's warps add nothing (only lanes up to `warp` reach wbefore, but their
-  // words are never written in a smaller block).
-  const int wt = NT == kTopkThreads || lane < NT / 32 ? sh.warp_scan[lane] : 0;
+  const int wt = sh.warp_scan[lane];
   const int wincl = kPredScan ? warp_inclusive_scan_pred(wt) : warp_inclusive_scan(wt);
   const int wbefore = __shfl_sync(0xffffffffu, wincl - wt, warp);  // warps above this one
   if (wbefore < k_rem && wbefore + wsum >= k_rem) {  // warp-uniform: this warp's block holds it

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "api/validate.h"
 #include "cuda/common/topk_cluster.cuh"
@@ -170,7 +169,6 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
     plan->smem_final = kClusterKernelSmemBytes;
     // The gather on rows of more than 4 CTAs, or when the call has several rows (TopkTuning).
     plan->cluster_gather = tune.cluster_gather && (plan->cluster > 4 || rows > 1);
-    plan->cluster_threads = tune.cluster_threads == kClusterHalfThreads ? kClusterHalfThreads : kTopkThreads;
     plan->workspace_bytes = 0;
     return Status::Ok();
   }
@@ -288,15 +286,6 @@ auto cluster_kernel(bool sorted, bool push, bool gather) {
   if (gather) return sorted ? topk_cluster_kernel<T, V, true, false, true> : topk_cluster_kernel<T, V, false, false, true>;
   return sorted ? topk_cluster_kernel<T, V, true, false, false> : topk_cluster_kernel<T, V, false, false, false>;
 }
-// The cluster kernel of kClusterHalfThreads threads per CTA (TopkTuning::cluster_threads; unsorted
-// f32 rows), V keys per thread.
-template <int V>
-auto cluster_kernel_half(bool push, bool gather) {
-  constexpr int NT = kClusterHalfThreads;
-  if (push) return topk_cluster_kernel<float, V, false, true, true, NT>;
-  if (gather) return topk_cluster_kernel<float, V, false, false, true, NT>;
-  return topk_cluster_kernel<float, V, false, false, false, NT>;
-}
 
 // Every launch of a planned top-k over rows [rows, W] of `logits` (row stride ld) with the given
 // row bounds and outputs; workspace and stream from ex. `op` names the calling op in errors.
@@ -328,17 +317,10 @@ Status launch_topk_rows(const TopkPlan& plan, int64_t rows, const T* logits, int
   }
   if (plan.cluster > 0) {
     const bool push = plan.cluster > 4;  // see topk_cluster_kernel
-    const int threads = topk_cluster_threads(plan, sorted, std::is_same_v<T, float>);
     auto kern = plan.small_v == kClusterV4 ? cluster_kernel<T, kClusterV4>(sorted, push, plan.cluster_gather)
                                            : cluster_kernel<T, kClusterV>(sorted, push, plan.cluster_gather);
-    if constexpr (std::is_same_v<T, float>) {
-      if (threads == kClusterHalfThreads) {  // the same spans, twice the keys per thread
-        kern = plan.small_v == kClusterV4 ? cluster_kernel_half<2 * kClusterV4>(push, plan.cluster_gather)
-                                          : cluster_kernel_half<2 * kClusterV>(push, plan.cluster_gather);
-      }
-    }
-    return launch_cluster_n(kern, plan.cluster, rows, threads, plan.smem_final, st, true, op, "topk_cluster_kernel",
-                            logits, ld, rb, plan.k, plan.k_pad, plan.cluster_gather, out);
+    return launch_cluster(kern, plan.cluster, rows, plan.smem_final, st, true, op, "topk_cluster_kernel", logits, ld,
+                          rb, plan.k, plan.k_pad, plan.cluster_gather, out);
   }
   if (plan.direct && plan.small_v > 0) {
     auto kern = plan.small_v == 4 ? small_kernel<T, 4>(sorted) : small_kernel<T, 8>(sorted);

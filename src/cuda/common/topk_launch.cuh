@@ -74,21 +74,15 @@ inline Status set_smem(K kernel, size_t bytes, const char* op) {
 }
 
 // Launches `kernel` on grid (cluster, rows) with thread-block clusters of (cluster, 1, 1) (the
-// cluster top-k and the fused cluster merge; sm_90 and newer), `threads` threads per CTA.
-template <typename... KArgs, typename... Args>
-Status launch_cluster_n(void (*kernel)(KArgs...), int cluster, int64_t rows, int threads, size_t smem,
-                        cudaStream_t st, bool pdl, const char* op, const char* name, Args&&... args) {
-  DSATTN_RETURN_IF_ERROR(set_smem(kernel, smem, op));
-  return cuda_status(launch_pdl(kernel, dim3(static_cast<unsigned>(cluster), static_cast<unsigned>(rows)),
-                                dim3(static_cast<unsigned>(threads)), smem, st,
-                                LaunchOpt{static_cast<unsigned>(cluster), pdl}, std::forward<Args>(args)...),
-                     op, name);
-}
-// launch_cluster_n with kTopkThreads threads per CTA.
+// cluster top-k and the fused cluster merge; sm_90 and newer), kTopkThreads threads per CTA.
 template <typename... KArgs, typename... Args>
 Status launch_cluster(void (*kernel)(KArgs...), int cluster, int64_t rows, size_t smem, cudaStream_t st, bool pdl,
                       const char* op, const char* name, Args&&... args) {
-  return launch_cluster_n(kernel, cluster, rows, kTopkThreads, smem, st, pdl, op, name, std::forward<Args>(args)...);
+  DSATTN_RETURN_IF_ERROR(set_smem(kernel, smem, op));
+  return cuda_status(launch_pdl(kernel, dim3(static_cast<unsigned>(cluster), static_cast<unsigned>(rows)),
+                                dim3(kTopkThreads), smem, st, LaunchOpt{static_cast<unsigned>(cluster), pdl},
+                                std::forward<Args>(args)...),
+                     op, name);
 }
 
 // Candidates of every row are in buf.key[0] / buf.idx[0] ([rows, plan.level_in_n[0]] or, without

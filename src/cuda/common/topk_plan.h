@@ -28,8 +28,6 @@ struct TopkPlan {
   int cluster = 0;         // > 0: topk_cluster_kernel, a cluster of `cluster` CTAs per row, keys in
                            // registers (small_v per thread); chunks / chunk_len describe the CTAs
   bool cluster_gather = true;  // topk_cluster_kernel gathers the first digit's bin (TopkTuning)
-  int cluster_threads = 1024;  // topk_cluster_kernel's threads per CTA asked for (TopkTuning): 512
-                               // runs unsorted f32 rows at 2 small_v keys per thread, the rest 1024
   int chunks = 1;          // C: chunks per row (split mode)
   int chunk_len = 0;       // positions per chunk
   static constexpr int kMaxLevels = 8;
@@ -113,15 +111,6 @@ struct TopkTuning {
   // 10.9, 1 x 12000 10.2 -> 10.7: the pull digits are cheap there), and by 0.2-0.5 us even with it
   // off while its code was in their kernel (hence topk_cluster_kernel's kGather).
   bool cluster_gather = true;
-  // The cluster kernel's threads per CTA: 1024, or 512 (bench --cluster-threads), where each CTA
-  // keeps its span of positions at twice the keys per thread (8 or 16) with half the warps. Why:
-  // `ncu` on fused 1 x 64K (2026-12-04) found the kernel half issue time (~1,340 instructions per
-  // warp, 32 warps per CTA), most of it phases whose instructions every warp repeats whatever its
-  // keys (the gather, find_bin's scans, the block scans), so half the warps should issue about
-  // half of those. Unsorted f32 rows only (sorted output and bf16 keep 1024). NOT MEASURED yet
-  // (no device was lent when it was written, 2026-12-05): 1024 stays the default until an A/B
-  // says otherwise (scripts/exp/cluster_threads_ab.sh).
-  int cluster_threads = 1024;
   // Rows the split plan would break into chunks (wider than one CTA's shared memory, or split to
   // fill the SMs), of sampled_min_width .. 256K positions and at least 8 round_up(k, 4), take the
   // sampled-threshold kernel (topk_sampled.cuh) when there are at least sampled_min_rows of them
@@ -184,12 +173,6 @@ inline int64_t topk_first_ctas(const TopkPlan& plan, int64_t rows) {
   if (plan.cluster > 0) return rows * plan.cluster;
   if (plan.sampled || plan.direct) return rows;
   return rows * plan.chunks;
-}
-
-// Threads per CTA the cluster kernel runs a cluster plan's rows with: plan.cluster_threads for
-// unsorted f32 rows (512: small_v * 1024 / 512 keys per thread), 1024 otherwise (small_v keys).
-inline int topk_cluster_threads(const TopkPlan& plan, bool sorted, bool f32) {
-  return !sorted && f32 ? plan.cluster_threads : 1024;
 }
 
 // Plans only the merge of `cand_n` candidates per row (fused path): levels + final_n.
