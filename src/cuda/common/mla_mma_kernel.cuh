@@ -185,6 +185,19 @@ __device__ __forceinline__ TokenRef make_ref(const MlaDecodeArgs& a, int which, 
   return r;
 }
 
+// A finished row of head `head`: running max m (log2 units) and sum l -> lse (natural log, without
+// the sink) and the factor its unnormalized output is multiplied by (1 / l, times
+// 1 / (1 + exp(sink - lse)) with a sink); l == 0 (no used token): lse -inf, factor 0.
+__device__ __forceinline__ void finish_row(float m, float l, const MlaDecodeArgs& a, int64_t head, float* lse,
+                                           float* factor) {
+  *lse = -INFINITY;
+  *factor = 0.0f;
+  if (!(l > 0.0f)) return;
+  *lse = (m + log2f(l)) * 0.6931471805599453f;
+  *factor = 1.0f / l;
+  if (a.sink != nullptr) *factor *= 1.0f / (1.0f + expf(a.sink[head * a.sink_s] - *lse));
+}
+
 }  // namespace mla_mma
 
 // CTAs per SM asked of the register allocator (mla_mma_ctas_per_sm): 2 x 256 or 1 x 512 threads
@@ -461,7 +474,8 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
     const int h = tid >> 3;
     m_s[h] = m_run;
     l_s[h] = l_run;
-    const float lse = l_run > 0.0f ? (m_run + log2f(l_run)) * 0.6931471805599453f : kNegInf;
+    float lse, f;
+    finish_row(m_run, l_run, a, h0 + h, &lse, &f);
     a.lse[b * a.l_sb + s * a.l_ss + int64_t(h0 + h) * a.l_sh] = lse;
   }
   __syncthreads();
@@ -471,14 +485,8 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
     for (int half = 0; half < 2; ++half) {
       const int h = 16 * mt + g + 8 * half;
       const float l = l_s[h];
-      float f = 0.0f;
-      if (l > 0.0f) {
-        f = 1.0f / l;
-        if (a.sink != nullptr) {
-          const float lse = (m_s[h] + log2f(l)) * 0.6931471805599453f;
-          f *= 1.0f / (1.0f + expf(a.sink[int64_t(h0 + h) * a.sink_s] - lse));
-        }
-      }
+      float lse, f;
+      finish_row(m_s[h], l, a, h0 + h, &lse, &f);
       uint16_t* orow = a.out + b * a.o_sb + s * a.o_ss + int64_t(h0 + h) * a.o_sh;
 #pragma unroll
       for (int n = 0; n < Sh::kDimsPerWarp / 8; ++n) {
@@ -519,12 +527,8 @@ __global__ void __launch_bounds__(kMlaCombineThreads) sparse_mla_combine_kernel(
     }
   }
   const bool used = L > 0.0f;
-  float f = 0.0f, lse = -INFINITY;
-  if (used) {
-    lse = (M + log2f(L)) * 0.6931471805599453f;
-    f = 1.0f / L;
-    if (a.sink != nullptr) f *= 1.0f / (1.0f + expf(a.sink[int64_t(h) * a.sink_s] - lse));
-  }
+  float lse, f;
+  mla_mma::finish_row(M, L, a, h, &lse, &f);
   uint16_t* orow = a.out + b * a.o_sb + s * a.o_ss + int64_t(h) * a.o_sh + 4 * threadIdx.x;
   const uint32_t lo = used ? mla_mma::pack_bf16(acc.x * f, acc.y * f) : 0u;
   const uint32_t hi = used ? mla_mma::pack_bf16(acc.z * f, acc.w * f) : 0u;
