@@ -139,9 +139,8 @@ Status sparse_mla_decode(const SparseMlaDecodeParams& p, const Exec& ex) {
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_decode(p, ex, &b));
   if (p.q.shape[0] * p.q.shape[1] == 0) return Status::Ok();
-  if (b != Backend::kCuda) return cpu::sparse_mla_decode(p, ex);
-  DSATTN_RETURN_IF_ERROR(detail::check_workspace("sparse_mla_decode", ex, cuda::sparse_mla_decode_workspace(p, ex)));
-  return cuda::sparse_mla_decode(p, ex);
+  // CUDA checks the workspace against the plan it runs (src/cuda/common/mla_launch.cu).
+  return b == Backend::kCuda ? cuda::sparse_mla_decode(p, ex) : cpu::sparse_mla_decode(p, ex);
 }
 
 Status sparse_mla_prefill_workspace(const SparseMlaPrefillParams& p, const Exec& ex, size_t* bytes) {
@@ -156,9 +155,8 @@ Status sparse_mla_prefill(const SparseMlaPrefillParams& p, const Exec& ex) {
   Backend b;
   DSATTN_RETURN_IF_ERROR(validate_prefill(p, ex, &b));
   if (p.q.shape[0] == 0) return Status::Ok();
-  if (b != Backend::kCuda) return cpu::sparse_mla_prefill(p, ex);
-  DSATTN_RETURN_IF_ERROR(detail::check_workspace("sparse_mla_prefill", ex, cuda::sparse_mla_prefill_workspace(p, ex)));
-  return cuda::sparse_mla_prefill(p, ex);
+  // CUDA checks the workspace against the plan it runs (src/cuda/common/mla_launch.cu).
+  return b == Backend::kCuda ? cuda::sparse_mla_prefill(p, ex) : cpu::sparse_mla_prefill(p, ex);
 }
 
 }  // namespace dsattn

@@ -175,9 +175,11 @@ Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs&
 }
 
 // Runs the tensor-core kernel (and its combine kernel when it splits) as mma_decide planned it,
-// the partial results in the workspace (the API checked its size).
+// the partial results in the workspace: checked here against the plan (the one decision a call
+// makes; sparse_mla_*_workspace reports the same plan's size).
 Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows, int64_t heads,
                const MlaMmaPlan& plan, const Exec& ex) {
+  DSATTN_RETURN_IF_ERROR(detail::check_workspace(op, ex, plan.workspace));
   MlaSplitArgs sp{};
   sp.splits = plan.splits;
   sp.tiles_per_split = plan.tiles_per_split;
