@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -109,12 +108,14 @@ float max_abs_bf16(const std::vector<uint16_t>& v) {
 }
 
 // Times one shape under DSATTN_MLA_KERNEL=simple (unless !simple) and =mma, adding a row each to
-// `t`: run(set, ex) makes the call on index set `set`, workspace(ex) asks for its workspace; `out`
-// holds the call's n_out bf16 outputs (compared between the kernels on set 0).
+// `t`: params(set) are the call's arguments on index set `set`, `workspace` / `op` the op's
+// workspace query and the op (sparse_mla_decode or sparse_mla_prefill); `out` holds the call's
+// n_out bf16 outputs (compared between the kernels on set 0).
+template <typename Params, typename MakeParams>
 void time_kernels(Table* t, const std::vector<std::string>& label, bool simple, cudaStream_t stream, int sets, int reps,
                   double call_bytes, double flops, double copy, const DeviceBuffer& out, size_t n_out,
-                  const std::function<size_t(const Exec&)>& workspace,
-                  const std::function<Status(int, const Exec&)>& run) {
+                  const MakeParams& params, Status (*workspace)(const Params&, const Exec&, size_t*),
+                  Status (*op)(const Params&, const Exec&)) {
   Exec ex;
   ex.stream = stream;
   double us_simple = 0.0;
@@ -124,11 +125,12 @@ void time_kernels(Table* t, const std::vector<std::string>& label, bool simple, 
     setenv("DSATTN_MLA_KERNEL", kernel, 1);
     std::vector<std::string> row = label;
     row.push_back(kernel);
-    const size_t ws_bytes = workspace(ex);  // the tensor-core kernel's split over the indices
+    size_t ws_bytes = 0;  // the tensor-core kernel's split over the indices
+    (void)workspace(params(0), ex, &ws_bytes);
     DeviceBuffer ws(ws_bytes);
     ex.workspace = ws.ptr;
     ex.workspace_bytes = ws_bytes;
-    const Status st = run(0, ex);
+    const Status st = op(params(0), ex);
     if (!st.ok()) {
       row.push_back("error: " + st.to_string());
       t->add(row);
@@ -145,7 +147,7 @@ void time_kernels(Table* t, const std::vector<std::string>& label, bool simple, 
       for (size_t i = 0; i < o.size(); ++i) d = std::max(d, std::fabs(codec::bf16_to_f32(o[i]) - codec::bf16_to_f32(ref[i])));
       diff = fmt("%.2e", d / std::max(max_abs_bf16(ref), 1e-30f));
     }
-    const double us = time_graph_us(stream, sets, [&](int s) { (void)run(s, ex); }, reps);
+    const double us = time_graph_us(stream, sets, [&](int s) { (void)op(params(s), ex); }, reps);
     if (kernel[0] == 's') us_simple = us;
     const double gbs = call_bytes / (us * 1e-6) / 1e9;
     for (const std::string& c : {fmt("%.1f", us), fmt("%.0f", gbs), fmt("%.1f", 100.0 * gbs / copy),
@@ -189,13 +191,7 @@ void run_prefill(LatentFormat f, const std::vector<long>& batches, const std::ve
       };
       time_kernels(&t, {"d_qk " + std::to_string(dqk), std::to_string(M) + " x " + std::to_string(Hq), std::to_string(topk)},
                    simple, stream, sets, reps, call_bytes, 2.0 * double(M) * Hq * double(topk) * (dqk + 512), copy, out,
-                   size_t(M) * Hq * 512,
-                   [&](const Exec& ex) {
-                     size_t b = 0;
-                     (void)sparse_mla_prefill_workspace(params(0), ex, &b);
-                     return b;
-                   },
-                   [&](int s, const Exec& ex) { return sparse_mla_prefill(params(s), ex); });
+                   size_t(M) * Hq * 512, params, sparse_mla_prefill_workspace, sparse_mla_prefill);
     }
   }
   t.print();
@@ -303,12 +299,7 @@ int run_mla(const std::vector<std::string>& args) {
                           std::to_string(topk + extra)},
                      simple, stream, sets, reps, double(call_bytes),
                      2.0 * double(B) * Hq * double(topk + extra) * (dqk + 512), copy, out, size_t(B) * Hq * 512,
-                     [&](const Exec& ex) {
-                       size_t b = 0;
-                       (void)sparse_mla_decode_workspace(params(0), ex, &b);
-                       return b;
-                     },
-                     [&](int s, const Exec& ex) { return sparse_mla_decode(params(s), ex); });
+                     params, sparse_mla_decode_workspace, sparse_mla_decode);
       }
     }
     t.print();
