@@ -50,6 +50,17 @@ def mma(C,A,B0,B1):
         C[l][0]+=R[g,2*t];C[l][1]+=R[g,2*t+1];C[l][2]+=R[g+8,2*t];C[l][3]+=R[g+8,2*t+1]
 
 
+def out_cells(NW, HM, DW):
+    """Each P V accumulator of the kernel: (warp, m-tile, n-tile, lane, accumulator c) and the head
+    (within the CTA's group) and output dim it holds (the m16n8 C fragment layout)."""
+    for w in range(NW):
+        for mt in range(HM):
+            for n in range(DW // 8):
+                for l in range(32):
+                    for c in range(4):
+                        yield w, mt, n, l, c, 16 * mt + (l >> 2) + 8 * (c >> 1), w * DW + 8 * n + 2 * (l & 3) + (c & 1)
+
+
 def bf16r(x):  # round float32 -> bf16 value (scalar or array)
     a = ref.bf16_to_f32(ref.f32_to_bf16(np.atleast_1d(np.asarray(x, np.float32))))
     return float(a[0]) if np.ndim(x) == 0 else a
@@ -226,32 +237,18 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                 if nsplit > 1:
                     row_h = row * Hq + h0
                     for h in range(HG): part_ml[row_h + h, z] = (m_run[8 * h], l_run[8 * h])
-                    for w in range(NW):
-                        d0 = w * DW
-                        for mt in range(HM):
-                            for half in range(2):
-                                for l in range(32):
-                                    g, t4 = l >> 2, l & 3; h = 16 * mt + g + 8 * half
-                                    for n in range(DW // 8):
-                                        part_o[row_h + h, z, d0 + 8 * n + 2 * t4] = o[w, mt, n, l, 2 * half]
-                                        part_o[row_h + h, z, d0 + 8 * n + 2 * t4 + 1] = o[w, mt, n, l, 2 * half + 1]
+                    for w, mt, n, l, c, h, d in out_cells(NW, HM, DW):
+                        part_o[row_h + h, z, d] = o[w, mt, n, l, c]
                     continue
                 for h in range(HG):
                     L = l_run[8 * h]; M = m_run[8 * h]
                     lse[b, s, h0 + h] = (M + math.log2(L)) * math.log(2) if L > 0 else -np.inf
-                for w in range(NW):
-                    d0 = w * DW
-                    for mt in range(HM):
-                        for half in range(2):
-                            for l in range(32):
-                                g, t4 = l >> 2, l & 3; h = 16 * mt + g + 8 * half
-                                L = l_run[8 * h]; f = 0.0
-                                if L > 0:
-                                    f = 1.0 / L
-                                    if sink is not None: f *= 1.0 / (1.0 + math.exp(sink[h0 + h] - (m_run[8 * h] + math.log2(L)) * math.log(2)))
-                                for n in range(DW // 8):
-                                    for e in range(2):
-                                        out[b, s, h0 + h, d0 + 8 * n + 2 * t4 + e] = bf16r(o[w, mt, n, l, 2 * half + e] * f) if L > 0 else 0.0
+                for w, mt, n, l, c, h, d in out_cells(NW, HM, DW):
+                    L = l_run[8 * h]; f = 0.0
+                    if L > 0:
+                        f = 1.0 / L
+                        if sink is not None: f *= 1.0 / (1.0 + math.exp(sink[h0 + h] - (m_run[8 * h] + math.log2(L)) * math.log(2)))
+                    out[b, s, h0 + h, d] = bf16r(o[w, mt, n, l, c] * f) if L > 0 else 0.0
     if nsplit > 1:  # combine
         for rh in range(rows * Hq):
             row, h = divmod(rh, Hq); b, s = divmod(row, Sq)
