@@ -3,8 +3,8 @@
 written while no GPU was lent (2026-12-05) to check its index logic before it first runs:
 
 a phase-by-phase transliteration of the kernel and of sparse_mla_combine_kernel, with ldmatrix,
-ldmatrix.trans and mma.m16n8k16 emulated from the PTX ISA's fragment layouts (chunk loads,
-the token-reference ring, the split over the indices, online softmax, the bf16 rounding of P, the
+ldmatrix.trans and mma.m16n8k16 emulated from the PTX ISA's fragment layouts (the chunks staged
+by cp.async, the token-reference ring, the split over the indices, online softmax, the bf16 rounding of P, the
 epilogues) for 16 / 32 / 64 heads per CTA and both cache formats, on caches written by
 dsattn.reference (decode) and on bf16 kv rows (prefill), checked against
 dsattn.reference.sparse_mla_decode / sparse_mla_prefill with the error model of
@@ -66,7 +66,7 @@ def bf16r(x):  # round float32 -> bf16 value (scalar or array)
     return float(a[0]) if np.ndim(x) == 0 else a
 f32 = np.float32
 
-def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM, splits_forced, num_sms=132):
+def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM, splits_forced, num_sms=132, T=32):
     V4 = fmt == "v4_fp8"
     BF = fmt.startswith("bf16")  # prefill: pages = a bf16 kv [Nk, D] as bytes, P = 1 (MlaSrc::kBf16D*)
     if BF:
@@ -76,16 +76,16 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
         nope = 448 if V4 else 512; D = nope + 64; blockd = 64 if V4 else 128; nb = nope // blockd
         nopeCh = nope // 16; CH = nopeCh + 9; scaleCh = nopeCh + 8 if V4 else nopeCh; rope0 = nopeCh if V4 else nopeCh + 1
         rawdim0 = nope; recB = 576 if V4 else 656
-    HG = 16 * HM; NW = 4 * HM; NT = 32 * NW; T = 32; SR = 40; NL = (T * CH + NT - 1) // NT
+    HG = 16 * HM; NW = 4 * HM; NT = 32 * NW; SR = T + 8; NL = (T * CH + NT - 1) // NT; TW = T // 4; NTW = TW // 8
     B, Sq, Hq, _ = q.shape
     rows = B * Sq
     topk = idx.shape[2]; etopk = eidx.shape[2] if eidx is not None else 0
     # plan (mla_plan.h)
-    ntiles_max = (topk + etopk + 31) // 32
+    ntiles_max = (topk + etopk + T - 1) // T
     splits = splits_forced
     if splits == 0:
         ctas = max(1, rows * (Hq // HG)); per = {1: 3, 2: 2, 4: 1}[HM]
-        splits = min(num_sms * per // ctas, ntiles_max // 4, 64)
+        splits = min(num_sms * per // ctas, ntiles_max // (128 // T), 64)
     tps = 1 << 30; nsplit = 1
     if splits > 1 and ntiles_max > 1:
         tps = (ntiles_max + splits - 1) // splits; nsplit = (ntiles_max + tps - 1) // tps
@@ -113,7 +113,7 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
     for row in range(rows):
         b, s = divmod(row, Sq)
         lm = used_length(lens, topk, b); le = used_length(elens, etopk, b) if etopk > 0 else 0
-        tot = lm + le; ntiles = (tot + 31) // 32
+        tot = lm + le; ntiles = (tot + T - 1) // T
         for gy in range(Hq // HG):
             h0 = gy * HG
             for z in range(nsplit):
@@ -123,27 +123,31 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                 k_s = np.full((T, D + 8), np.nan); s_s = np.full((HG, SR), np.nan); sc_s = np.full((T, 8), 1.0 if BF else np.nan)
                 alpha_s = np.full(HG, np.nan)
                 ref_s = [[None] * T, [None] * T]
-                pend = [None] * 32
-                for lane in range(32):
+                pend = [None] * T
+                for lane in range(T):  # lane + 32 r
                     ref_s[0][lane] = make_ref(*load_index(b, s, lm, tot, tb * T + lane))
                     pend[lane] = load_index(b, s, lm, tot, (tb + 1) * T + lane)
-                ld = [[None] * NL for _ in range(NT)]
+                # the staging area (cp.async): stale bytes (0xFF: E4M3 NaN) where nothing is copied
+                raw = np.full(T * CH * 16, 0xFF, np.uint8)
                 def issue(slot):
-                    for tid in range(NT):
-                        for i in range(NL):
-                            c = tid + i * NT; ld[tid][i] = np.zeros(16, np.uint8)
-                            if c < T * CH:
-                                tok, part = divmod(c, CH); r = ref_s[slot][tok]
-                                if r is not None:
-                                    if V4 and part == scaleCh: ld[tid][i][:8] = read(r[1], 8)
-                                    else:
-                                        which, page, off = r[0]; ld[tid][i] = read((which, page, off + 16 * part), 16).copy()
-                def store():
                     for tid in range(NT):
                         for i in range(NL):
                             c = tid + i * NT
                             if c < T * CH:
-                                tok, part = divmod(c, CH); v = ld[tid][i]
+                                tok, part = divmod(c, CH); r = ref_s[slot][tok]
+                                if r is not None:
+                                    if V4 and part == scaleCh: raw[16 * c:16 * c + 8] = read(r[1], 8)
+                                    else:
+                                        which, page, off = r[0]; raw[16 * c:16 * c + 16] = read((which, page, off + 16 * part), 16)
+                def store(slot):
+                    for tid in range(NT):
+                        for i in range(NL):
+                            c = tid + i * NT
+                            if c < T * CH:
+                                tok, part = divmod(c, CH); v = np.zeros(16, np.uint8)
+                                if ref_s[slot][tok] is not None:
+                                    if V4 and part == scaleCh: v[:8] = raw[16 * c:16 * c + 8]
+                                    else: v = raw[16 * c:16 * c + 16].copy()
                                 if part < nopeCh: k_s[tok, 16 * part:16 * part + 16] = ref.e4m3_to_f32(v)
                                 elif part == scaleCh:
                                     if V4:
@@ -157,49 +161,53 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                 m_run = np.full(NT, -np.inf, np.float32); l_run = np.zeros(NT, np.float32)
                 for j in range(tb, te):
                     slot = (j - tb) & 1
-                    store()
+                    store(slot)
                     if j + 1 < te:
-                        for lane in range(32):
+                        for lane in range(T):
                             ref_s[slot ^ 1][lane] = make_ref(*pend[lane])
                             pend[lane] = load_index(b, s, lm, tot, (j + 2) * T + lane)
                     # --- sync1
                     if j + 1 < te: issue(slot ^ 1)
                     for w in range(NW):
-                        mt, nt = w >> 2, w & 3
+                        mt, tg = w >> 2, w & 3
                         def ksteps(acc, k0):
                             a0 = ldsm_x4(q_s, lambda l: (16 * mt + (l & 15), (l >> 4) * 8 + k0))
                             a1 = ldsm_x4(q_s, lambda l: (16 * mt + (l & 15), (l >> 4) * 8 + k0 + 16))
-                            bb = ldsm_x4(k_s, lambda l: (8 * nt + (l & 7), (l >> 3) * 8 + k0))
-                            mma(acc, a0, [x[0] for x in bb], [x[1] for x in bb]); mma(acc, a1, [x[2] for x in bb], [x[3] for x in bb])
-                        sacc = [[0.0] * 4 for _ in range(32)]
+                            for n in range(NTW):
+                                bb = ldsm_x4(k_s, lambda l: (TW * tg + 8 * n + (l & 7), (l >> 3) * 8 + k0))
+                                mma(acc[n], a0, [x[0] for x in bb], [x[1] for x in bb]); mma(acc[n], a1, [x[2] for x in bb], [x[3] for x in bb])
+                        sacc = [[[0.0] * 4 for _ in range(32)] for _ in range(NTW)]
                         for blk in range(nb):
-                            cc = [[0.0] * 4 for _ in range(32)]
+                            cc = [[[0.0] * 4 for _ in range(32)] for _ in range(NTW)]
                             for kk in range(blockd // 32): ksteps(cc, blk * blockd + 32 * kk)
-                            for l in range(32):
-                                tok0 = 8 * nt + 2 * (l & 3)
-                                sc0, sc1 = sc_s[tok0, blk], sc_s[tok0 + 1, blk]
-                                sacc[l][0] += cc[l][0] * sc0; sacc[l][1] += cc[l][1] * sc1; sacc[l][2] += cc[l][2] * sc0; sacc[l][3] += cc[l][3] * sc1
+                            for n in range(NTW):
+                                for l in range(32):
+                                    tok0 = TW * tg + 8 * n + 2 * (l & 3)
+                                    sc0, sc1 = sc_s[tok0, blk], sc_s[tok0 + 1, blk]
+                                    sa, cn = sacc[n][l], cc[n][l]
+                                    sa[0] += cn[0] * sc0; sa[1] += cn[1] * sc1; sa[2] += cn[2] * sc0; sa[3] += cn[3] * sc1
                         ksteps(sacc, nope); ksteps(sacc, nope + 32)
-                        for l in range(32):
-                            g, t4 = l >> 2, l & 3; tok0 = 8 * nt + 2 * t4
+                        for n, l in ((n, l) for n in range(NTW) for l in range(32)):
+                            g, t4 = l >> 2, l & 3; tok0 = TW * tg + 8 * n + 2 * t4
                             u0 = ref_s[slot][tok0] is not None; u1 = ref_s[slot][tok0 + 1] is not None
                             qk = sm_scale * 1.4426950408889634
-                            s_s[16 * mt + g, tok0] = sacc[l][0] * qk if u0 else -np.inf
-                            s_s[16 * mt + g, tok0 + 1] = sacc[l][1] * qk if u1 else -np.inf
-                            s_s[16 * mt + g + 8, tok0] = sacc[l][2] * qk if u0 else -np.inf
-                            s_s[16 * mt + g + 8, tok0 + 1] = sacc[l][3] * qk if u1 else -np.inf
+                            sa = sacc[n][l]
+                            s_s[16 * mt + g, tok0] = sa[0] * qk if u0 else -np.inf
+                            s_s[16 * mt + g, tok0 + 1] = sa[1] * qk if u1 else -np.inf
+                            s_s[16 * mt + g + 8, tok0] = sa[2] * qk if u0 else -np.inf
+                            s_s[16 * mt + g + 8, tok0 + 1] = sa[3] * qk if u1 else -np.inf
                     # --- sync2: softmax
                     for h in range(HG):
-                        v = s_s[h, :32].copy(); tids = range(8 * h, 8 * h + 8)
+                        v = s_s[h, :T].copy(); tids = range(8 * h, 8 * h + 8)
                         mx = np.max(v); m_old = m_run[8 * h]
                         m_new = max(m_old, mx)
                         if m_new != -np.inf:
                             alpha = 2.0 ** (m_old - m_new); p = 2.0 ** (v - m_new)
                         else:
-                            alpha = 1.0; p = np.zeros(32)
+                            alpha = 1.0; p = np.zeros(T)
                         for t in tids:
                             l_run[t] = l_run[t] * alpha + np.sum(p); m_run[t] = m_new
-                        s_s[h, :32] = p; alpha_s[h] = alpha
+                        s_s[h, :T] = p; alpha_s[h] = alpha
                     # --- sync3: PV
                     DW = 512 // NW; SUB = min(DW, blockd); NSUB = DW // SUB
                     for w in range(NW):
@@ -210,7 +218,7 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                                     g = l >> 2
                                     o[w, mt, n, l, 0] *= alpha_s[16 * mt + g]; o[w, mt, n, l, 1] *= alpha_s[16 * mt + g]
                                     o[w, mt, n, l, 2] *= alpha_s[16 * mt + g + 8]; o[w, mt, n, l, 3] *= alpha_s[16 * mt + g + 8]
-                        for ks in range(2):
+                        for ks in range(T // 16):
                             for sb in range(NSUB):
                                 dsub = d0 + sb * SUB; blk = dsub // blockd
                                 pa = []
@@ -265,7 +273,7 @@ def run(fmt, P, pages, idx, lens, epages, eP, eidx, elens, q, sink, sm_scale, HM
                 out[b, s, h] = 0.0; lse[b, s, h] = -np.inf
     return out, lse, nsplit
 
-def case(fmt, seed, B, Sq, Hq, P, npages, topk, HM, splits, extra=False, lengths=True, sink=True):
+def case(fmt, seed, B, Sq, Hq, P, npages, topk, HM, splits, extra=False, lengths=True, sink=True, T=32):
     rng = np.random.default_rng(seed)
     dqk = 512 if fmt == "v4_fp8" else 576
     stride = (((P * 584 + 575) // 576) * 576 if fmt == "v4_fp8" else P * 656)
@@ -285,7 +293,7 @@ def case(fmt, seed, B, Sq, Hq, P, npages, topk, HM, splits, extra=False, lengths
         elens = rng.integers(0, 10, B).astype(np.int32) if lengths else None
     sk = rng.standard_normal(Hq).astype(np.float32) if sink else None
     sm = dqk ** -0.5
-    out, lse, ns = run(fmt, P, pages, idx, lens, ep, eP, eidx, elens, q, sk, sm, HM, splits)
+    out, lse, ns = run(fmt, P, pages, idx, lens, ep, eP, eidx, elens, q, sk, sm, HM, splits, T=T)
     want, wl = ref.sparse_mla_decode(q, pages, P, idx, sm_scale=sm, format=fmt, topk_length=lens,
                                      extra=None if not extra else dict(pages=ep, tokens_per_page=eP, indices=eidx, topk_length=elens),
                                      attn_sink=sk)
@@ -309,10 +317,10 @@ def case(fmt, seed, B, Sq, Hq, P, npages, topk, HM, splits, extra=False, lengths
     err = np.abs(out - want)[~emp]
     tol = np.maximum(np.abs(out), np.abs(want))[~emp] * 2.0 ** -8 + 1.05 * 2.0 ** -8 * A[~emp]
     print("   worst err / tol", (err / tol).max())
-    print(fmt, "B", B, "Sq", Sq, "Hq", Hq, "HM", HM, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
+    print(fmt, "B", B, "Sq", Sq, "Hq", Hq, "HM", HM, "T", T, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
     assert (err <= tol).all(), "outputs outside the error model"
 
-def prefill_case(D, seed, M, Hq, Nk, topk, HM, splits):
+def prefill_case(D, seed, M, Hq, Nk, topk, HM, splits, T=32):
     rng = np.random.default_rng(seed)
     kv = ref.f32_to_bf16(rng.standard_normal((Nk, D)).astype(np.float32) * 0.6)
     q = ref.f32_to_bf16(rng.standard_normal((M, Hq, D)).astype(np.float32) * 0.6)
@@ -322,7 +330,7 @@ def prefill_case(D, seed, M, Hq, Nk, topk, HM, splits):
     sk = rng.standard_normal(Hq).astype(np.float32)
     sm = D ** -0.5
     pages = kv.astype("<u2").view(np.uint8).reshape(Nk, 2 * D)
-    out, lse, ns = run("bf16%d" % D, 1, pages, idx[:, None, :], lens, None, 1, None, None, q[:, None], sk, sm, HM, splits)
+    out, lse, ns = run("bf16%d" % D, 1, pages, idx[:, None, :], lens, None, 1, None, None, q[:, None], sk, sm, HM, splits, T=T)
     want, wl = ref.sparse_mla_prefill(q, kv, idx, sm_scale=sm, topk_length=lens, attn_sink=sk)
     out, lse = out[:, 0], lse[:, 0]
     emp = np.isinf(wl)
@@ -339,7 +347,7 @@ def prefill_case(D, seed, M, Hq, Nk, topk, HM, splits):
     err = np.abs(out - want)[~emp]
     tol = np.maximum(np.abs(out), np.abs(want))[~emp] * 2.0 ** -8 + 1.05 * 2.0 ** -8 * A[~emp]
     print("   worst err / tol", (err / tol).max())
-    print("prefill bf16 D", D, "M", M, "Hq", Hq, "HM", HM, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
+    print("prefill bf16 D", D, "M", M, "Hq", Hq, "HM", HM, "T", T, "splits", ns, "max err", err.max(), "ok" if (err <= tol).all() else "FAIL")
     assert (err <= tol).all(), "outputs outside the error model"
 
 
@@ -354,3 +362,9 @@ if __name__ == "__main__":
     prefill_case(576, 8, 3, 32, 300, 96, 2, 0)
     prefill_case(512, 9, 3, 16, 200, 96, 1, 2)
     prefill_case(576, 10, 2, 64, 200, 70, 4, 2)
+    # 64 tokens per tile (the default at 64 heads per CTA; DSATTN_MLA_TILE=64 elsewhere)
+    case("v32_fp8", 11, 2, 1, 64, 16, 8, 150, 4, 2, extra=True, T=64)
+    case("v4_fp8", 12, 1, 1, 64, 64, 4, 300, 4, 0, T=64)
+    case("v4_fp8", 13, 2, 2, 16, 16, 8, 100, 1, 0, extra=True, T=64)
+    case("v32_fp8", 14, 1, 1, 32, 2, 64, 70, 2, 0, lengths=False, sink=False, T=64)
+    prefill_case(512, 15, 2, 32, 200, 140, 2, 2, T=64)

@@ -382,7 +382,7 @@ TEST(GpuSparseMla, SmallHeadCountsAndEmptyRows) {
 }
 
 // The tensor-core kernel at every heads-per-CTA setting (16, 32, 64: 4, 8, 16 warps), and under
-// sm_120's 99 KiB shared-memory budget (its default 32 heads per CTA fit there).
+// sm_120's 99 KiB shared-memory budget (the default halves to 32 heads per CTA for V4, 16 for V3.2).
 TEST(GpuSparseMla, MmaHeadsPerCtaAndSmallBudget) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (const char* hpc : {"16", "64"}) {
@@ -429,6 +429,44 @@ TEST(GpuSparseMla, MmaSplitsOverTheIndices) {
   run_problem(one, 5100);
 }
 
+// Both tile sizes (DSATTN_MLA_TILE 32 / 64: 32 is what 16 and 32 heads per CTA and sm_80 run, 64
+// the default at 64 heads per CTA) at every heads-per-CTA setting: lengths that end mid-tile and
+// below one tile, empty rows, the extra cache, a sink, splits over the indices (forced, and the
+// rule on a single request).
+TEST(GpuSparseMla, MmaTileSizes) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const char* tile : {"32", "64"}) {
+    for (const char* hpc : {"16", "32", "64"}) {
+      SCOPED_TRACE(std::string("DSATTN_MLA_TILE=") + tile + ", DSATTN_MLA_HEADS_PER_CTA=" + hpc);
+      const ScopedEnv et("DSATTN_MLA_TILE", tile), eh("DSATTN_MLA_HEADS_PER_CTA", hpc);
+      Problem v4 = problem(LatentFormat::kV4Fp8, 3, 1, 64, 16, 30, 200);
+      v4.lengths = true;  // random lengths, some below one tile
+      v4.sink = true;
+      v4.extra = true;
+      v4.extra_P = 64;
+      v4.extra_pages = 2;
+      v4.extra_topk = 70;
+      v4.empty_rows = {2};
+      run_problem(v4, 6000);
+      Problem v32 = problem(LatentFormat::kV32Fp8, 2, 2, 64, 64, 12, 333);
+      v32.lengths = true;
+      run_problem(v32, 6100);
+      {
+        const ScopedEnv z("DSATTN_MLA_SPLITS", "3");
+        Problem sp = problem(LatentFormat::kV32Fp8, 2, 1, 64, 2, 200, 260);
+        sp.extra = true;
+        sp.extra_P = 16;
+        sp.extra_pages = 4;
+        sp.extra_topk = 40;
+        sp.sink = true;
+        run_problem(sp, 6200);
+      }
+      Problem one = problem(LatentFormat::kV4Fp8, 1, 1, 64, 64, 40, 2048);  // the rule splits it
+      run_problem(one, 6300);
+    }
+  }
+}
+
 // The split rule (mla_plan.h), host only, with hand-computed expectations for an H200's 132 SMs.
 TEST(GpuSparseMlaPlan, SplitRule) {
   using cuda::mla_mma_plan_for;
@@ -466,6 +504,26 @@ TEST(GpuSparseMlaPlan, SplitRule) {
   EXPECT_EQ(p.hm, 2);
   EXPECT_EQ(p.splits, 16);
   EXPECT_EQ(mla_mma_plan_for(1, 128, 2048, 132, 0, 1).splits, 1);  // DSATTN_MLA_SPLITS=1
+  // 64-token tiles: the same 128 indices per split at least (2 tiles), counted in tiles of 64.
+  p = mla_mma_plan_for(1, 128, 2048, 132, 0, 0, 64);  // 32 tiles: 16 splits of 2
+  EXPECT_EQ(p.tile, 64);
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(p.tiles_per_split, 2);
+  EXPECT_EQ(p.workspace, size_t(128) * 16 * (512 * 4 + 8));
+  p = mla_mma_plan_for(16, 128, 2048, 132, 0, 0, 64);  // 32 CTAs: 4 splits of 8 tiles
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.tiles_per_split, 8);
+  p = mla_mma_plan_for(1, 64, 640, 132, 0, 0, 64);  // 10 tiles: at most 5 splits of 2
+  EXPECT_EQ(p.splits, 5);
+  EXPECT_EQ(p.tiles_per_split, 2);
+  p = mla_mma_plan_for(1, 64, 200, 132, 0, 0, 64);  // 4 tiles: 2 splits of 2 (at 32: 7 tiles, none)
+  EXPECT_EQ(p.splits, 2);
+  EXPECT_EQ(p.tiles_per_split, 2);
+  EXPECT_EQ(mla_mma_plan_for(1, 64, 64, 132, 0, 7, 64).splits, 1);   // one tile: never split
+  EXPECT_EQ(cuda::mla_mma_default_tile(4, true), 64);
+  EXPECT_EQ(cuda::mla_mma_default_tile(4, false), 32);
+  EXPECT_EQ(cuda::mla_mma_default_tile(2, true), 32);
+  EXPECT_EQ(cuda::mla_mma_default_tile(1, true), 32);
 }
 
 // What the tensor-core kernel cannot take is an error that says why, never a wrong answer.
@@ -528,6 +586,16 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
     Exec small;
     small.smem_budget_bytes = 48 * 1024;
     expect_error(g, small, "bytes of shared memory per block, budget is 49152");
+  }
+  {
+    const ScopedEnv t("DSATTN_MLA_TILE", "48");
+    expect_error(g, Exec{}, "DSATTN_MLA_TILE expected 32 or 64");
+  }
+  {
+    const ScopedEnv t("DSATTN_MLA_TILE", "64");  // 32 heads at 64 tokens per tile need > 99 KiB
+    Exec small;
+    small.smem_budget_bytes = 101376;
+    expect_error(g, small, "32 heads per CTA and 64 tokens per tile needs");
   }
   {
     const ScopedEnv z("DSATTN_MLA_SPLITS", "0");

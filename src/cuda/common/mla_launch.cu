@@ -55,12 +55,14 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
 // run the tensor-core kernel where it can take the call (layout, d_v, shared memory: see
 // mma_decide) and the scalar kernel elsewhere; "simple" always the scalar kernel; "mma" always the
 // tensor-core kernel, an error saying why where it cannot. Its knobs: DSATTN_MLA_HEADS_PER_CTA
-// (16, 32 or 64; default mla_mma_default_hm) and DSATTN_MLA_SPLITS (splits of each row's indices,
-// >= 1; default: mla_plan.h's rule).
+// (16, 32 or 64; default mla_mma_default_hm), DSATTN_MLA_TILE (tokens per tile, 32 or 64; default
+// mla_mma_default_tile) and DSATTN_MLA_SPLITS (splits of each row's indices, >= 1; default:
+// mla_plan.h's rule).
 enum class MlaMode { kAuto, kSimple, kMma };
 struct MlaChoice {
   MlaMode mode = MlaMode::kAuto;
   int hm = 0;      // heads per CTA / 16; 0: the default
+  int tile = 0;    // tokens per tile; 0: the default
   int splits = 0;  // 0: the default
 };
 
@@ -84,6 +86,13 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
     }
     c->hm = v / 16;
   }
+  const char* t = std::getenv("DSATTN_MLA_TILE");
+  if (t != nullptr && *t != '\0') {
+    if (std::strcmp(t, "32") != 0 && std::strcmp(t, "64") != 0) {
+      return detail::invalid(op, "DSATTN_MLA_TILE expected 32 or 64, got \"%s\"", t);
+    }
+    c->tile = std::atoi(t);
+  }
   const char* z = std::getenv("DSATTN_MLA_SPLITS");
   if (z != nullptr && *z != '\0') {
     const int v = std::atoi(z);
@@ -93,22 +102,28 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
   return Status::Ok();
 }
 
-template <int HM>
+template <int HM, int T>
 size_t mma_smem_hm(MlaSrc s) {
   switch (s) {
-    case MlaSrc::kV4Fp8: return mla_mma_smem_bytes<HM, MlaSrc::kV4Fp8>();
-    case MlaSrc::kV32Fp8: return mla_mma_smem_bytes<HM, MlaSrc::kV32Fp8>();
-    case MlaSrc::kBf16D512: return mla_mma_smem_bytes<HM, MlaSrc::kBf16D512>();
-    default: return mla_mma_smem_bytes<HM, MlaSrc::kBf16D576>();
+    case MlaSrc::kV4Fp8: return mla_mma_smem_bytes<HM, MlaSrc::kV4Fp8, T>();
+    case MlaSrc::kV32Fp8: return mla_mma_smem_bytes<HM, MlaSrc::kV32Fp8, T>();
+    case MlaSrc::kBf16D512: return mla_mma_smem_bytes<HM, MlaSrc::kBf16D512, T>();
+    default: return mla_mma_smem_bytes<HM, MlaSrc::kBf16D576, T>();
   }
 }
-size_t mma_smem(MlaSrc s, int hm) { return hm == 1 ? mma_smem_hm<1>(s) : hm == 2 ? mma_smem_hm<2>(s) : mma_smem_hm<4>(s); }
+template <int T>
+size_t mma_smem_t(MlaSrc s, int hm) {
+  return hm == 1 ? mma_smem_hm<1, T>(s) : hm == 2 ? mma_smem_hm<2, T>(s) : mma_smem_hm<4, T>(s);
+}
+size_t mma_smem(MlaSrc s, int hm, int tile) { return tile == 64 ? mma_smem_t<64>(s, hm) : mma_smem_t<32>(s, hm); }
 
 // Whether the tensor-core kernel takes this call and how (mla_plan.h). `layout`: the call's
 // layout check (alignment, d_v), not ok where the kernel cannot read or write it. Heads per CTA:
-// the knob's, else mla_mma_default_hm's, halved while its shared memory exceeds the budget
-// (H100 / H200: 64 heads per CTA take 124 KB; sm_120's 99 KiB: 32). In auto mode a call the kernel
-// cannot take runs the scalar kernel (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
+// the knob's, else mla_mma_default_hm's, halved while its shared memory at 32 tokens per tile
+// exceeds the budget (64 heads per CTA take 142-158 KB; sm_120's 99 KiB: 32). Tokens per tile: the
+// knob's, else mla_mma_default_tile's (64 heads per CTA at 64 tokens: 188-208 KB, H100 / H200 /
+// B200; 32 on sm_80's 163 KB). In auto mode a call the kernel cannot take runs the scalar kernel
+// (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
 Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
                   const Exec& ex, const MlaChoice& c, bool* use, MlaMmaPlan* plan) {
   *use = false;
@@ -130,15 +145,17 @@ Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64
     DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
   int hm = c.hm != 0 ? c.hm : mla_mma_default_hm(heads);
-  while (c.hm == 0 && hm > 1 && mma_smem(src, hm) > static_cast<size_t>(budget)) hm /= 2;
-  if (mma_smem(src, hm) > static_cast<size_t>(budget)) {
+  while (c.hm == 0 && hm > 1 && mma_smem(src, hm, 32) > static_cast<size_t>(budget)) hm /= 2;
+  const int tile =
+      c.tile != 0 ? c.tile : mla_mma_default_tile(hm, mma_smem(src, hm, 64) <= static_cast<size_t>(budget));
+  if (mma_smem(src, hm, tile) > static_cast<size_t>(budget)) {
     if (!forced) return Status::Ok();
     return detail::not_implemented(op,
-                                   "the tensor-core kernel at %d heads per CTA needs %zu bytes of shared memory per "
-                                   "block, budget is %d",
-                                   16 * hm, mma_smem(src, hm), budget);
+                                   "the tensor-core kernel at %d heads per CTA and %d tokens per tile needs %zu bytes "
+                                   "of shared memory per block, budget is %d",
+                                   16 * hm, tile, mma_smem(src, hm, tile), budget);
   }
-  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), hm, c.splits);
+  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), hm, c.splits, tile);
   *use = true;
   return Status::Ok();
 }
@@ -149,29 +166,35 @@ int64_t decode_indices(const SparseMlaDecodeParams& p) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <int HM, MlaSrc S>
+template <int HM, MlaSrc S, int T>
 Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                   const Exec& ex) {
-  constexpr size_t smem = mla_mma_smem_bytes<HM, S>();  // mma_decide checked it against the budget
-  const auto kern = sparse_mla_mma_kernel<HM, S>;
+  constexpr size_t smem = mla_mma_smem_bytes<HM, S, T>();  // mma_decide checked it against the budget
+  const auto kern = sparse_mla_mma_kernel<HM, S, T>;
   const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
   DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)), static_cast<unsigned>(sp.splits));
-  kern<<<grid, MlaMmaShape<HM, S>::kThreads, smem, st>>>(a, sp);
+  kern<<<grid, MlaMmaShape<HM, S, T>::kThreads, smem, st>>>(a, sp);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_mma_kernel"));
   if (sp.splits == 1) return Status::Ok();
   sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
   return last_launch_status(op, "sparse_mla_combine_kernel");
 }
 
-template <MlaSrc S>
+template <MlaSrc S, int T>
 Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                      int hm, const Exec& ex) {
   switch (hm) {
-    case 1: return launch_mma<1, S>(op, a, sp, rows, heads, ex);
-    case 2: return launch_mma<2, S>(op, a, sp, rows, heads, ex);
-    default: return launch_mma<4, S>(op, a, sp, rows, heads, ex);
+    case 1: return launch_mma<1, S, T>(op, a, sp, rows, heads, ex);
+    case 2: return launch_mma<2, S, T>(op, a, sp, rows, heads, ex);
+    default: return launch_mma<4, S, T>(op, a, sp, rows, heads, ex);
   }
+}
+template <MlaSrc S>
+Status launch_mma_tile(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
+                       const MlaMmaPlan& plan, const Exec& ex) {
+  return plan.tile == 64 ? launch_mma_hm<S, 64>(op, a, sp, rows, heads, plan.hm, ex)
+                         : launch_mma_hm<S, 32>(op, a, sp, rows, heads, plan.hm, ex);
 }
 
 // Runs the tensor-core kernel (and its combine kernel when it splits) as mma_decide planned it,
@@ -192,10 +215,10 @@ Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows,
     sp.part_ml = reinterpret_cast<float2*>(sp.part_o + size_t(rows * heads) * plan.splits * kLatentDv);
   }
   switch (src) {
-    case MlaSrc::kV4Fp8: return launch_mma_hm<MlaSrc::kV4Fp8>(op, a, sp, rows, heads, plan.hm, ex);
-    case MlaSrc::kV32Fp8: return launch_mma_hm<MlaSrc::kV32Fp8>(op, a, sp, rows, heads, plan.hm, ex);
-    case MlaSrc::kBf16D512: return launch_mma_hm<MlaSrc::kBf16D512>(op, a, sp, rows, heads, plan.hm, ex);
-    default: return launch_mma_hm<MlaSrc::kBf16D576>(op, a, sp, rows, heads, plan.hm, ex);
+    case MlaSrc::kV4Fp8: return launch_mma_tile<MlaSrc::kV4Fp8>(op, a, sp, rows, heads, plan, ex);
+    case MlaSrc::kV32Fp8: return launch_mma_tile<MlaSrc::kV32Fp8>(op, a, sp, rows, heads, plan, ex);
+    case MlaSrc::kBf16D512: return launch_mma_tile<MlaSrc::kBf16D512>(op, a, sp, rows, heads, plan, ex);
+    default: return launch_mma_tile<MlaSrc::kBf16D576>(op, a, sp, rows, heads, plan, ex);
   }
 }
 

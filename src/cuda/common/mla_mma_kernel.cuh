@@ -4,15 +4,17 @@
 // wherever it can take the call (mla_launch.cu); mla_kernel.cuh's scalar kernel takes the rest.
 //
 // One CTA per (query row (b, s), group of HG = 16 HM heads), 4 HM warps; it walks the row's used
-// indices (main cache, then the extra cache) in tiles of kMlaMmaTile = 32 tokens:
-//   A. the tile's bytes, loaded into registers during the previous tile, go to shared memory: the
+// indices (main cache, then the extra cache) in tiles of T = 32 or 64 tokens (mla_plan.h):
+//   A. the tile's bytes, copied during the previous tile into a staging area by cp.async (kStaged)
+//      or into registers (where the staging area would cost CTAs per SM), go to K: the
 //      E4M3 values as bf16 *without* their scales (exact: every E4M3 value is a bf16 value), the
 //      RoPE values as they are, the scales as fp32 per (token, block of kBlock dims) (a bf16 kv
 //      row: its values as they are, every scale 1); unused tokens (past topk_length, -1, ids past
 //      the end) as zeros, never read from the cache;
-//   B. the next tile's loads are issued; warp w scores its (16 heads, 8 tokens) piece of
-//      S = Q K^T, one fp32 accumulator per scale block, each multiplied by its tokens' scale
-//      before it is added (so the scores are those of the dequantized keys, in fp32);
+//   B. the next tile's copies are issued; warp w scores its (16 heads, T / 4 tokens) piece of
+//      S = Q K^T (each Q fragment serves the warp's T / 32 n-tiles), one fp32 accumulator per
+//      scale block, each multiplied by its tokens' scale before it is added (so the scores are
+//      those of the dequantized keys, in fp32);
 //   C. online softmax in the log2 domain, 8 threads per head (running max and sum in registers);
 //   D. O += P V: warp w owns 512 / (4 HM) output dims of all HG heads (64 fp32 accumulators per
 //      thread); P is rounded to bf16 after it is multiplied by the scale of the token and of the
@@ -24,9 +26,9 @@
 // group) takes tiles [z tps, (z + 1) tps) and writes its unnormalized O and its (max, sum) to the
 // workspace; sparse_mla_combine_kernel merges the splits of each (row, head) and writes out / lse.
 //
-// Shared memory (dynamic): Q [HG][D + 8] bf16 | K [32][D + 8] bf16 | S/P [HG][40] fp32 |
-// scales [32][8] fp32 | alpha, m, l [HG] fp32. The row pads keep ldmatrix and the fragment reads
-// free of bank conflicts. Requirements checked by the launcher: q, out and kv rows and cache pages
+// Shared memory (dynamic): Q [HG][D + 8] bf16 | K [T][D + 8] bf16 | staging [T][chunks][16 B]
+// (kStaged) | S/P [HG][T + 8] fp32 | scales [T][8] fp32 | token refs [2][T] | alpha, m, l [HG]
+// fp32. The row pads keep ldmatrix and the fragment reads free of bank conflicts. Requirements checked by the launcher: q, out and kv rows and cache pages
 // 16-byte aligned (row strides multiples of 8 elements, page strides multiples of 16 bytes).
 #pragma once
 #include <cuda_bf16.h>
@@ -35,6 +37,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/mla_kernel.cuh"
 #include "cuda/common/mla_plan.h"
 #include "cuda/common/mma_fp8.cuh"
@@ -42,7 +45,6 @@
 namespace dsattn {
 namespace cuda {
 
-constexpr int kMlaMmaSRow = 40;   // fp32 words per S/P row (32 + 8: conflict-free float2 reads)
 constexpr int kMlaMmaScales = 8;  // scale words per token
 
 // What the kernel reads: an FP8 latent cache (decode, SPEC §2.3) or a bf16 kv [Nk, d_qk] (prefill).
@@ -70,22 +72,39 @@ struct MlaMmaFormat {
   static constexpr int kRecBytes = kV4 ? kV4DataBytes : kV32TokenBytes;               // FP8 caches
 };
 
-template <int HM, MlaSrc S>
+template <int HM, MlaSrc S, int T>
 struct MlaMmaShape {
   using Fmt = MlaMmaFormat<S>;
+  static_assert(T == 32 || T == 64, "tiles of 32 or 64 tokens");
   static constexpr int kHeads = 16 * HM;
   static constexpr int kWarps = 4 * HM;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kRow = Fmt::kDqk + 8;  // bf16 per Q / K row in shared memory
-  static constexpr int kLoads = (kMlaMmaTile * Fmt::kChunks + kThreads - 1) / kThreads;  // chunks per thread
-  static constexpr int kDimsPerWarp = kLatentDv / kWarps;                                // 128 / 64 / 32
-  static constexpr int kSub = kDimsPerWarp < Fmt::kBlock ? kDimsPerWarp : Fmt::kBlock;   // dims per scale
+  static constexpr int kRow = Fmt::kDqk + 8;             // bf16 per Q / K row in shared memory
+  static constexpr int kTokPerWarp = T / 4;              // S: a warp's tokens (4 groups of them)
+  static constexpr int kNt = kTokPerWarp / 8;            // ... in n-tiles of 8
+  static constexpr int kSRow = T + 8;                    // fp32 words per S / P row (conflict-free float2 reads)
+  static constexpr int kRawRow = Fmt::kChunks * 16;      // staged bytes per token (its chunks, 16 bytes each)
+  static constexpr int kCopies = (T * Fmt::kChunks + kThreads - 1) / kThreads;  // chunks per thread
+  static constexpr int kDimsPerWarp = kLatentDv / kWarps;                        // 128 / 64 / 32
+  static constexpr int kSub = kDimsPerWarp < Fmt::kBlock ? kDimsPerWarp : Fmt::kBlock;  // dims per scale
   static constexpr int kNSub = kDimsPerWarp / kSub;
   static constexpr size_t kQBytes = size_t(kHeads) * kRow * 2;
-  static constexpr size_t kKBytes = size_t(kMlaMmaTile) * kRow * 2;
-  static constexpr size_t kSBytes = size_t(kHeads) * kMlaMmaSRow * 4;
-  static constexpr size_t kScBytes = size_t(kMlaMmaTile) * kMlaMmaScales * 4;
-  static constexpr size_t kSmemBytes = kQBytes + kKBytes + kSBytes + kScBytes + 3 * size_t(kHeads) * 4;
+  static constexpr size_t kKBytes = size_t(T) * kRow * 2;
+  static constexpr size_t kSBytes = size_t(kHeads) * kSRow * 4;
+  static constexpr size_t kScBytes = size_t(T) * kMlaMmaScales * 4;
+  static constexpr size_t kRefBytes = 2 * size_t(T) * 16;  // two tiles' TokenRefs
+  static constexpr size_t kBaseBytes = kQBytes + kKBytes + kSBytes + kScBytes + kRefBytes + 3 * size_t(kHeads) * 4;
+  // The next tile is staged in shared memory by cp.async (kStaged) unless, at 32 tokens per tile,
+  // the staging area would cost CTAs per SM on Hopper (228 KiB, 1 KiB reserved per CTA): at 16
+  // heads per CTA over V3.2 or a bf16 kv, and 32 over a bf16 kv of d_qk 576, the CTAs the kernel is
+  // built for fit only without it (H200, 2026-12-05: V3.2 64 x 16 heads took 74 -> 111 us staged).
+  // There each thread holds its chunks of the next tile in registers instead. 64-token tiles are
+  // always staged (their chunks would not fit in registers).
+  static constexpr size_t kStagedRaw = size_t(T) * kRawRow;
+  static constexpr bool kStaged =
+      T == 64 || (kBaseBytes + kStagedRaw + 1024) * size_t(mla_mma_ctas_per_sm(HM)) <= size_t(228) * 1024;
+  static constexpr size_t kRawBytes = kStaged ? kStagedRaw : 0;
+  static constexpr size_t kSmemBytes = kBaseBytes + kRawBytes;
   static_assert(kDimsPerWarp % 16 == 0 && kSub % 16 == 0, "n-tiles are taken in pairs");
 };
 
@@ -98,16 +117,13 @@ struct MlaSplitArgs {
   int hq;
 };
 
-template <int HM, MlaSrc S>
+template <int HM, MlaSrc S, int T>
 constexpr size_t mla_mma_smem_bytes() {
-  return MlaMmaShape<HM, S>::kSmemBytes;
+  return MlaMmaShape<HM, S, T>::kSmemBytes;
 }
 
 namespace mla_mma {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -201,28 +217,28 @@ __device__ __forceinline__ void finish_row(float m, float l, const MlaDecodeArgs
 }  // namespace mla_mma
 
 // CTAs per SM asked of the register allocator (mla_mma_ctas_per_sm): 2 x 256 or 1 x 512 threads
-// at <= 128 registers (a few dozen bytes spill at 32 and 64 heads), 3 x 128 threads at <= 170
-// (16 heads: its 10-11 chunks per thread in flight need more registers).
-template <int HM, MlaSrc S>
-__global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per_sm(HM))
+// at <= 128 registers, 3 x 128 threads at <= 170.
+template <int HM, MlaSrc S, int T>
+__global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_per_sm(HM))
     sparse_mla_mma_kernel(MlaDecodeArgs a, MlaSplitArgs sp) {
   using namespace mla_mma;
   using Fmt = MlaMmaFormat<S>;
-  using Sh = MlaMmaShape<HM, S>;
-  constexpr int D = Fmt::kDqk, KS = Sh::kRow, HG = Sh::kHeads, NT = Sh::kThreads, T = kMlaMmaTile;
-  constexpr int SR = kMlaMmaSRow, CH = Fmt::kChunks, NL = Sh::kLoads;
+  using Sh = MlaMmaShape<HM, S, T>;
+  constexpr int D = Fmt::kDqk, KS = Sh::kRow, HG = Sh::kHeads, NT = Sh::kThreads;
+  constexpr int SR = Sh::kSRow, CH = Fmt::kChunks, NC = Sh::kCopies, NTW = Sh::kNt;
   constexpr float kLog2e = 1.4426950408889634f;
   const float kNegInf = -INFINITY;
 
   extern __shared__ __align__(16) uint8_t mla_smem[];
   uint16_t* q_s = reinterpret_cast<uint16_t*>(mla_smem);
   uint16_t* k_s = reinterpret_cast<uint16_t*>(mla_smem + Sh::kQBytes);
-  float* s_s = reinterpret_cast<float*>(mla_smem + Sh::kQBytes + Sh::kKBytes);
+  uint8_t* raw_s = mla_smem + Sh::kQBytes + Sh::kKBytes;
+  float* s_s = reinterpret_cast<float*>(raw_s + Sh::kRawBytes);
   float* sc_s = s_s + HG * SR;
-  float* alpha_s = sc_s + T * kMlaMmaScales;
+  TokenRef(*ref_s)[T] = reinterpret_cast<TokenRef(*)[T]>(sc_s + T * kMlaMmaScales);
+  float* alpha_s = reinterpret_cast<float*>(mla_smem + Sh::kSmemBytes - 3 * size_t(HG) * 4);
   float* m_s = alpha_s + HG;
   float* l_s = m_s + HG;
-  __shared__ TokenRef ref_s[2][T];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
@@ -248,27 +264,40 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
   if constexpr (!Fmt::kFp8) {  // a bf16 kv has no scales; nothing overwrites these
     for (int e = tid; e < T * kMlaMmaScales; e += NT) sc_s[e] = 1.0f;
   }
-  int pend_which = -1, pend_id = -1;  // warp 0: the index of position 32 (j + 1) + lane
+  // Warp 0 resolves the positions of the next tile but one: T (j + 1) + lane + 32 r.
+  int pend_which[T / 32], pend_id[T / 32];
   if (warp == 0) {
-    int w0, i0;
-    load_index(a, b, s, len_main, total, t_begin * T + lane, &w0, &i0);
-    ref_s[0][lane] = make_ref<S>(a, w0, i0);
-    load_index(a, b, s, len_main, total, (t_begin + 1) * T + lane, &pend_which, &pend_id);
+#pragma unroll
+    for (int r = 0; r < T / 32; ++r) {
+      int w0, i0;
+      load_index(a, b, s, len_main, total, t_begin * T + lane + 32 * r, &w0, &i0);
+      ref_s[0][lane + 32 * r] = make_ref<S>(a, w0, i0);
+      load_index(a, b, s, len_main, total, (t_begin + 1) * T + lane + 32 * r, &pend_which[r], &pend_id[r]);
+    }
   }
   __syncthreads();
 
-  // This thread's chunks of a tile: chunk c = tid + i NT is part c % CH of token c / CH.
-  uint4 ld[NL];
+  // A tile's bytes go to the staging area as they are, by cp.async: chunk c = tid + i NT is part
+  // c % CH of token c / CH, at byte 16 c of the area; nothing is read for an unused position.
+  // Without the staging area (!kStaged) the thread's chunks go to registers (ld) instead.
+  const uint32_t raw_u32 = smem_u32(raw_s);
+  uint4 ld[Sh::kStaged ? 1 : NC];
   const auto issue = [&](int slot) {
 #pragma unroll
-    for (int i = 0; i < NL; ++i) {
+    for (int i = 0; i < NC; ++i) {
       const int c = tid + i * NT;
-      ld[i] = make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (!Sh::kStaged) ld[i] = make_uint4(0u, 0u, 0u, 0u);
       if (c < T * CH) {
         const int tok = c / CH, part = c % CH;
         const TokenRef r = ref_s[slot][tok];
         if (r.rec != nullptr) {
-          if (Fmt::kV4 && part == Fmt::kScaleChunk) {
+          if constexpr (Sh::kStaged) {
+            if (Fmt::kV4 && part == Fmt::kScaleChunk) {
+              cp_async8(raw_u32 + 16 * c, r.scl);
+            } else {
+              cp_async16(raw_u32 + 16 * c, r.rec + 16 * part);
+            }
+          } else if (Fmt::kV4 && part == Fmt::kScaleChunk) {
             const uint2 v = __ldg(reinterpret_cast<const uint2*>(r.scl));
             ld[i].x = v.x;
             ld[i].y = v.y;
@@ -278,17 +307,31 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
         }
       }
     }
+    if constexpr (Sh::kStaged) cp_async_commit();
   };
-  const auto store = [&]() {
+  // The staged tile into K (bf16) and the scales; an unused position's chunks as zeros.
+  const auto store = [&](int slot) {
 #pragma unroll
-    for (int i = 0; i < NL; ++i) {
+    for (int i = 0; i < NC; ++i) {
       const int c = tid + i * NT;
       if (c < T * CH) {
         const int tok = c / CH, part = c % CH;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if constexpr (!Sh::kStaged) {
+          v = ld[i];
+        } else if (ref_s[slot][tok].rec != nullptr) {
+          if (Fmt::kV4 && part == Fmt::kScaleChunk) {
+            const uint2 w = *reinterpret_cast<const uint2*>(raw_s + 16 * c);
+            v.x = w.x;
+            v.y = w.y;
+          } else {
+            v = *reinterpret_cast<const uint4*>(raw_s + 16 * c);
+          }
+        }
         uint16_t* krow = k_s + tok * KS;
         if (part < Fmt::kNopeChunks) {
           uint4 lo, hi;
-          e4m3x16_to_bf16(ld[i], &lo, &hi);
+          e4m3x16_to_bf16(v, &lo, &hi);
           *reinterpret_cast<uint4*>(krow + 16 * part) = lo;
           *reinterpret_cast<uint4*>(krow + 16 * part + 8) = hi;
         } else if (part == Fmt::kScaleChunk) {
@@ -296,18 +339,18 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
           if constexpr (Fmt::kV4) {
 #pragma unroll
             for (int e = 0; e < 7; ++e) {
-              const uint32_t w = e < 4 ? ld[i].x : ld[i].y;
+              const uint32_t w = e < 4 ? v.x : v.y;
               sc[e] = codec::ue8m0_to_f32(static_cast<uint8_t>(w >> (8 * (e & 3))));
             }
             sc[7] = 1.0f;  // the RoPE dims (V's last 64) carry no scale
           } else {
-            sc[0] = __uint_as_float(ld[i].x);
-            sc[1] = __uint_as_float(ld[i].y);
-            sc[2] = __uint_as_float(ld[i].z);
-            sc[3] = __uint_as_float(ld[i].w);
+            sc[0] = __uint_as_float(v.x);
+            sc[1] = __uint_as_float(v.y);
+            sc[2] = __uint_as_float(v.z);
+            sc[3] = __uint_as_float(v.w);
           }
         } else {  // bf16 values: the FP8 caches' RoPE, or a bf16 kv row
-          *reinterpret_cast<uint4*>(krow + Fmt::kRawDim0 + 8 * (part - Fmt::kRawChunk0)) = ld[i];
+          *reinterpret_cast<uint4*>(krow + Fmt::kRawDim0 + 8 * (part - Fmt::kRawChunk0)) = v;
         }
       }
     }
@@ -323,76 +366,108 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
 
   for (int j = t_begin; j < t_end; ++j) {
     const int slot = (j - t_begin) & 1;
-    // A: this tile's bytes into shared memory; warp 0 resolves the next tile's positions.
-    store();
+    // A: this tile's staged bytes (its copies waited for here; the barrier also ends the previous
+    // tile's P V) into K and the scales; warp 0 resolves the next tile's positions.
+    cp_async_wait<0>();
+    __syncthreads();
+    store(slot);
     if (warp == 0 && j + 1 < t_end) {
-      ref_s[slot ^ 1][lane] = make_ref<S>(a, pend_which, pend_id);
-      load_index(a, b, s, len_main, total, (j + 2) * T + lane, &pend_which, &pend_id);
+#pragma unroll
+      for (int r = 0; r < T / 32; ++r) {
+        ref_s[slot ^ 1][lane + 32 * r] = make_ref<S>(a, pend_which[r], pend_id[r]);
+        load_index(a, b, s, len_main, total, (j + 2) * T + lane + 32 * r, &pend_which[r], &pend_id[r]);
+      }
     }
     __syncthreads();
-    // B: the next tile's loads, then S for (heads 16 (warp / 4) .., tokens 8 (warp % 4) ..).
+    // B: the next tile's copies into the staging area, then S for (heads 16 (warp / 4) ..,
+    // tokens T / 4 (warp % 4) ..): one Q fragment per k-step for the warp's NTW n-tiles.
     if (j + 1 < t_end) issue(slot ^ 1);
     {
-      const int mt = warp >> 2, nt = warp & 3;
+      const int mt = warp >> 2, tg = warp & 3;
       const uint32_t qa = smem_u32(q_s + (16 * mt + (lane & 15)) * KS + (lane >> 4) * 8);
-      const uint32_t kb = smem_u32(k_s + (8 * nt + (lane & 7)) * KS + (lane >> 3) * 8);
-      const int tok0 = 8 * nt + 2 * t4;
+      const uint32_t kb = smem_u32(k_s + (Sh::kTokPerWarp * tg + (lane & 7)) * KS + (lane >> 3) * 8);
       // Two k-steps (dims k0 .. k0 + 31) of this warp's piece into acc.
-      const auto ksteps = [&](float(&acc)[4], int k0) {
-        uint32_t a0[4], a1[4], bb[4];
+      const auto ksteps = [&](float(&acc)[NTW][4], int k0) {
+        uint32_t a0[4], a1[4];
         ldsm_x4(qa + 2 * k0, a0);
         ldsm_x4(qa + 2 * (k0 + 16), a1);
-        ldsm_x4(kb + 2 * k0, bb);
-        mma_bf16(acc, a0, bb[0], bb[1]);
-        mma_bf16(acc, a1, bb[2], bb[3]);
+#pragma unroll
+        for (int n = 0; n < NTW; ++n) {
+          uint32_t bb[4];
+          ldsm_x4(kb + 2 * (8 * n * KS + k0), bb);
+          mma_bf16(acc[n], a0, bb[0], bb[1]);
+          mma_bf16(acc[n], a1, bb[2], bb[3]);
+        }
       };
-      float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float sacc[NTW][4];
+#pragma unroll
+      for (int n = 0; n < NTW; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
 #pragma unroll
       for (int blk = 0; blk < Fmt::kNopeBlocks; ++blk) {
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float c[NTW][4];
+#pragma unroll
+        for (int n = 0; n < NTW; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < Fmt::kBlock / 32; ++kk) ksteps(c, blk * Fmt::kBlock + 32 * kk);
-        const float sc0 = sc_s[tok0 * kMlaMmaScales + blk], sc1 = sc_s[(tok0 + 1) * kMlaMmaScales + blk];
-        sacc[0] = fmaf(c[0], sc0, sacc[0]);
-        sacc[1] = fmaf(c[1], sc1, sacc[1]);
-        sacc[2] = fmaf(c[2], sc0, sacc[2]);
-        sacc[3] = fmaf(c[3], sc1, sacc[3]);
+#pragma unroll
+        for (int n = 0; n < NTW; ++n) {
+          const int tok0 = Sh::kTokPerWarp * tg + 8 * n + 2 * t4;
+          const float sc0 = sc_s[tok0 * kMlaMmaScales + blk], sc1 = sc_s[(tok0 + 1) * kMlaMmaScales + blk];
+          sacc[n][0] = fmaf(c[n][0], sc0, sacc[n][0]);
+          sacc[n][1] = fmaf(c[n][1], sc1, sacc[n][1]);
+          sacc[n][2] = fmaf(c[n][2], sc0, sacc[n][2]);
+          sacc[n][3] = fmaf(c[n][3], sc1, sacc[n][3]);
+        }
       }
       ksteps(sacc, Fmt::kNope);  // RoPE: 64 dims, no scale
       ksteps(sacc, Fmt::kNope + 32);
-      const bool u0 = ref_s[slot][tok0].rec != nullptr, u1 = ref_s[slot][tok0 + 1].rec != nullptr;
-      float* r0 = s_s + (16 * mt + g) * SR + tok0;
-      float* r1 = r0 + 8 * SR;
-      *reinterpret_cast<float2*>(r0) = make_float2(u0 ? sacc[0] * qk_scale : kNegInf, u1 ? sacc[1] * qk_scale : kNegInf);
-      *reinterpret_cast<float2*>(r1) = make_float2(u0 ? sacc[2] * qk_scale : kNegInf, u1 ? sacc[3] * qk_scale : kNegInf);
+#pragma unroll
+      for (int n = 0; n < NTW; ++n) {
+        const int tok0 = Sh::kTokPerWarp * tg + 8 * n + 2 * t4;
+        const bool u0 = ref_s[slot][tok0].rec != nullptr, u1 = ref_s[slot][tok0 + 1].rec != nullptr;
+        float* r0 = s_s + (16 * mt + g) * SR + tok0;
+        float* r1 = r0 + 8 * SR;
+        *reinterpret_cast<float2*>(r0) =
+            make_float2(u0 ? sacc[n][0] * qk_scale : kNegInf, u1 ? sacc[n][1] * qk_scale : kNegInf);
+        *reinterpret_cast<float2*>(r1) =
+            make_float2(u0 ? sacc[n][2] * qk_scale : kNegInf, u1 ? sacc[n][3] * qk_scale : kNegInf);
+      }
     }
     __syncthreads();
-    // C: online softmax, head tid / 8, tokens 4 (tid % 8) .. + 3.
+    // C: online softmax, head tid / 8, tokens 4 (tid % 8) + 32 r .. + 3 (r < T / 32).
     {
       const int h = tid >> 3, q4 = tid & 7;
-      float4 v = *reinterpret_cast<const float4*>(s_s + h * SR + 4 * q4);
-      float mx = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+      float4 v[T / 32];
+      float mx = kNegInf;
+#pragma unroll
+      for (int r = 0; r < T / 32; ++r) {
+        v[r] = *reinterpret_cast<const float4*>(s_s + h * SR + 32 * r + 4 * q4);
+        mx = fmaxf(mx, fmaxf(fmaxf(v[r].x, v[r].y), fmaxf(v[r].z, v[r].w)));
+      }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
       const float m_new = fmaxf(m_run, mx);
-      float alpha = 1.0f;
-      if (m_new != kNegInf) {  // else nothing used yet: probabilities 0, alpha 1
-        alpha = exp2f(m_run - m_new);  // m_run = -inf -> 0
-        v.x = exp2f(v.x - m_new);      // unused tokens: exp2(-inf) = 0
-        v.y = exp2f(v.y - m_new);
-        v.z = exp2f(v.z - m_new);
-        v.w = exp2f(v.w - m_new);
-      } else {
-        v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float alpha = 1.0f, sum = 0.0f;
+#pragma unroll
+      for (int r = 0; r < T / 32; ++r) {
+        if (m_new != kNegInf) {  // else nothing used yet: probabilities 0, alpha 1
+          v[r].x = exp2f(v[r].x - m_new);  // unused tokens: exp2(-inf) = 0
+          v[r].y = exp2f(v[r].y - m_new);
+          v[r].z = exp2f(v[r].z - m_new);
+          v[r].w = exp2f(v[r].w - m_new);
+        } else {
+          v[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        sum += (v[r].x + v[r].y) + (v[r].z + v[r].w);
+        *reinterpret_cast<float4*>(s_s + h * SR + 32 * r + 4 * q4) = v[r];
       }
-      float sum = (v.x + v.y) + (v.z + v.w);
+      if (m_new != kNegInf) alpha = exp2f(m_run - m_new);  // m_run = -inf -> 0
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       sum += __shfl_xor_sync(0xffffffffu, sum, 4);
       l_run = l_run * alpha + sum;
       m_run = m_new;
-      *reinterpret_cast<float4*>(s_s + h * SR + 4 * q4) = v;
       if (q4 == 0) alpha_s[h] = alpha;
     }
     __syncthreads();
@@ -411,7 +486,7 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
         }
       }
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {
+      for (int ks = 0; ks < T / 16; ++ks) {
         const int ta = 16 * ks + 2 * t4;  // this thread's tokens: ta, ta + 1, ta + 8, ta + 9
 #pragma unroll
         for (int sb = 0; sb < Sh::kNSub; ++sb) {
@@ -449,7 +524,6 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S>::kThreads, mla_mma_ctas_per
         }
       }
     }
-    __syncthreads();  // K, S / P and the scales are rewritten by the next tile
   }
 
   const int d0 = warp * Sh::kDimsPerWarp;
