@@ -120,8 +120,8 @@ size_t mma_smem(MlaSrc s, int hm, int tile) { return tile == 64 ? mma_smem_t<64>
 // Whether the tensor-core kernel takes this call and how (mla_plan.h). `layout`: the call's
 // layout check (alignment, d_v), not ok where the kernel cannot read or write it. Heads per CTA:
 // the knob's, else mla_mma_default_hm's, halved while its shared memory at 32 tokens per tile
-// exceeds the budget (64 heads per CTA take 142-158 KB; sm_120's 99 KiB: 32). Tokens per tile: the
-// knob's, else mla_mma_default_tile's (64 heads per CTA at 64 tokens: 188-208 KB, H100 / H200 /
+// exceeds the budget (64 heads per CTA take 129-158 KB; sm_120's 99 KiB: 32, or 16 for V3.2). Tokens per tile: the
+// knob's, else mla_mma_default_tile's (64 heads per CTA at 64 tokens: 190-217 KB, H100 / H200 /
 // B200; 32 on sm_80's 163 KB). In auto mode a call the kernel cannot take runs the scalar kernel
 // (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
 Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
