@@ -1,11 +1,13 @@
-// dsattn bench mla: sparse_mla_decode (SPEC §3.5) on its two CUDA kernels, in the same run: the
-// scalar kernel (src/cuda/common/mla_kernel.cuh, DSATTN_MLA_KERNEL=simple, the default) and the
-// tensor-core kernel (mla_mma_kernel.cuh, DSATTN_MLA_KERNEL=mma), beside the measured copy
+// dsattn bench mla: sparse_mla_decode (SPEC §3.5) on its CUDA kernels, in the same run: the
+// scalar kernel (src/cuda/common/mla_kernel.cuh, DSATTN_MLA_KERNEL=simple), the tensor-core
+// kernel (mla_mma_kernel.cuh, =mma) and Hopper's warpgroup-MMA kernel (mla_wgmma_kernel.cuh,
+// =wgmma, where it can run), beside the measured copy
 // bandwidth. Per row: time per call (bench_util.cuh's method: graphs of back-to-back calls over
 // disjoint index sets, a cache larger than 3x the L2, medians), the gathered cache bytes per
 // second against the copy (the bytes a call must read: its tokens' records plus q and out), the
-// TFLOPS of Q K^T and P V, and the largest difference between the two kernels' outputs (relative
-// to the largest output) on the first index set. The tensor-core kernel's split over the indices
+// TFLOPS of Q K^T and P V, and the largest difference between a kernel's outputs and the scalar
+// kernel's (without it: the first kernel timed) relative to the largest output, on the first
+// index set. The tensor-core kernel's split over the indices
 // follows its own rule (DSATTN_MLA_SPLITS overrides it); its workspace is allocated per row.
 //
 // The cache is written by the library's CUDA cache writer from uniform [-1, 1) latents (real
@@ -107,7 +109,8 @@ float max_abs_bf16(const std::vector<uint16_t>& v) {
   return m;
 }
 
-// Times one shape under DSATTN_MLA_KERNEL=simple (unless !simple) and =mma, adding a row each to
+// Times one shape under DSATTN_MLA_KERNEL=simple (unless !simple), =mma and =wgmma (Hopper, 64-head
+// groups; elsewhere its row says why it cannot run), adding a row each to
 // `t`: params(set) are the call's arguments on index set `set`, `workspace` / `op` the op's
 // workspace query and the op (sparse_mla_decode or sparse_mla_prefill); `out` holds the call's
 // n_out bf16 outputs (compared between the kernels on set 0).
@@ -120,7 +123,7 @@ void time_kernels(Table* t, const std::vector<std::string>& label, bool simple, 
   ex.stream = stream;
   double us_simple = 0.0;
   std::vector<uint16_t> ref;
-  for (const char* kernel : {"simple", "mma"}) {
+  for (const char* kernel : {"simple", "mma", "wgmma"}) {
     if (!simple && kernel[0] == 's') continue;
     setenv("DSATTN_MLA_KERNEL", kernel, 1);
     std::vector<std::string> row = label;
@@ -140,9 +143,9 @@ void time_kernels(Table* t, const std::vector<std::string>& label, bool simple, 
     std::vector<uint16_t> o(n_out);
     DSATTN_BENCH_CHECK(cudaMemcpy(o.data(), out.ptr, o.size() * 2, cudaMemcpyDeviceToHost));
     std::string diff = "-";
-    if (kernel[0] == 's') {
+    if (kernel[0] == 's' || ref.empty()) {  // without the scalar kernel: against the first one timed
       ref = o;
-    } else if (!ref.empty()) {
+    } else {
       float d = 0.0f;
       for (size_t i = 0; i < o.size(); ++i) d = std::max(d, std::fabs(codec::bf16_to_f32(o[i]) - codec::bf16_to_f32(ref[i])));
       diff = fmt("%.2e", d / std::max(max_abs_bf16(ref), 1e-30f));

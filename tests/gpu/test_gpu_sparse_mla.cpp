@@ -39,6 +39,18 @@ using namespace dsattn;
 
 namespace {
 
+// Whether DSATTN_MLA_KERNEL=wgmma can run a problem of hq heads here: a Hopper device with sm_90a
+// code, whole groups of 64 heads, the device's own shared-memory budget, and no heads-per-CTA or
+// tile knob set to another shape.
+bool wgmma_applies(int hq, int smem_budget) {
+  const auto knob_is = [](const char* name, const char* v) {
+    const char* e = std::getenv(name);
+    return e == nullptr || *e == '\0' || std::string(e) == v;
+  };
+  return test::hopper() && hq % 64 == 0 && smem_budget == 0 && knob_is("DSATTN_MLA_HEADS_PER_CTA", "64") &&
+         knob_is("DSATTN_MLA_TILE", "64");
+}
+
 struct HostCache {
   std::vector<uint8_t> bytes;
   LatentCache view;
@@ -270,10 +282,23 @@ void run_problem(const Problem& pr, uint32_t seed) {
   // inputs must be the tensor-core kernel: bitwise its outputs.
   std::vector<uint16_t> mma_out;
   std::vector<float> mma_lse;
-  for (const char* kernel : {"simple", "mma", static_cast<const char*>(nullptr)}) {
-    SCOPED_TRACE(kernel == nullptr ? "DSATTN_MLA_KERNEL unset (auto)" : std::string("DSATTN_MLA_KERNEL=") + kernel);
-    const ScopedEnv env("DSATTN_MLA_KERNEL", kernel);
-    const bool mma = kernel == nullptr || std::string(kernel) == "mma";
+  // On Hopper the warpgroup-MMA kernel too (DSATTN_MLA_KERNEL=wgmma: 64 heads per CTA, 64-token
+  // tiles; the same arithmetic as the tensor-core kernel, so the same bound), where it can take the
+  // problem and no heads-per-CTA or tile knob asks for another shape.
+  // Both of its forms: S split over its warpgroups (DSATTN_MLA_WGMMA_HALF=1) or not (=0).
+  std::vector<std::pair<const char*, const char*>> kernels = {{"simple", nullptr}, {"mma", nullptr}};
+  if (wgmma_applies(pr.Hq, pr.smem_budget)) {
+    kernels.push_back({"wgmma", "0"});
+    kernels.push_back({"wgmma", "1"});
+  }
+  kernels.push_back({nullptr, nullptr});
+  for (const auto& [kernel, half] : kernels) {
+    SCOPED_TRACE(kernel == nullptr ? std::string("DSATTN_MLA_KERNEL unset (auto)")
+                                   : std::string("DSATTN_MLA_KERNEL=") + kernel +
+                                         (half ? std::string(", DSATTN_MLA_WGMMA_HALF=") + half : std::string()));
+    const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_half("DSATTN_MLA_WGMMA_HALF", half);
+    const bool wg = kernel != nullptr && std::string(kernel) == "wgmma";
+    const bool mma = kernel == nullptr || std::string(kernel) == "mma" || wg;
     if (mma && wabs.empty()) wabs = weighted_abs_values(p);
     DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
     DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
@@ -312,7 +337,7 @@ void run_problem(const Problem& pr, uint32_t seed) {
       ASSERT_EQ(0, std::memcmp(lse_gpu.data(), mma_lse.data(), lse_gpu.size() * 4));
       continue;
     }
-    if (mma) {
+    if (mma && !wg) {
       mma_out = out_gpu;
       mma_lse = lse_gpu;
     }
@@ -467,6 +492,77 @@ TEST(GpuSparseMla, MmaTileSizes) {
   }
 }
 
+// The warpgroup-MMA kernel (Hopper) beside the others (run_problem adds it at 64 and 128 heads):
+// forced splits over the indices with the last split short and whole splits empty, the default
+// rule, both caches with a sink, ragged lengths and empty rows; knobs that ask it for another
+// shape are errors.
+TEST(GpuSparseMla, WgmmaSplitsAndShapes) {
+  if (!test::hopper()) GTEST_SKIP() << "needs an sm_90 device and a build with sm_90a code";
+  for (const char* splits : {"1", "3", "7"}) {
+    SCOPED_TRACE(std::string("DSATTN_MLA_SPLITS=") + splits);
+    const ScopedEnv env("DSATTN_MLA_SPLITS", splits);
+    Problem pr = problem(LatentFormat::kV32Fp8, 4, 1, 64, 64, 16, 300);
+    pr.lengths = true;
+    pr.sink = true;
+    pr.extra = true;
+    pr.extra_P = 16;
+    pr.extra_pages = 8;
+    pr.extra_topk = 40;
+    pr.empty_rows = {2};
+    run_problem(pr, 7000);
+    Problem v4 = problem(LatentFormat::kV4Fp8, 2, 2, 128, 64, 12, 257);
+    v4.lengths = true;
+    v4.extra = true;
+    v4.extra_P = 64;
+    v4.extra_pages = 2;
+    v4.extra_topk = 70;
+    run_problem(v4, 7100);
+  }
+  Problem one = problem(LatentFormat::kV32Fp8, 1, 1, 128, 64, 40, 2048);  // the rule splits it
+  one.sink = true;
+  run_problem(one, 7200);
+  const ScopedEnv w("DSATTN_MLA_KERNEL", "wgmma"), t("DSATTN_MLA_TILE", "32");
+  HostCache c;
+  ASSERT_NO_FATAL_FAILURE(make_cache(&c, LatentFormat::kV4Fp8, 16, 4, 78));
+  std::vector<uint16_t> q(64 * 512, codec::f32_to_bf16(0.5f));
+  std::vector<int32_t> idx(64, 3);
+  test::DevBuf dq, dpages, didx, dout, dlse;
+  test::upload_bytes(&dq, q.data(), q.size() * 2);
+  test::upload_bytes(&dpages, c.bytes.data(), c.bytes.size());
+  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
+  test::upload_bytes(&dout, q.data(), q.size() * 2);
+  test::upload_bytes(&dlse, q.data(), 64 * 4);
+  SparseMlaDecodeParams g;
+  g.q = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, 64, 512}), dq.get());
+  g.cache = c.view;
+  g.cache.pages = test::on_cuda(c.view.pages, dpages.get());
+  g.indices = test::on_cuda(make_tensor(idx.data(), DType::kI32, {1, 1, 64}), didx.get());
+  g.out = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, 64, 512}), dout.get());
+  g.lse = test::on_cuda(make_tensor(q.data(), DType::kF32, {1, 1, 64}), dlse.get());
+  g.sm_scale = 0.05f;
+  Status st = sparse_mla_decode(g, Exec{});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("DSATTN_MLA_KERNEL=wgmma runs 64 heads per CTA and 64-token tiles"), std::string::npos)
+      << st.to_string();
+  const ScopedEnv t64("DSATTN_MLA_TILE", "64");
+  {
+    const ScopedEnv h("DSATTN_MLA_WGMMA_HALF", "2");
+    st = sparse_mla_decode(g, Exec{});
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.to_string().find("DSATTN_MLA_WGMMA_HALF expected 0 or 1, got \"2\""), std::string::npos)
+        << st.to_string();
+  }
+  Exec small;
+  small.smem_budget_bytes = 101376;  // sm_120's budget: the kernel needs ~170-225 KB
+  st = sparse_mla_decode(g, small);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("DSATTN_MLA_KERNEL=wgmma needs"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.to_string().find("budget is 101376"), std::string::npos) << st.to_string();
+  st = sparse_mla_decode(g, Exec{});  // the well-formed call runs
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  DSATTN_TEST_CUDA(cudaDeviceSynchronize());
+}
+
 // The split rule (mla_plan.h), host only, with hand-computed expectations for an H200's 132 SMs.
 TEST(GpuSparseMlaPlan, SplitRule) {
   using cuda::mla_mma_plan_for;
@@ -557,7 +653,7 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
   };
   {
     const ScopedEnv env("DSATTN_MLA_KERNEL", "fast");
-    expect_error(g, Exec{}, "DSATTN_MLA_KERNEL expected auto, simple or mma");
+    expect_error(g, Exec{}, "DSATTN_MLA_KERNEL expected auto, simple, mma or wgmma");
   }
   const ScopedEnv env("DSATTN_MLA_KERNEL", "mma");
   ASSERT_TRUE(sparse_mla_decode(g, Exec{}).ok());  // the well-formed call runs
@@ -601,6 +697,17 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
     const ScopedEnv z("DSATTN_MLA_SPLITS", "0");
     expect_error(g, Exec{}, "DSATTN_MLA_SPLITS expected 1 .. 1024");
   }
+  {  // the warpgroup-MMA kernel: 64 heads per CTA on Hopper only, and it says so
+    const ScopedEnv w("DSATTN_MLA_KERNEL", "wgmma");
+    if (!test::hopper()) {
+      expect_error(g, Exec{}, DSATTN_HAS_SM90A ? "needs a compute capability 9.0 device" : "needs a build with sm_90a");
+    } else {
+      expect_error(g, Exec{}, "DSATTN_MLA_KERNEL=wgmma needs a multiple of 64 heads, got 32");
+      size_t need = 1;
+      ASSERT_TRUE(sparse_mla_decode_workspace(g, Exec{}, &need).ok());
+      EXPECT_EQ(need, 0u);
+    }
+  }
   {
     const ScopedEnv z("DSATTN_MLA_SPLITS", "2");  // two tiles, two splits: partial results in the workspace
     size_t need = 0;
@@ -614,9 +721,11 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
 // kernels (the tensor-core one takes d_v = 512 only, and says so otherwise).
 TEST(GpuSparseMla, PrefillMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (int Hq : {32, 64})
   for (int dqk : {512, 576}) {
     for (int dv : {512, 256}) {
-      const int M = 5, Hq = 32, Nk = 300, topk = 96;
+      SCOPED_TRACE("Hq " + std::to_string(Hq) + ", d_qk " + std::to_string(dqk) + ", d_v " + std::to_string(dv));
+      const int M = 5, Nk = 300, topk = 96;
       std::mt19937 rng(dqk + dv);
       std::normal_distribution<float> n(0.0f, 0.6f);
       std::vector<uint16_t> q(M * Hq * dqk), kv(Nk * dqk);
@@ -672,11 +781,29 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
         weighted_abs_row(K, dqk, q.data() + size_t(m) * Hq * dqk, dqk, Hq, p.sm_scale, wabs.data() + size_t(m) * Hq * 512);
       }
       // The scalar kernel, the tensor-core kernel, and the latter with its rows split in two.
-      const std::pair<const char*, const char*> runs[] = {{"simple", nullptr}, {"mma", nullptr}, {"mma", "2"}};
-      for (const auto& [kernel, splits] : runs) {
-        SCOPED_TRACE(std::string("DSATTN_MLA_KERNEL=") + kernel + (splits ? ", DSATTN_MLA_SPLITS=2" : ""));
-        const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_splits("DSATTN_MLA_SPLITS", splits);
-        const bool mma = std::string(kernel) == "mma";
+      // On Hopper at 64 heads the warpgroup-MMA kernel too, likewise.
+      // (both forms where they fit: S split over its warpgroups needs d_qk 512 for a bf16 kv).
+      struct Run {
+        const char* kernel;
+        const char* splits;
+        const char* half;
+      };
+      std::vector<Run> runs = {{"simple", nullptr, nullptr}, {"mma", nullptr, nullptr}, {"mma", "2", nullptr}};
+      if (wgmma_applies(Hq, 0)) {
+        runs.push_back({"wgmma", nullptr, "0"});
+        runs.push_back({"wgmma", "2", "0"});
+        if (dqk == 512) {
+          runs.push_back({"wgmma", nullptr, "1"});
+          runs.push_back({"wgmma", "2", "1"});
+        }
+      }
+      for (const auto& [kernel, splits, half] : runs) {
+        SCOPED_TRACE(std::string("DSATTN_MLA_KERNEL=") + kernel + (splits ? ", DSATTN_MLA_SPLITS=2" : "") +
+                     (half ? std::string(", DSATTN_MLA_WGMMA_HALF=") + half : std::string()));
+        const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_splits("DSATTN_MLA_SPLITS", splits),
+            env_half("DSATTN_MLA_WGMMA_HALF", half);
+        const bool wg = std::string(kernel) == "wgmma";
+        const bool mma = std::string(kernel) == "mma" || wg;
         DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
         DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
         Exec gex;

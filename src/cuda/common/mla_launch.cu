@@ -1,7 +1,8 @@
 // Launchers of the sparse-MLA kernels (arguments validated by src/api/sparse_mla.cpp): decode over
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
 // both on tensor cores with src/cuda/common/mla_mma_kernel.cuh wherever that kernel can take the call
-// (see mla_kernel_choice, mma_decide).
+// (see mla_kernel_choice, mma_decide), or with Hopper's warpgroup MMA (src/cuda/sm90/mla_wgmma_kernel.cuh)
+// where asked for (DSATTN_MLA_KERNEL=wgmma).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,11 @@
 #include "cuda/common/mla_mma_kernel.cuh"
 #include "cuda/common/mla_plan.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/sm90/mla_wgmma_kernel.cuh"
+
+#ifndef DSATTN_HAS_SM90A
+#define DSATTN_HAS_SM90A 0
+#endif
 
 namespace dsattn {
 namespace cuda {
@@ -54,11 +60,13 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
 // The kernel a decode or prefill call runs (DSATTN_MLA_KERNEL, read per call): unset or "auto"
 // run the tensor-core kernel where it can take the call (layout, d_v, shared memory: see
 // mma_decide) and the scalar kernel elsewhere; "simple" always the scalar kernel; "mma" always the
-// tensor-core kernel, an error saying why where it cannot. Its knobs: DSATTN_MLA_HEADS_PER_CTA
+// tensor-core kernel, an error saying why where it cannot; "wgmma" the Hopper kernel
+// (mla_wgmma_kernel.cuh: sm_90a builds on compute capability 9.0, 64 heads per CTA, 64-token
+// tiles), an error where it cannot. The tensor-core kernel's knobs: DSATTN_MLA_HEADS_PER_CTA
 // (16, 32 or 64; default mla_mma_default_hm), DSATTN_MLA_TILE (tokens per tile, 32 or 64; default
 // mla_mma_default_tile) and DSATTN_MLA_SPLITS (splits of each row's indices, >= 1; default:
 // mla_plan.h's rule).
-enum class MlaMode { kAuto, kSimple, kMma };
+enum class MlaMode { kAuto, kSimple, kMma, kWgmma };
 struct MlaChoice {
   MlaMode mode = MlaMode::kAuto;
   int hm = 0;      // heads per CTA / 16; 0: the default
@@ -74,8 +82,10 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
       c->mode = MlaMode::kSimple;
     } else if (std::strcmp(e, "mma") == 0) {
       c->mode = MlaMode::kMma;
+    } else if (std::strcmp(e, "wgmma") == 0) {
+      c->mode = MlaMode::kWgmma;
     } else {
-      return detail::invalid(op, "DSATTN_MLA_KERNEL expected auto, simple or mma, got \"%s\"", e);
+      return detail::invalid(op, "DSATTN_MLA_KERNEL expected auto, simple, mma or wgmma, got \"%s\"", e);
     }
   }
   const char* h = std::getenv("DSATTN_MLA_HEADS_PER_CTA");
@@ -124,10 +134,87 @@ size_t mma_smem(MlaSrc s, int hm, int tile) { return tile == 64 ? mma_smem_t<64>
 // knob's, else mla_mma_default_tile's (64 heads per CTA at 64 tokens: 190-217 KB, H100 / H200 /
 // B200; 32 on sm_80's 163 KB). In auto mode a call the kernel cannot take runs the scalar kernel
 // (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
+// The Hopper kernel's shared memory; 0 where a variant cannot exist (kHalf over a bf16 kv of d_qk
+// 576 would exceed 227 KiB).
+template <bool kHalf>
+size_t wgmma_smem_t(MlaSrc s) {
+  switch (s) {
+    case MlaSrc::kV4Fp8: return mla_wgmma_smem_bytes<MlaSrc::kV4Fp8, kHalf>();
+    case MlaSrc::kV32Fp8: return mla_wgmma_smem_bytes<MlaSrc::kV32Fp8, kHalf>();
+    case MlaSrc::kBf16D512: return mla_wgmma_smem_bytes<MlaSrc::kBf16D512, kHalf>();
+    default: return kHalf ? 0 : mla_wgmma_smem_bytes<MlaSrc::kBf16D576, false>();
+  }
+}
+size_t wgmma_smem(MlaSrc s, bool half) { return half ? wgmma_smem_t<true>(s) : wgmma_smem_t<false>(s); }
+
+// DSATTN_MLA_WGMMA_HALF (read per call): "1" (the default where it fits) splits each tile's S over
+// the two warpgroups (mla_wgmma_kernel.cuh, kHalf), "0" has both compute all of it.
+Status wgmma_half_choice(const char* op, MlaSrc src, bool* half) {
+  const char* e = std::getenv("DSATTN_MLA_WGMMA_HALF");
+  if (e == nullptr || *e == '\0') {
+    *half = wgmma_smem(src, true) != 0;
+    return Status::Ok();
+  }
+  if (std::strcmp(e, "0") != 0 && std::strcmp(e, "1") != 0) {
+    return detail::invalid(op, "DSATTN_MLA_WGMMA_HALF expected 0 or 1, got \"%s\"", e);
+  }
+  *half = e[0] == '1';
+  if (*half && wgmma_smem(src, true) == 0) {
+    return detail::not_implemented(op, "DSATTN_MLA_WGMMA_HALF=1 does not fit a bf16 kv of d_qk 576 in 227 KiB");
+  }
+  return Status::Ok();
+}
+
+// DSATTN_MLA_KERNEL=wgmma: the Hopper kernel's plan (64 heads per CTA, 64-token tiles, the split
+// rule of the tensor-core kernel at that shape), or an error naming what it cannot take.
+Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
+                    const Exec& ex, const MlaChoice& c, MlaMmaPlan* plan) {
+  if (!DSATTN_HAS_SM90A) {
+    return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs a build with sm_90a code (DSATTN_CUDA_ARCHS)");
+  }
+  int dev = 0, major = 0, minor = 0, budget = ex.smem_budget_bytes;
+  DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0) {
+    return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs a compute capability 9.0 device, got %d.%d",
+                                   major, minor);
+  }
+  if (heads % 64 != 0) {
+    return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs a multiple of 64 heads, got %lld",
+                                   static_cast<long long>(heads));
+  }
+  if ((c.hm != 0 && c.hm != 4) || (c.tile != 0 && c.tile != 64)) {
+    return detail::invalid(op, "DSATTN_MLA_KERNEL=wgmma runs 64 heads per CTA and 64-token tiles, got "
+                               "DSATTN_MLA_HEADS_PER_CTA %d and DSATTN_MLA_TILE %d", 16 * (c.hm != 0 ? c.hm : 4),
+                           c.tile != 0 ? c.tile : 64);
+  }
+  DSATTN_RETURN_IF_ERROR(layout);
+  if (rows > 0x7FFFFFFF) {
+    return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld", static_cast<long long>(rows));
+  }
+  bool half = false;
+  DSATTN_RETURN_IF_ERROR(wgmma_half_choice(op, src, &half));
+  if (budget <= 0) DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (wgmma_smem(src, half) > static_cast<size_t>(budget)) {
+    return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs %zu bytes of shared memory per block, budget is %d",
+                                   wgmma_smem(src, half), budget);
+  }
+  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), 4, c.splits, 64);
+  plan->wgmma = true;
+  plan->wgmma_half = half;
+  return Status::Ok();
+}
+
 Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
                   const Exec& ex, const MlaChoice& c, bool* use, MlaMmaPlan* plan) {
   *use = false;
   if (c.mode == MlaMode::kSimple) return Status::Ok();
+  if (c.mode == MlaMode::kWgmma) {
+    DSATTN_RETURN_IF_ERROR(wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan));
+    *use = true;
+    return Status::Ok();
+  }
   const bool forced = c.mode == MlaMode::kMma;
   if (c.hm != 0 && 16 * c.hm > heads) {
     return detail::invalid(op, "DSATTN_MLA_HEADS_PER_CTA expected at most the %lld heads of q, got %d",
@@ -190,9 +277,32 @@ Status launch_mma_hm(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs&
     default: return launch_mma<4, S, T>(op, a, sp, rows, heads, ex);
   }
 }
+template <MlaSrc S, bool kHalf>
+Status launch_wgmma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
+                    const Exec& ex) {
+  constexpr size_t smem = mla_wgmma_smem_bytes<S, kHalf>();  // wgmma_decide checked it against the budget
+  const auto kern = sparse_mla_wgmma_kernel<S, kHalf>;
+  const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
+  DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / 64), static_cast<unsigned>(sp.splits));
+  kern<<<grid, MlaWgShape<S, kHalf>::kThreads, smem, st>>>(a, sp);
+  DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_wgmma_kernel"));
+  if (sp.splits == 1) return Status::Ok();
+  sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
+  return last_launch_status(op, "sparse_mla_combine_kernel");
+}
+
 template <MlaSrc S>
 Status launch_mma_tile(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                        const MlaMmaPlan& plan, const Exec& ex) {
+  if (plan.wgmma) {
+    if constexpr (S == MlaSrc::kBf16D576) {  // kHalf does not fit (wgmma_half_choice)
+      return launch_wgmma<S, false>(op, a, sp, rows, heads, ex);
+    } else {
+      return plan.wgmma_half ? launch_wgmma<S, true>(op, a, sp, rows, heads, ex)
+                             : launch_wgmma<S, false>(op, a, sp, rows, heads, ex);
+    }
+  }
   return plan.tile == 64 ? launch_mma_hm<S, 64>(op, a, sp, rows, heads, plan.hm, ex)
                          : launch_mma_hm<S, 32>(op, a, sp, rows, heads, plan.hm, ex);
 }

@@ -201,6 +201,62 @@ __device__ __forceinline__ TokenRef make_ref(const MlaDecodeArgs& a, int which, 
   return r;
 }
 
+// The staging area's copies (kStaged, and the Hopper kernel): chunk `part` of a used token by
+// cp.async to `dst` (V4's scale record is 8 bytes, every other chunk 16), and its bytes read back
+// as 16 (the scale record's then zeros).
+template <MlaSrc S>
+__device__ __forceinline__ void stage_chunk(uint32_t dst, const TokenRef& r, int part) {
+  if (MlaMmaFormat<S>::kV4 && part == MlaMmaFormat<S>::kScaleChunk) {
+    cp_async8(dst, r.scl);
+  } else {
+    cp_async16(dst, r.rec + 16 * part);
+  }
+}
+template <MlaSrc S>
+__device__ __forceinline__ uint4 staged_chunk(const uint8_t* src, int part) {
+  if (MlaMmaFormat<S>::kV4 && part == MlaMmaFormat<S>::kScaleChunk) {
+    const uint2 w = *reinterpret_cast<const uint2*>(src);
+    return make_uint4(w.x, w.y, 0u, 0u);
+  }
+  return *reinterpret_cast<const uint4*>(src);
+}
+// A token's scale chunk -> its kMlaMmaScales fp32 scales: V4's 7 UE8M0 block scales and 1 for the
+// RoPE dims (V's last 64), V3.2's 4 fp32 scales.
+template <MlaSrc S>
+__device__ __forceinline__ void store_scales(const uint4& v, float* sc) {
+  if constexpr (MlaMmaFormat<S>::kV4) {
+#pragma unroll
+    for (int e = 0; e < 7; ++e) {
+      const uint32_t w = e < 4 ? v.x : v.y;
+      sc[e] = codec::ue8m0_to_f32(static_cast<uint8_t>(w >> (8 * (e & 3))));
+    }
+    sc[7] = 1.0f;
+  } else {
+    sc[0] = __uint_as_float(v.x);
+    sc[1] = __uint_as_float(v.y);
+    sc[2] = __uint_as_float(v.z);
+    sc[3] = __uint_as_float(v.w);
+  }
+}
+
+// A token's chunk `part` (16 bytes as staged_chunk gives them) into K and the scales: E4M3 values
+// as bf16 (dims 16 part .., 16-byte units 2 part and 2 part + 1), the scale chunk into sc, bf16
+// values as they are; unit(u) is where K's 16-byte unit u (dims 8 u .. 8 u + 7) of the token lives.
+template <MlaSrc S, typename Unit>
+__device__ __forceinline__ void store_chunk(const uint4& v, int part, float* sc, const Unit& unit) {
+  using Fmt = MlaMmaFormat<S>;
+  if (part < Fmt::kNopeChunks) {
+    uint4 lo, hi;
+    e4m3x16_to_bf16(v, &lo, &hi);
+    *unit(2 * part) = lo;
+    *unit(2 * part + 1) = hi;
+  } else if (part == Fmt::kScaleChunk) {
+    store_scales<S>(v, sc);
+  } else {  // bf16 values: the FP8 caches' RoPE, or a bf16 kv row
+    *unit((Fmt::kRawDim0 >> 3) + (part - Fmt::kRawChunk0)) = v;
+  }
+}
+
 // A finished row of head `head`: running max m (log2 units) and sum l -> lse (natural log, without
 // the sink) and the factor its unnormalized output is multiplied by (1 / l, times
 // 1 / (1 + exp(sink - lse)) with a sink); l == 0 (no used token): lse -inf, factor 0.
@@ -292,11 +348,7 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
         const TokenRef r = ref_s[slot][tok];
         if (r.rec != nullptr) {
           if constexpr (Sh::kStaged) {
-            if (Fmt::kV4 && part == Fmt::kScaleChunk) {
-              cp_async8(raw_u32 + 16 * c, r.scl);
-            } else {
-              cp_async16(raw_u32 + 16 * c, r.rec + 16 * part);
-            }
+            stage_chunk<S>(raw_u32 + 16 * c, r, part);
           } else if (Fmt::kV4 && part == Fmt::kScaleChunk) {
             const uint2 v = __ldg(reinterpret_cast<const uint2*>(r.scl));
             ld[i].x = v.x;
@@ -320,38 +372,11 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
         if constexpr (!Sh::kStaged) {
           v = ld[i];
         } else if (ref_s[slot][tok].rec != nullptr) {
-          if (Fmt::kV4 && part == Fmt::kScaleChunk) {
-            const uint2 w = *reinterpret_cast<const uint2*>(raw_s + 16 * c);
-            v.x = w.x;
-            v.y = w.y;
-          } else {
-            v = *reinterpret_cast<const uint4*>(raw_s + 16 * c);
-          }
+          v = staged_chunk<S>(raw_s + 16 * c, part);
         }
         uint16_t* krow = k_s + tok * KS;
-        if (part < Fmt::kNopeChunks) {
-          uint4 lo, hi;
-          e4m3x16_to_bf16(v, &lo, &hi);
-          *reinterpret_cast<uint4*>(krow + 16 * part) = lo;
-          *reinterpret_cast<uint4*>(krow + 16 * part + 8) = hi;
-        } else if (part == Fmt::kScaleChunk) {
-          float* sc = sc_s + tok * kMlaMmaScales;
-          if constexpr (Fmt::kV4) {
-#pragma unroll
-            for (int e = 0; e < 7; ++e) {
-              const uint32_t w = e < 4 ? v.x : v.y;
-              sc[e] = codec::ue8m0_to_f32(static_cast<uint8_t>(w >> (8 * (e & 3))));
-            }
-            sc[7] = 1.0f;  // the RoPE dims (V's last 64) carry no scale
-          } else {
-            sc[0] = __uint_as_float(v.x);
-            sc[1] = __uint_as_float(v.y);
-            sc[2] = __uint_as_float(v.z);
-            sc[3] = __uint_as_float(v.w);
-          }
-        } else {  // bf16 values: the FP8 caches' RoPE, or a bf16 kv row
-          *reinterpret_cast<uint4*>(krow + Fmt::kRawDim0 + 8 * (part - Fmt::kRawChunk0)) = v;
-        }
+        store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales,
+                       [&](int u) { return reinterpret_cast<uint4*>(krow + 8 * u); });
       }
     }
   };

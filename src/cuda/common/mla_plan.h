@@ -29,6 +29,8 @@ struct MlaMmaPlan {
   int tile = kMlaMmaTile;           // indices per tile (32 or 64)
   int tiles_per_split = 1 << 30;    // tiles per split
   size_t workspace = 0;             // bytes of partial results (splits > 1)
+  bool wgmma = false;               // the Hopper warpgroup-MMA kernel (64 heads per CTA, 64-token tiles)
+  bool wgmma_half = false;          // ... with each tile's S split over its two warpgroups
 };
 
 // rows = B Sq, heads = Hq, indices = topk (+ the extra cache's topk); hm: heads per CTA / 16

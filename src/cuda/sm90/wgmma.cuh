@@ -52,6 +52,12 @@ __device__ __forceinline__ void wgmma_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
+// At most one committed group still in flight (groups complete in order).
+__device__ __forceinline__ void wgmma_wait_1() {
+#if DSATTN_SM90A_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#endif
+}
 // Keeps the compiler from moving accumulator reads / writes across the asynchronous MMA window.
 template <int N>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
@@ -157,6 +163,104 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[NW / 2], const uint32_t
     wgmma_m64n64k32_e4m3_rs(d, a, db, accumulate);
   } else {
     wgmma_m64n128k32_e4m3_rs(d, a, db, accumulate);
+  }
+}
+
+// bf16 operands (the sparse-MLA kernel, mla_wgmma_kernel.cuh). A descriptor with explicit offsets
+// and the 128-byte swizzle: for a K-major operand `lbo` is unused (16) and `sbo` the distance of
+// 8-row groups (1024 for 128-byte rows); for an MN-major operand (imm-trans 1) `lbo` is the distance
+// between its 64-element (128-byte) chunks along M / N and `sbo` that of its 8-row groups along K.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_lbo(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
+  return d;
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], bf16 -> f32; A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : DSATTN_WG_D32(d)
+      : "l"(da), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)da; (void)db; (void)accumulate;
+#endif
+}
+
+// D[64 x 32] (+)= A[64 x 16] * B[16 x 32], bf16 -> f32; A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : DSATTN_WG_D16(d, 0)
+      : "l"(da), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)da; (void)db; (void)accumulate;
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_bf16_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
+  static_assert(N == 32 || N == 64, "wgmma_bf16_ss: N is 32 or 64");
+  if constexpr (N == 32) {
+    wgmma_m64n32k16_bf16_ss(d, da, db, accumulate);
+  } else {
+    wgmma_m64n64k16_bf16_ss(d, da, db, accumulate);
+  }
+}
+
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], bf16 -> f32, N = 64 or 128; A from registers (the
+// m16n8k16 A layout of each warp's 16 rows: register 0 row lane / 4, k 2 (lane % 4) .. + 1;
+// 1: row + 8; 2: k + 8; 3: both), B MN-major in shared memory (imm-trans-b 1).
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                           int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : DSATTN_WG_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)a; (void)db; (void)accumulate;
+#endif
+}
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
+                                                            int accumulate) {
+#if DSATTN_SM90A_DEVICE
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : DSATTN_WG_D64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+#else
+  (void)d; (void)a; (void)db; (void)accumulate;
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_bf16_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_bf16_rs_tb: N is 64 or 128");
+  if constexpr (N == 64) {
+    wgmma_m64n64k16_bf16_rs_tb(d, a, db, accumulate);
+  } else {
+    wgmma_m64n128k16_bf16_rs_tb(d, a, db, accumulate);
   }
 }
 
