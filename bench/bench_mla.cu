@@ -171,6 +171,7 @@ void run_prefill(LatentFormat f, const std::vector<long>& batches, const std::ve
   DeviceBuffer kv(size_t(nk) * dqk * 2);
   mla_bench_fill_bf16<<<1024, 256>>>(kv.as<uint16_t>(), size_t(nk) * dqk, 21);
   DSATTN_BENCH_CHECK(cudaGetLastError());
+  DSATTN_BENCH_CHECK(cudaDeviceSynchronize());
   Table t({"prefill", "M x Hq", "indices", "kernel", "us", "GB/s", "% copy", "TFLOPS", "x scalar", "max |diff|"});
   for (long M : batches) {
     for (long Hq : heads) {
@@ -181,6 +182,10 @@ void run_prefill(LatentFormat f, const std::vector<long>& batches, const std::ve
       mla_bench_fill_bf16<<<256, 256>>>(q.as<uint16_t>(), size_t(M) * Hq * dqk, 22);
       mla_bench_fill_ids<<<256, 256>>>(idx.as<int32_t>(), size_t(sets) * M * topk, 23, nk);
       DSATTN_BENCH_CHECK(cudaGetLastError());
+      // The fills run on the legacy default stream, the ops on a non-blocking one: without this the
+      // first kernel timed could read q and the indices half written (its outputs, the reference
+      // of the diff column, then differed from every later kernel's by ~1x the largest output).
+      DSATTN_BENCH_CHECK(cudaDeviceSynchronize());
       const auto params = [&](int s) {
         SparseMlaPrefillParams p;
         p.q = make_tensor(q.ptr, DType::kBF16, {M, Hq, dqk}, Device::kCuda);
@@ -283,6 +288,7 @@ int run_mla(const std::vector<std::string>& args) {
         mla_bench_fill_ids<<<256, 256>>>(idx.as<int32_t>(), size_t(sets) * B * topk, 6, cache.slots);
         if (extra > 0) mla_bench_fill_ids<<<256, 256>>>(eidx.as<int32_t>(), size_t(sets) * B * extra, 7, ecache.slots);
         DSATTN_BENCH_CHECK(cudaGetLastError());
+        DSATTN_BENCH_CHECK(cudaDeviceSynchronize());  // filled before the ops' stream reads them (see run_prefill)
         const auto params = [&](int s) {
           SparseMlaDecodeParams p;
           p.q = make_tensor(q.ptr, DType::kBF16, {B, 1, Hq, dqk}, Device::kCuda);
