@@ -280,6 +280,9 @@ void run_problem(const Problem& pr, uint32_t seed) {
   std::vector<double> wabs;
   // The scalar kernel, the tensor-core kernel, then the default (auto), which on these aligned
   // inputs must be the tensor-core kernel: bitwise its outputs.
+  // The default runs the Hopper kernel (S split over its warpgroups) on V3.2 where it can, else
+  // the mma.sync kernel: auto must be bitwise the one it picks.
+  const bool auto_wgmma = pr.format == LatentFormat::kV32Fp8 && wgmma_applies(pr.Hq, pr.smem_budget);
   std::vector<uint16_t> mma_out;
   std::vector<float> mma_lse;
   // On Hopper the warpgroup-MMA kernel too (DSATTN_MLA_KERNEL=wgmma: 64 heads per CTA, 64-token
@@ -333,11 +336,11 @@ void run_problem(const Problem& pr, uint32_t seed) {
     }
 
     if (kernel == nullptr) {
-      ASSERT_TRUE(out_gpu == mma_out) << "auto did not run the tensor-core kernel";
+      ASSERT_TRUE(out_gpu == mma_out) << "auto did not run the kernel it should (" << (auto_wgmma ? "wgmma" : "mma") << ")";
       ASSERT_EQ(0, std::memcmp(lse_gpu.data(), mma_lse.data(), lse_gpu.size() * 4));
       continue;
     }
-    if (mma && !wg) {
+    if (auto_wgmma ? (wg && std::string(half) == "1") : (mma && !wg)) {
       mma_out = out_gpu;
       mma_lse = lse_gpu;
     }
@@ -717,6 +720,118 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
   }
 }
 
+// sparse_mla_prefill on the GPU with the workspace it asks for, waited on when it launched.
+Status prefill_on_gpu(const SparseMlaPrefillParams& g) {
+  Exec gex;
+  size_t ws_bytes = 0;
+  Status st = sparse_mla_prefill_workspace(g, gex, &ws_bytes);
+  if (!st.ok()) return st;
+  test::DevBuf dws;
+  if (ws_bytes > 0) {
+    dws.alloc(ws_bytes);
+    gex.workspace = dws.get();
+    gex.workspace_bytes = ws_bytes;
+  }
+  st = sparse_mla_prefill(g, gex);
+  if (st.ok() && cudaDeviceSynchronize() != cudaSuccess) return Status(Code::kCudaError, "cudaDeviceSynchronize failed");
+  return st;
+}
+
+// Many query rows (a prefill of 1200 rows x 64 heads x 2048 indices, past the 512 x 64 the other
+// cases reach): every kernel on the GPU, each checked against the CPU reference on sampled rows on
+// both sides of 512 and 1024 (the reference for all 1200 would take minutes).
+TEST(GpuSparseMla, PrefillManyRowsSampled) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int M = 1200, Hq = 64, dqk = 512, dv = 512, topk = 2048, Nk = 65536;
+  std::mt19937 rng(991);
+  std::normal_distribution<float> n(0.0f, 0.6f);
+  std::vector<uint16_t> q(size_t(M) * Hq * dqk), kv(size_t(Nk) * dqk);
+  for (auto& x : q) x = codec::f32_to_bf16(n(rng));
+  for (auto& x : kv) x = codec::f32_to_bf16(n(rng));
+  std::vector<int32_t> idx(size_t(M) * topk);
+  for (auto& x : idx) x = static_cast<int32_t>(rng() % Nk);
+  const std::vector<int> sample = {0, 1, 511, 512, 700, 1023, 1024, 1199};
+  const int S = static_cast<int>(sample.size());
+  // The reference on the sampled rows: a prefill of S rows with their q and indices.
+  std::vector<uint16_t> qs(size_t(S) * Hq * dqk);
+  std::vector<int32_t> is(size_t(S) * topk);
+  for (int i = 0; i < S; ++i) {
+    std::copy_n(q.begin() + size_t(sample[i]) * Hq * dqk, size_t(Hq) * dqk, qs.begin() + size_t(i) * Hq * dqk);
+    std::copy_n(idx.begin() + size_t(sample[i]) * topk, topk, is.begin() + size_t(i) * topk);
+  }
+  SparseMlaPrefillParams c;
+  c.q = make_tensor(qs.data(), DType::kBF16, {S, Hq, dqk});
+  c.kv = make_tensor(kv.data(), DType::kBF16, {Nk, dqk});
+  c.indices = make_tensor(is.data(), DType::kI32, {S, topk});
+  c.sm_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  c.d_v = dv;
+  std::vector<uint16_t> out_cpu(size_t(S) * Hq * dv);
+  std::vector<float> lse_cpu(size_t(S) * Hq);
+  c.out = make_tensor(out_cpu.data(), DType::kBF16, {S, Hq, dv});
+  c.lse = make_tensor(lse_cpu.data(), DType::kF32, {S, Hq});
+  ASSERT_TRUE(sparse_mla_prefill(c, Exec{}).ok());
+  std::vector<double> wabs(size_t(S) * Hq * 512, 0.0);
+  for (int i = 0; i < S; ++i) {
+    std::vector<double> K;
+    for (int j = 0; j < topk; ++j) {
+      for (int d = 0; d < dqk; ++d) K.push_back(codec::bf16_to_f32(kv[size_t(is[size_t(i) * topk + j]) * dqk + d]));
+    }
+    weighted_abs_row(K, dqk, qs.data() + size_t(i) * Hq * dqk, dqk, Hq, c.sm_scale, wabs.data() + size_t(i) * Hq * 512);
+  }
+
+  test::DevBuf dq, dkv, didx, dout, dlse;
+  test::upload_bytes(&dq, q.data(), q.size() * 2);
+  test::upload_bytes(&dkv, kv.data(), kv.size() * 2);
+  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
+  std::vector<uint16_t> garbage(size_t(M) * Hq * dv, 0x7FC1);
+  test::upload_bytes(&dout, garbage.data(), garbage.size() * 2);
+  test::upload_bytes(&dlse, garbage.data(), size_t(M) * Hq * 4);
+  SparseMlaPrefillParams g;
+  g.q = test::dev_tensor(dq, DType::kBF16, {M, Hq, dqk});
+  g.kv = test::dev_tensor(dkv, DType::kBF16, {Nk, dqk});
+  g.indices = test::dev_tensor(didx, DType::kI32, {M, topk});
+  g.sm_scale = c.sm_scale;
+  g.d_v = dv;
+  g.out = test::dev_tensor(dout, DType::kBF16, {M, Hq, dv});
+  g.lse = test::dev_tensor(dlse, DType::kF32, {M, Hq});
+  std::vector<std::pair<const char*, const char*>> runs = {{"simple", nullptr}, {"mma", nullptr}};
+  if (wgmma_applies(Hq, 0)) {
+    runs.push_back({"wgmma", "0"});
+    runs.push_back({"wgmma", "1"});
+  }
+  for (const auto& [kernel, half] : runs) {
+    SCOPED_TRACE(std::string("DSATTN_MLA_KERNEL=") + kernel + (half ? std::string(", DSATTN_MLA_WGMMA_HALF=") + half : ""));
+    const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_half("DSATTN_MLA_WGMMA_HALF", half);
+    const bool mma = std::string(kernel) != "simple";
+    DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
+    const Status st = prefill_on_gpu(g);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<uint16_t> out_gpu(garbage.size());
+    std::vector<float> lse_gpu(size_t(M) * Hq);
+    DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
+    DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < S; ++i) {
+      for (int h = 0; h < Hq; ++h) {
+        const size_t rc = size_t(i) * Hq + h, rg = size_t(sample[i]) * Hq + h;
+        EXPECT_LE(std::fabs(lse_gpu[rg] - lse_cpu[rc]), 2e-5f * std::max(1.0f, std::fabs(lse_cpu[rc])))
+            << "row " << sample[i] << " head " << h;
+        float row_max = 0.0f;
+        for (int d = 0; d < dv; ++d) row_max = std::max(row_max, std::fabs(codec::bf16_to_f32(out_cpu[rc * dv + d])));
+        for (int d = 0; d < dv; ++d) {
+          const float cv = codec::bf16_to_f32(out_cpu[rc * dv + d]), gv = codec::bf16_to_f32(out_gpu[rg * dv + d]);
+          float tol = std::ldexp(std::max(std::fabs(cv), std::fabs(gv)), -7) + 1e-5f * row_max;
+          if (mma) tol += static_cast<float>(1.05 * std::ldexp(wabs[rc * 512 + d], -8));
+          if (!(std::fabs(gv - cv) <= tol) && ++bad <= 10) {
+            ADD_FAILURE() << "row " << sample[i] << " head " << h << " dim " << d << ": gpu " << gv << " cpu " << cv;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 // Prefill over a bf16 kv on CUDA vs the CPU reference; d_v below 512, empty rows, invalid ids. Both
 // kernels (the tensor-core one takes d_v = 512 only, and says so otherwise).
 TEST(GpuSparseMla, PrefillMatchesCpu) {
@@ -806,16 +921,7 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
         const bool mma = std::string(kernel) == "mma" || wg;
         DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
         DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
-        Exec gex;
-        size_t ws_bytes = 0;
-        ASSERT_TRUE(sparse_mla_prefill_workspace(g, gex, &ws_bytes).ok());
-        test::DevBuf dws;
-        if (ws_bytes > 0) {
-          dws.alloc(ws_bytes);
-          gex.workspace = dws.get();
-          gex.workspace_bytes = ws_bytes;
-        }
-        st = sparse_mla_prefill(g, gex);
+        st = prefill_on_gpu(g);
         if (mma && dv != 512) {  // the tensor-core kernel's warps own 512 output dims
           ASSERT_FALSE(st.ok());
           EXPECT_NE(st.to_string().find("DSATTN_MLA_KERNEL=mma needs d_v 512 for prefill, got 256"), std::string::npos)

@@ -58,8 +58,9 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
 }
 
 // The kernel a decode or prefill call runs (DSATTN_MLA_KERNEL, read per call): unset or "auto"
-// run the tensor-core kernel where it can take the call (layout, d_v, shared memory: see
-// mma_decide) and the scalar kernel elsewhere; "simple" always the scalar kernel; "mma" always the
+// run the Hopper kernel on V3.2 decode and bf16 prefill where it can take the call, else the
+// tensor-core kernel where it can (layout, d_v, shared memory: see mma_decide), and the scalar
+// kernel elsewhere; "simple" always the scalar kernel; "mma" always the
 // tensor-core kernel, an error saying why where it cannot; "wgmma" the Hopper kernel
 // (mla_wgmma_kernel.cuh: sm_90a builds on compute capability 9.0, 64 heads per CTA, 64-token
 // tiles), an error where it cannot. The tensor-core kernel's knobs: DSATTN_MLA_HEADS_PER_CTA
@@ -214,6 +215,18 @@ Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64
     DSATTN_RETURN_IF_ERROR(wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan));
     *use = true;
     return Status::Ok();
+  }
+  // By default the Hopper kernel takes what it can of V3.2 decode and bf16 prefill (H100,
+  // 2026-12-05: V3.2 64 x 128 heads 262 -> 228 us, prefill 4096 x 128 rows 19.1 -> 13.8 ms at d_qk
+  // 576; BENCHMARKS.md); V4 decode stays on the mma.sync kernel (level or slower on it: 7 scale
+  // blocks a tile to fold into the scores).
+  if (c.mode == MlaMode::kAuto && src != MlaSrc::kV4Fp8) {
+    bool half = false;
+    DSATTN_RETURN_IF_ERROR(wgmma_half_choice(op, src, &half));  // a malformed knob is an error either way
+    if (wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan).ok()) {
+      *use = true;
+      return Status::Ok();
+    }
   }
   const bool forced = c.mode == MlaMode::kMma;
   if (c.hm != 0 && 16 * c.hm > heads) {
