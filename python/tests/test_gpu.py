@@ -159,11 +159,15 @@ def test_gpu_sparse_mla_decode_matches_reference():
 
 
 @gpu_op
+@pytest.mark.parametrize("kernel", ["mma", "wgmma"])
 @pytest.mark.parametrize("splits", ["1", "2"])
-def test_gpu_sparse_mla_decode_tensor_core_kernel(monkeypatch, splits):
-    """The opt-in tensor-core decode kernel (DSATTN_MLA_KERNEL=mma) through the binding; with two
-    splits its workspace is the one the binding allocates from sparse_mla_decode's own query."""
-    monkeypatch.setenv("DSATTN_MLA_KERNEL", "mma")
+def test_gpu_sparse_mla_decode_tensor_core_kernel(monkeypatch, splits, kernel):
+    """The tensor-core decode kernels forced through the binding (DSATTN_MLA_KERNEL=mma, and =wgmma,
+    the Hopper kernel, on compute capability 9.0); with two splits the workspace is the one the
+    binding allocates from sparse_mla_decode's own query."""
+    if kernel == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper (wgmma) kernel needs a compute capability 9.0 device")
+    monkeypatch.setenv("DSATTN_MLA_KERNEL", kernel)
     monkeypatch.setenv("DSATTN_MLA_SPLITS", splits)
     c = mla_case(seed=4, B=2, Sq=1, Hq=64, topk=64, P=64, num_pages=4, extra=True, sink=True)
     args = dict(sm_scale=c.sm_scale, topk_length=cu(c.topk_length),
