@@ -1,8 +1,8 @@
 // Launchers of the sparse-MLA kernels (arguments validated by src/api/sparse_mla.cpp): decode over
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
 // both on tensor cores with src/cuda/common/mla_mma_kernel.cuh wherever that kernel can take the call
-// (see mla_kernel_choice, mma_decide), or with Hopper's warpgroup MMA (src/cuda/sm90/mla_wgmma_kernel.cuh)
-// where asked for (DSATTN_MLA_KERNEL=wgmma).
+// (see mla_kernel_choice, mma_decide), on sm_90 by default for V3.2 decode and bf16 prefill with
+// Hopper's warpgroup MMA (src/cuda/sm90/mla_wgmma_kernel.cuh, wgmma_decide).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -66,13 +66,15 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
 // tiles), an error where it cannot. The tensor-core kernel's knobs: DSATTN_MLA_HEADS_PER_CTA
 // (16, 32 or 64; default mla_mma_default_hm), DSATTN_MLA_TILE (tokens per tile, 32 or 64; default
 // mla_mma_default_tile) and DSATTN_MLA_SPLITS (splits of each row's indices, >= 1; default:
-// mla_plan.h's rule).
+// mla_plan.h's rule); the Hopper kernel's: DSATTN_MLA_SPLITS and DSATTN_MLA_WGMMA_HALF ("1", the
+// default where it fits: each tile's S split over its two warpgroups; "0": both compute all of it).
 enum class MlaMode { kAuto, kSimple, kMma, kWgmma };
 struct MlaChoice {
   MlaMode mode = MlaMode::kAuto;
   int hm = 0;      // heads per CTA / 16; 0: the default
   int tile = 0;    // tokens per tile; 0: the default
   int splits = 0;  // 0: the default
+  int half = -1;   // DSATTN_MLA_WGMMA_HALF: 0 / 1, -1 the default (wgmma_decide)
 };
 
 Status mla_kernel_choice(const char* op, MlaChoice* c) {
@@ -104,6 +106,13 @@ Status mla_kernel_choice(const char* op, MlaChoice* c) {
     }
     c->tile = std::atoi(t);
   }
+  const char* w = std::getenv("DSATTN_MLA_WGMMA_HALF");
+  if (w != nullptr && *w != '\0') {
+    if (std::strcmp(w, "0") != 0 && std::strcmp(w, "1") != 0) {
+      return detail::invalid(op, "DSATTN_MLA_WGMMA_HALF expected 0 or 1, got \"%s\"", w);
+    }
+    c->half = w[0] - '0';
+  }
   const char* z = std::getenv("DSATTN_MLA_SPLITS");
   if (z != nullptr && *z != '\0') {
     const int v = std::atoi(z);
@@ -128,13 +137,6 @@ size_t mma_smem_t(MlaSrc s, int hm) {
 }
 size_t mma_smem(MlaSrc s, int hm, int tile) { return tile == 64 ? mma_smem_t<64>(s, hm) : mma_smem_t<32>(s, hm); }
 
-// Whether the tensor-core kernel takes this call and how (mla_plan.h). `layout`: the call's
-// layout check (alignment, d_v), not ok where the kernel cannot read or write it. Heads per CTA:
-// the knob's, else mla_mma_default_hm's, halved while its shared memory at 32 tokens per tile
-// exceeds the budget (64 heads per CTA take 129-158 KB; sm_120's 99 KiB: 32, or 16 for V3.2). Tokens per tile: the
-// knob's, else mla_mma_default_tile's (64 heads per CTA at 64 tokens: 190-217 KB, H100 / H200 /
-// B200; 32 on sm_80's 163 KB). In auto mode a call the kernel cannot take runs the scalar kernel
-// (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
 // The Hopper kernel's shared memory; 0 where a variant cannot exist (kHalf over a bf16 kv of d_qk
 // 576 would exceed 227 KiB).
 template <bool kHalf>
@@ -148,26 +150,10 @@ size_t wgmma_smem_t(MlaSrc s) {
 }
 size_t wgmma_smem(MlaSrc s, bool half) { return half ? wgmma_smem_t<true>(s) : wgmma_smem_t<false>(s); }
 
-// DSATTN_MLA_WGMMA_HALF (read per call): "1" (the default where it fits) splits each tile's S over
-// the two warpgroups (mla_wgmma_kernel.cuh, kHalf), "0" has both compute all of it.
-Status wgmma_half_choice(const char* op, MlaSrc src, bool* half) {
-  const char* e = std::getenv("DSATTN_MLA_WGMMA_HALF");
-  if (e == nullptr || *e == '\0') {
-    *half = wgmma_smem(src, true) != 0;
-    return Status::Ok();
-  }
-  if (std::strcmp(e, "0") != 0 && std::strcmp(e, "1") != 0) {
-    return detail::invalid(op, "DSATTN_MLA_WGMMA_HALF expected 0 or 1, got \"%s\"", e);
-  }
-  *half = e[0] == '1';
-  if (*half && wgmma_smem(src, true) == 0) {
-    return detail::not_implemented(op, "DSATTN_MLA_WGMMA_HALF=1 does not fit a bf16 kv of d_qk 576 in 227 KiB");
-  }
-  return Status::Ok();
-}
-
-// DSATTN_MLA_KERNEL=wgmma: the Hopper kernel's plan (64 heads per CTA, 64-token tiles, the split
-// rule of the tensor-core kernel at that shape), or an error naming what it cannot take.
+// The Hopper kernel's plan (64 heads per CTA, 64-token tiles, the split rule of the tensor-core
+// kernel at that shape, S split over the warpgroups unless DSATTN_MLA_WGMMA_HALF=0 or it does not
+// fit), or an error naming what it cannot take: DSATTN_MLA_KERNEL=wgmma reports it, the default
+// takes the other kernels then.
 Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
                     const Exec& ex, const MlaChoice& c, MlaMmaPlan* plan) {
   if (!DSATTN_HAS_SM90A) {
@@ -194,8 +180,10 @@ Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int
   if (rows > 0x7FFFFFFF) {
     return detail::not_implemented(op, "query rows expected <= 2147483647 on CUDA, got %lld", static_cast<long long>(rows));
   }
-  bool half = false;
-  DSATTN_RETURN_IF_ERROR(wgmma_half_choice(op, src, &half));
+  const bool half = c.half != 0 && wgmma_smem(src, true) != 0;
+  if (c.half == 1 && !half) {
+    return detail::not_implemented(op, "DSATTN_MLA_WGMMA_HALF=1 does not fit a bf16 kv of d_qk 576 in 227 KiB");
+  }
   if (budget <= 0) DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&budget, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (wgmma_smem(src, half) > static_cast<size_t>(budget)) {
     return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs %zu bytes of shared memory per block, budget is %d",
@@ -207,6 +195,13 @@ Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int
   return Status::Ok();
 }
 
+// Whether the tensor-core kernel takes this call and how (mla_plan.h). `layout`: the call's
+// layout check (alignment, d_v), not ok where the kernel cannot read or write it. Heads per CTA:
+// the knob's, else mla_mma_default_hm's, halved while its shared memory at 32 tokens per tile
+// exceeds the budget (64 heads per CTA take 129-158 KB; sm_120's 99 KiB: 32, or 16 for V3.2). Tokens per tile: the
+// knob's, else mla_mma_default_tile's (64 heads per CTA at 64 tokens: 190-217 KB, H100 / H200 /
+// B200; 32 on sm_80's 163 KB). In auto mode a call the kernel cannot take runs the scalar kernel
+// (*use = false); under DSATTN_MLA_KERNEL=mma it is an error.
 Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
                   const Exec& ex, const MlaChoice& c, bool* use, MlaMmaPlan* plan) {
   *use = false;
@@ -217,16 +212,13 @@ Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64
     return Status::Ok();
   }
   // By default the Hopper kernel takes what it can of V3.2 decode and bf16 prefill (H100,
-  // 2026-12-05: V3.2 64 x 128 heads 262 -> 228 us, prefill 4096 x 128 rows 19.1 -> 13.8 ms at d_qk
-  // 576; BENCHMARKS.md); V4 decode stays on the mma.sync kernel (level or slower on it: 7 scale
-  // blocks a tile to fold into the scores).
-  if (c.mode == MlaMode::kAuto && src != MlaSrc::kV4Fp8) {
-    bool half = false;
-    DSATTN_RETURN_IF_ERROR(wgmma_half_choice(op, src, &half));  // a malformed knob is an error either way
-    if (wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan).ok()) {
-      *use = true;
-      return Status::Ok();
-    }
+  // 2026-12-05: V3.2 64 x 128 heads 261.6 -> 228.2 us, prefill 1024 x 128 rows 5.03 -> 3.58 ms at
+  // d_qk 576; BENCHMARKS.md); V4 decode stays on the mma.sync kernel (level on it: 7 scale blocks a
+  // tile to fold into the scores).
+  if (c.mode == MlaMode::kAuto && src != MlaSrc::kV4Fp8 &&
+      wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan).ok()) {
+    *use = true;
+    return Status::Ok();
   }
   const bool forced = c.mode == MlaMode::kMma;
   if (c.hm != 0 && 16 * c.hm > heads) {
@@ -266,6 +258,14 @@ int64_t decode_indices(const SparseMlaDecodeParams& p) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The combine kernel after a split launch (sparse_mla_combine_kernel); nothing without a split.
+Status launch_combine(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
+                      cudaStream_t st) {
+  if (sp.splits == 1) return Status::Ok();
+  sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
+  return last_launch_status(op, "sparse_mla_combine_kernel");
+}
+
 template <int HM, MlaSrc S, int T>
 Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                   const Exec& ex) {
@@ -276,9 +276,7 @@ Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)), static_cast<unsigned>(sp.splits));
   kern<<<grid, MlaMmaShape<HM, S, T>::kThreads, smem, st>>>(a, sp);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_mma_kernel"));
-  if (sp.splits == 1) return Status::Ok();
-  sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
-  return last_launch_status(op, "sparse_mla_combine_kernel");
+  return launch_combine(op, a, sp, rows, heads, st);
 }
 
 template <MlaSrc S, int T>
@@ -300,16 +298,14 @@ Status launch_wgmma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& 
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / 64), static_cast<unsigned>(sp.splits));
   kern<<<grid, MlaWgShape<S, kHalf>::kThreads, smem, st>>>(a, sp);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_wgmma_kernel"));
-  if (sp.splits == 1) return Status::Ok();
-  sparse_mla_combine_kernel<<<static_cast<unsigned>(rows * heads), kMlaCombineThreads, 0, st>>>(a, sp);
-  return last_launch_status(op, "sparse_mla_combine_kernel");
+  return launch_combine(op, a, sp, rows, heads, st);
 }
 
 template <MlaSrc S>
 Status launch_mma_tile(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp, int64_t rows, int64_t heads,
                        const MlaMmaPlan& plan, const Exec& ex) {
   if (plan.wgmma) {
-    if constexpr (S == MlaSrc::kBf16D576) {  // kHalf does not fit (wgmma_half_choice)
+    if constexpr (S == MlaSrc::kBf16D576) {  // kHalf does not fit (wgmma_decide)
       return launch_wgmma<S, false>(op, a, sp, rows, heads, ex);
     } else {
       return plan.wgmma_half ? launch_wgmma<S, true>(op, a, sp, rows, heads, ex)

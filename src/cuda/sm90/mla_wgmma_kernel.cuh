@@ -42,6 +42,15 @@
 namespace dsattn {
 namespace cuda {
 
+namespace mla_wg {
+constexpr uint32_t kChunkBytes = 64 * 128;  // one 64-dim chunk of 64 rows of an operand
+// Byte offset of 16-byte unit `unit` (dims 8 unit .. 8 unit + 7) of row `row` in a [chunks][64
+// rows][128 bytes] operand with the 128-byte swizzle.
+__device__ __forceinline__ uint32_t sw128(int row, int unit) {
+  return static_cast<uint32_t>((unit >> 3) * kChunkBytes + row * 128 + (((unit & 7) ^ (row & 7)) << 4));
+}
+}  // namespace mla_wg
+
 template <MlaSrc S, bool kHalf>
 struct MlaWgShape {
   using Fmt = MlaMmaFormat<S>;
@@ -49,8 +58,7 @@ struct MlaWgShape {
   static constexpr int kTile = 64;
   static constexpr int kThreads = 256;
   static constexpr int kDChunks = Fmt::kDqk / 64;  // 64-dim chunks of a Q / K row: 8 / 9
-  static constexpr uint32_t kChunkBytes = 64 * 128;
-  static constexpr size_t kQBytes = size_t(kDChunks) * kChunkBytes;
+  static constexpr size_t kQBytes = size_t(kDChunks) * mla_wg::kChunkBytes;
   static constexpr size_t kKBytes = kQBytes;
   static constexpr int kRawRow = Fmt::kChunks * 16;
   static constexpr size_t kRawBytes = size_t(kTile) * kRawRow;
@@ -72,14 +80,6 @@ template <MlaSrc S, bool kHalf>
 constexpr size_t mla_wgmma_smem_bytes() {
   return MlaWgShape<S, kHalf>::kSmemBytes;
 }
-
-namespace mla_wg {
-// Byte offset of 16-byte unit `unit` (dims 8 unit .. 8 unit + 7) of row `row` in a [chunks][64
-// rows][128 bytes] operand with the 128-byte swizzle.
-__device__ __forceinline__ uint32_t sw128(int row, int unit) {
-  return static_cast<uint32_t>((unit >> 3) * (64 * 128) + row * 128 + (((unit & 7) ^ (row & 7)) << 4));
-}
-}  // namespace mla_wg
 
 template <MlaSrc S, bool kHalf>
 __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs a, MlaSplitArgs sp) {
@@ -137,21 +137,27 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
     }
     fence_proxy_async_smem();  // read by the tensor cores (async proxy) after the barriers below
   }
-  // Warp 0 resolves the positions of the next tile but one (as the mma.sync kernel), and each
-  // tile's mask of used tokens.
+  // Warp 0 resolves the positions of the next tile but one (as the mma.sync kernel): `publish`
+  // turns the cache entries read ahead (pend_*) into slot's token refs and mask of used tokens,
+  // then reads the entries of tile `next`.
   int pend_which[T / 32], pend_id[T / 32];
-  if (warp == 0) {
+  const auto publish = [&](int slot, int next) {
     uint32_t m[T / 32];
 #pragma unroll
     for (int r = 0; r < T / 32; ++r) {
-      int w0, i0;
-      load_index(a, b, s, len_main, total, t_begin * T + lane + 32 * r, &w0, &i0);
-      const TokenRef ref = make_ref<S>(a, w0, i0);
-      ref_s[0][lane + 32 * r] = ref;
+      const TokenRef ref = make_ref<S>(a, pend_which[r], pend_id[r]);
+      ref_s[slot][lane + 32 * r] = ref;
       m[r] = __ballot_sync(0xffffffffu, ref.rec != nullptr);
-      load_index(a, b, s, len_main, total, (t_begin + 1) * T + lane + 32 * r, &pend_which[r], &pend_id[r]);
+      load_index(a, b, s, len_main, total, next * T + lane + 32 * r, &pend_which[r], &pend_id[r]);
     }
-    if (lane == 0) used_s[0] = (uint64_t(m[1]) << 32) | m[0];
+    if (lane == 0) used_s[slot] = (uint64_t(m[1]) << 32) | m[0];
+  };
+  if (warp == 0) {
+#pragma unroll
+    for (int r = 0; r < T / 32; ++r) {
+      load_index(a, b, s, len_main, total, t_begin * T + lane + 32 * r, &pend_which[r], &pend_id[r]);
+    }
+    publish(0, t_begin + 1);
   }
   __syncthreads();
 
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
 
   // K-major descriptors of k-step ks (dims 16 ks ..) of Q and of the K tile.
   const auto kdesc = [](uint32_t base, int ks) {
-    return wgmma_desc_sw128(base + static_cast<uint32_t>((ks >> 2) * (64 * 128) + (ks & 3) * 32));
+    return wgmma_desc_sw128(base + (ks >> 2) * mla_wg::kChunkBytes + (ks & 3) * 32);
   };
 
   for (int j = t_begin; j < t_end; ++j) {
@@ -200,17 +206,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
     cp_async_wait<0>();
     __syncthreads();  // the tile's copies landed; both warpgroups are past the previous tile's MMAs
     store(slot);
-    if (warp == 0 && j + 1 < t_end) {
-      uint32_t m[T / 32];
-#pragma unroll
-      for (int r = 0; r < T / 32; ++r) {
-        const TokenRef ref = make_ref<S>(a, pend_which[r], pend_id[r]);
-        ref_s[slot ^ 1][lane + 32 * r] = ref;
-        m[r] = __ballot_sync(0xffffffffu, ref.rec != nullptr);
-        load_index(a, b, s, len_main, total, (j + 2) * T + lane + 32 * r, &pend_which[r], &pend_id[r]);
-      }
-      if (lane == 0) used_s[slot ^ 1] = (uint64_t(m[1]) << 32) | m[0];
-    }
+    if (warp == 0 && j + 1 < t_end) publish(slot ^ 1, j + 2);
     __syncthreads();
     if (j + 1 < t_end) issue(slot ^ 1);
 
@@ -405,8 +401,8 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
 #pragma unroll
         for (int sx = 0; sx < 4; ++sx) {
           const int st = kHalf ? (sx < 2 ? 2 * wg : 2 - 2 * wg) + (sx & 1) : sx;
-          const uint64_t vd = wgmma_desc_sw128_lbo(
-              k_u32 + static_cast<uint32_t>((dim0 >> 6) * (64 * 128) + st * 16 * 128), 64 * 128, 1024);
+          const uint64_t vd = wgmma_desc_sw128_lbo(k_u32 + (dim0 >> 6) * mla_wg::kChunkBytes + st * 16 * 128,
+                                                   mla_wg::kChunkBytes, 1024);
           wgmma_bf16_rs_tb<VB>(o[vb0 + q], pa[q][sx], vd, 1);
         }
       }

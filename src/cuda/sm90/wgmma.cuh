@@ -25,17 +25,23 @@
 namespace dsattn {
 namespace cuda {
 
-// Descriptor of a K-major operand tile in shared memory with the 128-byte swizzle: rows of 128
-// bytes, 8-row atoms of 1024 bytes (the stride-dimension offset), the atom's base 1024-byte aligned.
-// A k-step of 32 E4M3 elements inside the row is addressed by adding 32 bytes to `addr`.
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t addr) {
+// A shared-memory matrix descriptor with the 128-byte swizzle (the atom's base 1024-byte aligned):
+// start address, leading and stride byte offsets, each in 16-byte units. For a K-major operand
+// `lbo` is unused (16: K fits the atom) and `sbo` the distance of 8-row groups (1024 for 128-byte
+// rows); for an MN-major operand (imm-trans 1, the bf16 MMAs of mla_wgmma_kernel.cuh) `lbo` is the
+// distance between its 64-element (128-byte) chunks along M / N and `sbo` that of its 8-row groups
+// along K.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_lbo(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   uint64_t d = 0;
-  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);  // start address, 16-byte units
-  d |= static_cast<uint64_t>(1) << 16;                 // leading-dimension offset (unused: K fits the atom)
-  d |= static_cast<uint64_t>(1024 >> 4) << 32;         // stride-dimension offset: 8 rows x 128 bytes
-  d |= static_cast<uint64_t>(1) << 62;                 // layout: 128-byte swizzle
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
   return d;
 }
+// A K-major operand tile: rows of 128 bytes, 8-row atoms of 1024 bytes. A k-step of 32 E4M3 (16
+// bf16) elements inside the row is addressed by adding 32 bytes to `addr`.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t addr) { return wgmma_desc_sw128_lbo(addr, 16, 1024); }
 
 __device__ __forceinline__ void wgmma_fence() {
 #if DSATTN_SM90A_DEVICE
@@ -166,19 +172,7 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[NW / 2], const uint32_t
   }
 }
 
-// bf16 operands (the sparse-MLA kernel, mla_wgmma_kernel.cuh). A descriptor with explicit offsets
-// and the 128-byte swizzle: for a K-major operand `lbo` is unused (16) and `sbo` the distance of
-// 8-row groups (1024 for 128-byte rows); for an MN-major operand (imm-trans 1) `lbo` is the distance
-// between its 64-element (128-byte) chunks along M / N and `sbo` that of its 8-row groups along K.
-__device__ __forceinline__ uint64_t wgmma_desc_sw128_lbo(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  uint64_t d = 0;
-  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
-  d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
-  d |= static_cast<uint64_t>(1) << 62;
-  return d;
-}
-
+// bf16 operands (the sparse-MLA kernel, mla_wgmma_kernel.cuh).
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], bf16 -> f32; A and B K-major in shared memory.
 __device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
 #if DSATTN_SM90A_DEVICE
