@@ -185,6 +185,13 @@ struct Problem {
   bool extra = false;
   int extra_P = 0, extra_pages = 0, extra_topk = 0;
   bool sink = false;
+  // The second cache (V4's window): pages of P tokens, topk indices per row into it.
+  void with_extra(int P_, int pages_, int topk_) {
+    extra = true;
+    extra_P = P_;
+    extra_pages = pages_;
+    extra_topk = topk_;
+  }
   bool lengths = false;
   std::vector<int> empty_rows;  // rows (b * Sq + s) whose indices are all -1
   int smem_budget = 0;          // Exec::smem_budget_bytes of the CUDA calls
@@ -377,10 +384,7 @@ void run_problem(const Problem& pr, uint32_t seed) {
 TEST(GpuSparseMla, V4WithExtraCacheSinkAndLengths) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   Problem pr = problem(LatentFormat::kV4Fp8, 2, 2, 64, 64, 6, 128);
-  pr.extra = true;
-  pr.extra_P = 16;
-  pr.extra_pages = 4;
-  pr.extra_topk = 40;
+  pr.with_extra(16, 4, 40);
   pr.sink = true;
   pr.lengths = true;
   run_problem(pr, 1000);
@@ -399,10 +403,7 @@ TEST(GpuSparseMla, SmallHeadCountsAndEmptyRows) {
       Problem pr = problem(f, 3, 2, hq, 2, 9, 13);  // P = 2: 128-ratio style pages; topk not a multiple of 16
       pr.sink = true;
       pr.lengths = true;  // request 1 or 2 may get length 0
-      pr.extra = true;
-      pr.extra_P = 64;
-      pr.extra_pages = 1;
-      pr.extra_topk = 5;
+      pr.with_extra(64, 1, 5);
       pr.empty_rows = {1};
       run_problem(pr, 3000 + hq);
     }
@@ -421,10 +422,7 @@ TEST(GpuSparseMla, MmaHeadsPerCtaAndSmallBudget) {
     v4.sink = true;
     run_problem(v4, 4000);
     Problem v32 = problem(LatentFormat::kV32Fp8, 1, 2, 128, 64, 12, 200);
-    v32.extra = true;
-    v32.extra_P = 2;
-    v32.extra_pages = 40;
-    v32.extra_topk = 33;
+    v32.with_extra(2, 40, 33);
     run_problem(v32, 4100);
   }
   for (LatentFormat f : {LatentFormat::kV4Fp8, LatentFormat::kV32Fp8}) {
@@ -445,10 +443,7 @@ TEST(GpuSparseMla, MmaSplitsOverTheIndices) {
     Problem pr = problem(LatentFormat::kV32Fp8, 4, 1, 32, 64, 16, 300);
     pr.lengths = true;  // request 0 all 300; the others random, some below a split's first tile
     pr.sink = true;
-    pr.extra = true;
-    pr.extra_P = 16;
-    pr.extra_pages = 8;
-    pr.extra_topk = 40;
+    pr.with_extra(16, 8, 40);
     pr.empty_rows = {2};
     run_problem(pr, 5000);
   }
@@ -470,10 +465,7 @@ TEST(GpuSparseMla, MmaTileSizes) {
       Problem v4 = problem(LatentFormat::kV4Fp8, 3, 1, 64, 16, 30, 200);
       v4.lengths = true;  // random lengths, some below one tile
       v4.sink = true;
-      v4.extra = true;
-      v4.extra_P = 64;
-      v4.extra_pages = 2;
-      v4.extra_topk = 70;
+      v4.with_extra(64, 2, 70);
       v4.empty_rows = {2};
       run_problem(v4, 6000);
       Problem v32 = problem(LatentFormat::kV32Fp8, 2, 2, 64, 64, 12, 333);
@@ -482,10 +474,7 @@ TEST(GpuSparseMla, MmaTileSizes) {
       {
         const ScopedEnv z("DSATTN_MLA_SPLITS", "3");
         Problem sp = problem(LatentFormat::kV32Fp8, 2, 1, 64, 2, 200, 260);
-        sp.extra = true;
-        sp.extra_P = 16;
-        sp.extra_pages = 4;
-        sp.extra_topk = 40;
+        sp.with_extra(16, 4, 40);
         sp.sink = true;
         run_problem(sp, 6200);
       }
@@ -493,6 +482,43 @@ TEST(GpuSparseMla, MmaTileSizes) {
       run_problem(one, 6300);
     }
   }
+}
+
+// One small decode call on the GPU for the error cases: request 0 of a V4 cache of 4 pages of 16
+// tokens, indices 0 .. 63, q (with 8 spare elements, for misaligned views) and out at Hq heads.
+struct SmallDecode {
+  HostCache c;
+  std::vector<uint16_t> q;
+  std::vector<int32_t> idx;
+  test::DevBuf dq, dpages, didx, dout, dlse;
+  SparseMlaDecodeParams g;
+};
+void make_small_decode(SmallDecode* d, int Hq) {
+  const int topk = 64;
+  ASSERT_NO_FATAL_FAILURE(make_cache(&d->c, LatentFormat::kV4Fp8, 16, 4, 77));
+  d->q.assign(size_t(Hq) * 512 + 8, codec::f32_to_bf16(0.5f));
+  d->idx.resize(topk);
+  for (int j = 0; j < topk; ++j) d->idx[j] = j;
+  test::upload_bytes(&d->dq, d->q.data(), d->q.size() * 2);
+  test::upload_bytes(&d->dpages, d->c.bytes.data(), d->c.bytes.size());
+  test::upload_bytes(&d->didx, d->idx.data(), d->idx.size() * 4);
+  test::upload_bytes(&d->dout, d->q.data(), size_t(Hq) * 512 * 2);
+  test::upload_bytes(&d->dlse, d->q.data(), size_t(Hq) * 4);
+  SparseMlaDecodeParams& g = d->g;
+  g.q = test::on_cuda(make_tensor(d->q.data(), DType::kBF16, {1, 1, Hq, 512}), d->dq.get());
+  g.cache = d->c.view;
+  g.cache.pages = test::on_cuda(d->c.view.pages, d->dpages.get());
+  g.indices = test::on_cuda(make_tensor(d->idx.data(), DType::kI32, {1, 1, topk}), d->didx.get());
+  g.out = test::on_cuda(make_tensor(d->q.data(), DType::kBF16, {1, 1, Hq, 512}), d->dout.get());
+  g.lse = test::on_cuda(make_tensor(d->q.data(), DType::kF32, {1, 1, Hq}), d->dlse.get());
+  g.sm_scale = 0.05f;
+}
+// sparse_mla_decode fails, naming the op and `what`.
+void expect_decode_error(const SparseMlaDecodeParams& p, const Exec& ex, const char* what) {
+  const Status st = sparse_mla_decode(p, ex);
+  ASSERT_FALSE(st.ok()) << what;
+  EXPECT_NE(st.to_string().find("sparse_mla_decode"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.to_string().find(what), std::string::npos) << st.to_string();
 }
 
 // The warpgroup-MMA kernel (Hopper) beside the others (run_problem adds it at 64 and 128 heads):
@@ -507,61 +533,31 @@ TEST(GpuSparseMla, WgmmaSplitsAndShapes) {
     Problem pr = problem(LatentFormat::kV32Fp8, 4, 1, 64, 64, 16, 300);
     pr.lengths = true;
     pr.sink = true;
-    pr.extra = true;
-    pr.extra_P = 16;
-    pr.extra_pages = 8;
-    pr.extra_topk = 40;
+    pr.with_extra(16, 8, 40);
     pr.empty_rows = {2};
     run_problem(pr, 7000);
     Problem v4 = problem(LatentFormat::kV4Fp8, 2, 2, 128, 64, 12, 257);
     v4.lengths = true;
-    v4.extra = true;
-    v4.extra_P = 64;
-    v4.extra_pages = 2;
-    v4.extra_topk = 70;
+    v4.with_extra(64, 2, 70);
     run_problem(v4, 7100);
   }
   Problem one = problem(LatentFormat::kV32Fp8, 1, 1, 128, 64, 40, 2048);  // the rule splits it
   one.sink = true;
   run_problem(one, 7200);
   const ScopedEnv w("DSATTN_MLA_KERNEL", "wgmma"), t("DSATTN_MLA_TILE", "32");
-  HostCache c;
-  ASSERT_NO_FATAL_FAILURE(make_cache(&c, LatentFormat::kV4Fp8, 16, 4, 78));
-  std::vector<uint16_t> q(64 * 512, codec::f32_to_bf16(0.5f));
-  std::vector<int32_t> idx(64, 3);
-  test::DevBuf dq, dpages, didx, dout, dlse;
-  test::upload_bytes(&dq, q.data(), q.size() * 2);
-  test::upload_bytes(&dpages, c.bytes.data(), c.bytes.size());
-  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
-  test::upload_bytes(&dout, q.data(), q.size() * 2);
-  test::upload_bytes(&dlse, q.data(), 64 * 4);
-  SparseMlaDecodeParams g;
-  g.q = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, 64, 512}), dq.get());
-  g.cache = c.view;
-  g.cache.pages = test::on_cuda(c.view.pages, dpages.get());
-  g.indices = test::on_cuda(make_tensor(idx.data(), DType::kI32, {1, 1, 64}), didx.get());
-  g.out = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, 64, 512}), dout.get());
-  g.lse = test::on_cuda(make_tensor(q.data(), DType::kF32, {1, 1, 64}), dlse.get());
-  g.sm_scale = 0.05f;
-  Status st = sparse_mla_decode(g, Exec{});
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.to_string().find("DSATTN_MLA_KERNEL=wgmma runs 64 heads per CTA and 64-token tiles"), std::string::npos)
-      << st.to_string();
+  SmallDecode d;
+  ASSERT_NO_FATAL_FAILURE(make_small_decode(&d, 64));
+  expect_decode_error(d.g, Exec{}, "DSATTN_MLA_KERNEL=wgmma runs 64 heads per CTA and 64-token tiles");
   const ScopedEnv t64("DSATTN_MLA_TILE", "64");
   {
     const ScopedEnv h("DSATTN_MLA_WGMMA_HALF", "2");
-    st = sparse_mla_decode(g, Exec{});
-    ASSERT_FALSE(st.ok());
-    EXPECT_NE(st.to_string().find("DSATTN_MLA_WGMMA_HALF expected 0 or 1, got \"2\""), std::string::npos)
-        << st.to_string();
+    expect_decode_error(d.g, Exec{}, "DSATTN_MLA_WGMMA_HALF expected 0 or 1, got \"2\"");
   }
   Exec small;
   small.smem_budget_bytes = 101376;  // sm_120's budget: the kernel needs ~170-225 KB
-  st = sparse_mla_decode(g, small);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.to_string().find("DSATTN_MLA_KERNEL=wgmma needs"), std::string::npos) << st.to_string();
-  EXPECT_NE(st.to_string().find("budget is 101376"), std::string::npos) << st.to_string();
-  st = sparse_mla_decode(g, Exec{});  // the well-formed call runs
+  expect_decode_error(d.g, small, "DSATTN_MLA_KERNEL=wgmma needs");
+  expect_decode_error(d.g, small, "budget is 101376");
+  const Status st = sparse_mla_decode(d.g, Exec{});  // the well-formed call runs
   EXPECT_TRUE(st.ok()) << st.to_string();
   DSATTN_TEST_CUDA(cudaDeviceSynchronize());
 }
@@ -628,43 +624,21 @@ TEST(GpuSparseMlaPlan, SplitRule) {
 // What the tensor-core kernel cannot take is an error that says why, never a wrong answer.
 TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int Hq = 32, P = 16, pages = 4, topk = 64;
-  HostCache c;
-  ASSERT_NO_FATAL_FAILURE(make_cache(&c, LatentFormat::kV4Fp8, P, pages, 77));
-  std::vector<uint16_t> q(Hq * 512 + 8, codec::f32_to_bf16(0.5f));
-  std::vector<int32_t> idx(topk);
-  for (int j = 0; j < topk; ++j) idx[j] = j;
-  test::DevBuf dq, dpages, didx, dout, dlse;
-  test::upload_bytes(&dq, q.data(), q.size() * 2);
-  test::upload_bytes(&dpages, c.bytes.data(), c.bytes.size());
-  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
-  test::upload_bytes(&dout, q.data(), Hq * 512 * 2);
-  test::upload_bytes(&dlse, q.data(), Hq * 4);
-  SparseMlaDecodeParams g;
-  g.q = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, Hq, 512}), dq.get());
-  g.cache = c.view;
-  g.cache.pages = test::on_cuda(c.view.pages, dpages.get());
-  g.indices = test::on_cuda(make_tensor(idx.data(), DType::kI32, {1, 1, topk}), didx.get());
-  g.out = test::on_cuda(make_tensor(q.data(), DType::kBF16, {1, 1, Hq, 512}), dout.get());
-  g.lse = test::on_cuda(make_tensor(q.data(), DType::kF32, {1, 1, Hq}), dlse.get());
-  g.sm_scale = 0.05f;
-  const auto expect_error = [&](const SparseMlaDecodeParams& pp, const Exec& ex, const char* what) {
-    const Status st = sparse_mla_decode(pp, ex);
-    ASSERT_FALSE(st.ok()) << what;
-    EXPECT_NE(st.to_string().find("sparse_mla_decode"), std::string::npos) << st.to_string();
-    EXPECT_NE(st.to_string().find(what), std::string::npos) << st.to_string();
-  };
+  const int Hq = 32;
+  SmallDecode d;
+  ASSERT_NO_FATAL_FAILURE(make_small_decode(&d, Hq));
+  const SparseMlaDecodeParams& g = d.g;
   {
     const ScopedEnv env("DSATTN_MLA_KERNEL", "fast");
-    expect_error(g, Exec{}, "DSATTN_MLA_KERNEL expected auto, simple, mma or wgmma");
+    expect_decode_error(g, Exec{}, "DSATTN_MLA_KERNEL expected auto, simple, mma or wgmma");
   }
   const ScopedEnv env("DSATTN_MLA_KERNEL", "mma");
   ASSERT_TRUE(sparse_mla_decode(g, Exec{}).ok());  // the well-formed call runs
   DSATTN_TEST_CUDA(cudaDeviceSynchronize());
   {
     SparseMlaDecodeParams m = g;  // q 2 bytes past a 16-byte boundary
-    m.q.data = static_cast<uint8_t*>(dq.get()) + 2;
-    expect_error(m, Exec{}, "q 16-byte aligned");
+    m.q.data = static_cast<uint8_t*>(d.dq.get()) + 2;
+    expect_decode_error(m, Exec{}, "q 16-byte aligned");
     const ScopedEnv autod("DSATTN_MLA_KERNEL", nullptr);  // the default takes the scalar kernel there
     size_t need = 1;
     ASSERT_TRUE(sparse_mla_decode_workspace(m, Exec{}, &need).ok());
@@ -675,37 +649,37 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
   }
   {
     const ScopedEnv h("DSATTN_MLA_HEADS_PER_CTA", "64");
-    expect_error(g, Exec{}, "at most the 32 heads of q");
+    expect_decode_error(g, Exec{}, "at most the 32 heads of q");
   }
   {
     const ScopedEnv h("DSATTN_MLA_HEADS_PER_CTA", "24");
-    expect_error(g, Exec{}, "DSATTN_MLA_HEADS_PER_CTA expected 16, 32 or 64");
+    expect_decode_error(g, Exec{}, "DSATTN_MLA_HEADS_PER_CTA expected 16, 32 or 64");
   }
   {
     Exec small;
     small.smem_budget_bytes = 48 * 1024;
-    expect_error(g, small, "bytes of shared memory per block, budget is 49152");
+    expect_decode_error(g, small, "bytes of shared memory per block, budget is 49152");
   }
   {
     const ScopedEnv t("DSATTN_MLA_TILE", "48");
-    expect_error(g, Exec{}, "DSATTN_MLA_TILE expected 32 or 64");
+    expect_decode_error(g, Exec{}, "DSATTN_MLA_TILE expected 32 or 64");
   }
   {
     const ScopedEnv t("DSATTN_MLA_TILE", "64");  // 32 heads at 64 tokens per tile need > 99 KiB
     Exec small;
     small.smem_budget_bytes = 101376;
-    expect_error(g, small, "32 heads per CTA and 64 tokens per tile needs");
+    expect_decode_error(g, small, "32 heads per CTA and 64 tokens per tile needs");
   }
   {
     const ScopedEnv z("DSATTN_MLA_SPLITS", "0");
-    expect_error(g, Exec{}, "DSATTN_MLA_SPLITS expected 1 .. 1024");
+    expect_decode_error(g, Exec{}, "DSATTN_MLA_SPLITS expected 1 .. 1024");
   }
   {  // the warpgroup-MMA kernel: 64 heads per CTA on Hopper only, and it says so
     const ScopedEnv w("DSATTN_MLA_KERNEL", "wgmma");
     if (!test::hopper()) {
-      expect_error(g, Exec{}, DSATTN_HAS_SM90A ? "needs a compute capability 9.0 device" : "needs a build with sm_90a");
+      expect_decode_error(g, Exec{}, DSATTN_HAS_SM90A ? "needs a compute capability 9.0 device" : "needs a build with sm_90a");
     } else {
-      expect_error(g, Exec{}, "DSATTN_MLA_KERNEL=wgmma needs a multiple of 64 heads, got 32");
+      expect_decode_error(g, Exec{}, "DSATTN_MLA_KERNEL=wgmma needs a multiple of 64 heads, got 32");
       size_t need = 1;
       ASSERT_TRUE(sparse_mla_decode_workspace(g, Exec{}, &need).ok());
       EXPECT_EQ(need, 0u);
@@ -716,7 +690,7 @@ TEST(GpuSparseMla, MmaRejectsWhatItCannotRun) {
     size_t need = 0;
     ASSERT_TRUE(sparse_mla_decode_workspace(g, Exec{}, &need).ok());
     EXPECT_EQ(need, size_t(Hq) * 2 * (512 * 4 + 8));
-    expect_error(g, Exec{}, "workspace expected >= ");
+    expect_decode_error(g, Exec{}, "workspace expected >= ");
   }
 }
 
