@@ -287,9 +287,9 @@ void run_problem(const Problem& pr, uint32_t seed) {
   std::vector<double> wabs;
   // The scalar kernel, the tensor-core kernel, then the default (auto), which on these aligned
   // inputs must be the tensor-core kernel: bitwise its outputs.
-  // The default runs the Hopper kernel (S split over its warpgroups) on V3.2 where it can, else
-  // the mma.sync kernel: auto must be bitwise the one it picks.
-  const bool auto_wgmma = pr.format == LatentFormat::kV32Fp8 && wgmma_applies(pr.Hq, pr.smem_budget);
+  // The default runs the Hopper kernel (S split over its warpgroups) where it can, else the
+  // mma.sync kernel: auto must be bitwise the one it picks.
+  const bool auto_wgmma = wgmma_applies(pr.Hq, pr.smem_budget);
   std::vector<uint16_t> mma_out;
   std::vector<float> mma_lse;
   // On Hopper the warpgroup-MMA kernel too (DSATTN_MLA_KERNEL=wgmma: 64 heads per CTA, 64-token

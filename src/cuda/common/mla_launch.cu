@@ -1,8 +1,8 @@
 // Launchers of the sparse-MLA kernels (arguments validated by src/api/sparse_mla.cpp): decode over
 // the FP8 latent cache, prefill over a bf16 kv tensor, both with src/cuda/common/mla_kernel.cuh;
 // both on tensor cores with src/cuda/common/mla_mma_kernel.cuh wherever that kernel can take the call
-// (see mla_kernel_choice, mma_decide), on sm_90 by default for V3.2 decode and bf16 prefill with
-// Hopper's warpgroup MMA (src/cuda/sm90/mla_wgmma_kernel.cuh, wgmma_decide).
+// (see mla_kernel_choice, mma_decide), on sm_90 by default (64-head multiples) with Hopper's
+// warpgroup MMA (src/cuda/sm90/mla_wgmma_kernel.cuh, wgmma_decide).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -58,7 +58,7 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
 }
 
 // The kernel a decode or prefill call runs (DSATTN_MLA_KERNEL, read per call): unset or "auto"
-// run the Hopper kernel on V3.2 decode and bf16 prefill where it can take the call, else the
+// run the Hopper kernel on decode and prefill where it can take the call, else the
 // tensor-core kernel where it can (layout, d_v, shared memory: see mma_decide), and the scalar
 // kernel elsewhere; "simple" always the scalar kernel; "mma" always the
 // tensor-core kernel, an error saying why where it cannot; "wgmma" the Hopper kernel
@@ -211,12 +211,10 @@ Status mma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64
     *use = true;
     return Status::Ok();
   }
-  // By default the Hopper kernel takes what it can of V3.2 decode and bf16 prefill (H100,
-  // 2026-12-05: V3.2 64 x 128 heads 261.6 -> 228.2 us, prefill 1024 x 128 rows 5.03 -> 3.58 ms at
-  // d_qk 576; BENCHMARKS.md); V4 decode stays on the mma.sync kernel (level on it: 7 scale blocks a
-  // tile to fold into the scores).
-  if (c.mode == MlaMode::kAuto && src != MlaSrc::kV4Fp8 &&
-      wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan).ok()) {
+  // By default the Hopper kernel takes what it can (H100, 2026-12-05, BENCHMARKS.md: decode 64 x
+  // 128 heads V3.2 261.6 -> 224-226 us and V4 308 -> 262-263 once its FP8 tile was stored
+  // token-minor, prefill 1024 x 128 rows 5.03 -> 3.43-3.58 ms at d_qk 576).
+  if (c.mode == MlaMode::kAuto && wgmma_decide(op, src, rows, heads, indices, layout, ex, c, plan).ok()) {
     *use = true;
     return Status::Ok();
   }

@@ -174,13 +174,23 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
     cp_async_commit();
   };
   // The staged tile into K (bf16, swizzled) and the scales; an unused position's chunks as zeros.
+  // FP8 caches are stored token-minor (a warp's 32 lanes: 32 tokens of one part), unlike the
+  // copies: each lane's 16-byte stores land in another row of the same 64-dim chunk, 8 distinct
+  // 16-byte bank groups after the swizzle, and the staged reads (656 / 592 bytes apart) spread
+  // likewise. Part-minor put lanes a few parts apart on the same banks of chunks 8 KB apart (H100
+  // ncu, V3.2 64 x 128: 7.4 M of 26.9 M shared-memory wavefronts were bank conflicts; V4 decode
+  // 64 x 128 307 -> 262 us, 2026-12-05 BENCHMARKS). A bf16 kv stays part-minor, with the same code
+  // as before: its 8-dim chunks fill whole 128-byte rows, and its staged rows (1024 / 1152 bytes)
+  // would all start on bank 0.
+  constexpr bool kTokMinor = Fmt::kFp8;
   const auto store = [&](int slot) {
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int c = tid + i * NT;
       if (c < T * CH) {
-        const int tok = c / CH, part = c % CH;
-        const uint4 v = ref_s[slot][tok].rec != nullptr ? staged_chunk<S>(raw_s + 16 * c, part) : make_uint4(0u, 0u, 0u, 0u);
+        const int part = kTokMinor ? c / T : c % CH, tok = kTokMinor ? c % T : c / CH;
+        const int at = kTokMinor ? tok * CH + part : c;  // the chunk's place in the staged tile
+        const uint4 v = ref_s[slot][tok].rec != nullptr ? staged_chunk<S>(raw_s + 16 * at, part) : make_uint4(0u, 0u, 0u, 0u);
         store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales,
                        [&](int u) { return reinterpret_cast<uint4*>(k_s + sw128(tok, u)); });
       }
