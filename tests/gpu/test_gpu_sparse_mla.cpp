@@ -615,6 +615,20 @@ TEST(GpuSparseMlaPlan, SplitRule) {
   EXPECT_EQ(p.splits, 2);
   EXPECT_EQ(p.tiles_per_split, 2);
   EXPECT_EQ(mla_mma_plan_for(1, 64, 64, 132, 0, 7, 64).splits, 1);   // one tile: never split
+  // The Hopper kernel: one split per tile where all of them take at most half the SMs.
+  p = cuda::mla_wgmma_plan_for(1, 64, 2048, 132, 0);  // 1 CTA x 32 tiles <= 66: 32 splits of 1
+  EXPECT_EQ(p.tile, 64);
+  EXPECT_EQ(p.hm, 4);
+  EXPECT_EQ(p.splits, 32);
+  EXPECT_EQ(p.tiles_per_split, 1);
+  EXPECT_EQ(p.workspace, size_t(64) * 32 * (512 * 4 + 8));
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(1, 128, 2048, 132, 0).splits, 32);  // 2 x 32 = 64 <= 66
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(1, 128, 2048, 72, 0).splits, 16);   // 64 > 36: the rule's 16 (36 / 2 = 18 wanted)
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(4, 64, 2048, 132, 0).splits, 16);   // 4 x 32 = 128 > 66: the rule
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(64, 128, 2048, 132, 0).splits, 1);
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(1, 64, 512, 132, 0).splits, 8);     // 8 tiles: 8 splits (the rule: 4)
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(1, 64, 2048, 132, 7).splits, 7);    // DSATTN_MLA_SPLITS wins
+  EXPECT_EQ(cuda::mla_wgmma_plan_for(1, 64, 64, 132, 0).splits, 1);      // one tile: never split
   EXPECT_EQ(cuda::mla_mma_default_tile(4, true), 64);
   EXPECT_EQ(cuda::mla_mma_default_tile(4, false), 32);
   EXPECT_EQ(cuda::mla_mma_default_tile(2, true), 32);

@@ -150,8 +150,8 @@ size_t wgmma_smem_t(MlaSrc s) {
 }
 size_t wgmma_smem(MlaSrc s, bool half) { return half ? wgmma_smem_t<true>(s) : wgmma_smem_t<false>(s); }
 
-// The Hopper kernel's plan (64 heads per CTA, 64-token tiles, the split rule of the tensor-core
-// kernel at that shape, S split over the warpgroups unless DSATTN_MLA_WGMMA_HALF=0 or it does not
+// The Hopper kernel's plan (64 heads per CTA, 64-token tiles, mla_wgmma_plan_for's split rule,
+// S split over the warpgroups unless DSATTN_MLA_WGMMA_HALF=0 or it does not
 // fit), or an error naming what it cannot take: DSATTN_MLA_KERNEL=wgmma reports it, the default
 // takes the other kernels then.
 Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int64_t indices, const Status& layout,
@@ -189,7 +189,7 @@ Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int
     return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs %zu bytes of shared memory per block, budget is %d",
                                    wgmma_smem(src, half), budget);
   }
-  *plan = mla_mma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), 4, c.splits, 64);
+  *plan = mla_wgmma_plan_for(rows, heads, indices, cuda_stream_num_sms(ex.stream), c.splits);
   plan->wgmma = true;
   plan->wgmma_half = half;
   return Status::Ok();

@@ -58,5 +58,20 @@ inline MlaMmaPlan mla_mma_plan_for(int64_t rows, int64_t heads, int64_t indices,
   return plan;
 }
 
+// The Hopper kernel's plan (64 heads per CTA, 64-token tiles): mla_mma_plan_for's rule, except
+// that a call small enough for one split per tile of every row and head group to take at most
+// half the SMs gets exactly that (H100, 2026-12-05, BENCHMARKS.md: one request of 2048 indices,
+// 32 splits against the rule's 16: V3.2 64 heads 24.8-24.9 -> 23.2-23.3 us, 128 heads 25.1-25.3
+// -> 24.4-24.5, V4 26.1 -> 23.5-23.6 / 26.2-26.3 -> 24.5-24.6; at 4 requests x 64 heads, 128
+// CTAs, 32 splits were slower, 26.2-26.7 -> 27.9-28.2).
+inline MlaMmaPlan mla_wgmma_plan_for(int64_t rows, int64_t heads, int64_t indices, int num_sms, int forced_splits) {
+  const int64_t ntiles = (indices + 63) / 64;
+  const int64_t ctas = std::max<int64_t>(1, rows * (heads / 64));
+  if (forced_splits == 0 && ntiles > 1 && ntiles <= 64 && ctas * ntiles <= num_sms / 2) {
+    forced_splits = static_cast<int>(ntiles);
+  }
+  return mla_mma_plan_for(rows, heads, indices, num_sms, 4, forced_splits, 64);
+}
+
 }  // namespace cuda
 }  // namespace dsattn
