@@ -239,6 +239,16 @@ __device__ __forceinline__ void store_scales(const uint4& v, float* sc) {
   }
 }
 
+// An E4M3 chunk `part` (16 values, dims 16 part ..) into K as bf16: 16-byte units 2 part and
+// 2 part + 1 (unit(u): where K's unit u of the token lives).
+template <typename Unit>
+__device__ __forceinline__ void store_e4m3_chunk(const uint4& v, int part, const Unit& unit) {
+  uint4 lo, hi;
+  e4m3x16_to_bf16(v, &lo, &hi);
+  *unit(2 * part) = lo;
+  *unit(2 * part + 1) = hi;
+}
+
 // A token's chunk `part` (16 bytes as staged_chunk gives them) into K and the scales: E4M3 values
 // as bf16 (dims 16 part .., 16-byte units 2 part and 2 part + 1), the scale chunk into sc, bf16
 // values as they are; unit(u) is where K's 16-byte unit u (dims 8 u .. 8 u + 7) of the token lives.
@@ -246,10 +256,7 @@ template <MlaSrc S, typename Unit>
 __device__ __forceinline__ void store_chunk(const uint4& v, int part, float* sc, const Unit& unit) {
   using Fmt = MlaMmaFormat<S>;
   if (part < Fmt::kNopeChunks) {
-    uint4 lo, hi;
-    e4m3x16_to_bf16(v, &lo, &hi);
-    *unit(2 * part) = lo;
-    *unit(2 * part + 1) = hi;
+    store_e4m3_chunk(v, part, unit);
   } else if (part == Fmt::kScaleChunk) {
     store_scales<S>(v, sc);
   } else {  // bf16 values: the FP8 caches' RoPE, or a bf16 kv row

@@ -175,14 +175,19 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
   }
   __syncthreads();
 
+  // A tile's copies into the staging area, part-minor (a token's record is read in order): all
+  // 64 tokens by all threads, or with kPipe warpgroup g's own tokens [32 g, 32 g + 32) by its 128
+  // threads, issued once its chunks of the previous tile are stored.
+  constexpr int kIssueTok = kPipe ? 32 : T, kIssueThr = kPipe ? 128 : NT;
+  const int issue_tok0 = kPipe ? 32 * wg : 0, issue_idx = kPipe ? slot_t : tid;
   const auto issue = [&](int slot) {
 #pragma unroll
-    for (int i = 0; i < NC; ++i) {
-      const int c = tid + i * NT;
-      if (c < T * CH) {
-        const int tok = c / CH, part = c % CH;
+    for (int i = 0; i < (kIssueTok * CH + kIssueThr - 1) / kIssueThr; ++i) {
+      const int c = issue_idx + i * kIssueThr;
+      if (c < kIssueTok * CH) {
+        const int tok = issue_tok0 + c / CH, part = c % CH;
         const TokenRef r = ref_s[slot][tok];
-        if (r.rec != nullptr) stage_chunk<S>(raw_u32 + 16 * c, r, part);
+        if (r.rec != nullptr) stage_chunk<S>(raw_u32 + 16 * (kPipe ? tok * CH + part : c), r, part);
       }
     }
     cp_async_commit();
@@ -211,41 +216,25 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
     }
     fence_proxy_async_smem();  // K is read by the tensor cores after the barrier
   };
-  // kPipe: warpgroup g's copies of its own tokens [32 g, 32 g + 32) of a tile, part-minor within
-  // them (a token's record is read in order), issued once its previous tile's chunks are stored.
-  const auto issue_half = [&](int slot) {
-    constexpr int NCH = (32 * CH + 127) / 128;
-#pragma unroll
-    for (int i = 0; i < NCH; ++i) {
-      const int c = slot_t + i * 128;
-      if (c < 32 * CH) {
-        const int tok = 32 * wg + c / CH, part = c % CH;
-        const TokenRef r = ref_s[slot][tok];
-        if (r.rec != nullptr) stage_chunk<S>(raw_u32 + 16 * (tok * CH + part), r, part);
-      }
-    }
-    cp_async_commit();
-  };
-  // kPipe: parts [p0, p0 + np) of this thread's token (lane) of its warpgroup's half, warp w of the
-  // warpgroup taking parts p0 + w, p0 + w + 4, ...: dequantized into K (kNope: E4M3 parts only),
+  // kPipe: one group of parts of this thread's token (lane) of its warpgroup's half, warp w of
+  // the warpgroup taking parts p0 + w, p0 + w + 4, ...: with kNope the E4M3 parts [p0, p0 + one
+  // scale block), else the RoPE dims and the scales (parts kNopeChunks ..); dequantized into K,
   // then fenced for the tensor cores and the warpgroup's barrier.
-  const auto store_parts = [&](auto nope_only, int slot, int p0, int np) {
+  const auto store_parts = [&](auto nope_only, int slot, int p0) {
     constexpr bool kNope = decltype(nope_only)::value;
+    constexpr int np = kNope ? Fmt::kBlock / 16 : CH - Fmt::kNopeChunks;
     const int tok = tok0 + lane;
     const bool used = ref_s[slot][tok].rec != nullptr;
+    const auto unit = [&](int u) { return reinterpret_cast<uint4*>(k_s + sw128(tok, u)); };
 #pragma unroll
-    for (int i = 0; i < (kNope ? Fmt::kBlock / 64 : (CH - Fmt::kNopeChunks + 3) / 4); ++i) {
+    for (int i = 0; i < (np + 3) / 4; ++i) {
       const int part = p0 + (warp & 3) + 4 * i;
-      if (kNope || part < p0 + np) {
+      if (np % 4 == 0 || part < p0 + np) {
         const uint4 v = used ? staged_chunk<S>(raw_s + 16 * (tok * CH + part), part) : make_uint4(0u, 0u, 0u, 0u);
         if constexpr (kNope) {
-          uint4 lo, hi;
-          e4m3x16_to_bf16(v, &lo, &hi);
-          *reinterpret_cast<uint4*>(k_s + sw128(tok, 2 * part)) = lo;
-          *reinterpret_cast<uint4*>(k_s + sw128(tok, 2 * part + 1)) = hi;
+          store_e4m3_chunk(v, part, unit);
         } else {
-          store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales,
-                         [&](int u) { return reinterpret_cast<uint4*>(k_s + sw128(tok, u)); });
+          store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales, unit);
         }
       }
     }
@@ -256,13 +245,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
       asm volatile("bar.sync 2, 128;\n" ::: "memory");
     }
   };
-  if (t_begin < t_end) {
-    if constexpr (kPipe) {
-      issue_half(0);
-    } else {
-      issue(0);
-    }
-  }
+  if (t_begin < t_end) issue(0);
 
   float o[NVB][VB / 2];
 #pragma unroll
@@ -295,7 +278,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
     const uint32_t k_tok = k_u32 + static_cast<uint32_t>(tok0 * 128);  // row tok0 of the K tile
     constexpr int PB = Fmt::kFp8 ? Fmt::kBlock / 16 : 1;  // E4M3 parts (16 dims) per scale block
     using NopeOnly = std::integral_constant<bool, true>;
-    if constexpr (kPipe) store_parts(std::integral_constant<bool, false>{}, slot, Fmt::kNopeChunks, CH - Fmt::kNopeChunks);
+    if constexpr (kPipe) store_parts(std::integral_constant<bool, false>{}, slot, Fmt::kNopeChunks);
     wgmma_fence();
     if constexpr (Fmt::kFp8) {
       constexpr int KB = Fmt::kBlock / 16;  // k-steps per scale block
@@ -318,7 +301,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
       if constexpr (kHalf) {
         float c[2][NS];
         if constexpr (kPipe) {
-          store_parts(NopeOnly{}, slot, 0, PB);  // while the RoPE dims' MMAs run
+          store_parts(NopeOnly{}, slot, 0);  // while the RoPE dims' MMAs run
           wgmma_fence();
         }
 #pragma unroll
@@ -327,7 +310,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
 #pragma unroll
         for (int blk = 0; blk < NB; ++blk) {
           if (blk + 1 < NB) {
-            if constexpr (kPipe) store_parts(NopeOnly{}, slot, (blk + 1) * PB, PB);  // while block blk's run
+            if constexpr (kPipe) store_parts(NopeOnly{}, slot, (blk + 1) * PB);  // while block blk's run
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < KB; ++kk) {
@@ -368,7 +351,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
     }
     // kPipe: this warpgroup's half of the staging area is read (its last store_parts barrier).
     if constexpr (kPipe) {
-      if (j + 1 < t_end) issue_half(slot ^ 1);
+      if (j + 1 < t_end) issue(slot ^ 1);
     }
 
     // Online softmax in the log2 domain on the thread's two rows (the quad's four lanes share a
