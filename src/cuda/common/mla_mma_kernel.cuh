@@ -9,16 +9,18 @@
 //      or into registers (where the staging area would cost CTAs per SM), go to K: the
 //      E4M3 values as bf16 *without* their scales (exact: every E4M3 value is a bf16 value), the
 //      RoPE values as they are, the scales as fp32 per (token, block of kBlock dims) (a bf16 kv
-//      row: its values as they are, every scale 1); unused tokens (past topk_length, -1, ids past
-//      the end) as zeros, never read from the cache;
+//      row: its values as they are, every scale 1); V4's E4M3 values instead *with* their block
+//      scales (kFoldK: UE8M0 powers of two, so the products are bf16 values, exact); unused tokens
+//      (past topk_length, -1, ids past the end) as zeros, never read from the cache;
 //   B. the next tile's copies are issued; warp w scores its (16 heads, T / 4 tokens) piece of
 //      S = Q K^T (each Q fragment serves the warp's T / 32 n-tiles), one fp32 accumulator per
 //      scale block, each multiplied by its tokens' scale before it is added (so the scores are
-//      those of the dequantized keys, in fp32);
+//      those of the dequantized keys, in fp32; V4: one accumulator for all blocks);
 //   C. online softmax in the log2 domain, 8 threads per head (running max and sum in registers);
 //   D. O += P V: warp w owns 512 / (4 HM) output dims of all HG heads (64 fp32 accumulators per
 //      thread); P is rounded to bf16 after it is multiplied by the scale of the token and of the
-//      warp's dims' block (the only rounding the dequantized cache values do not see).
+//      warp's dims' block (V4: P itself; the only rounding the dequantized cache values do not
+//      see).
 // Then out = O / l (times 1 / (1 + exp(sink - lse)) with a sink) in bf16 and lse = ln(sum exp).
 // A row with no used token writes zeros and lse = -inf.
 //
@@ -159,6 +161,22 @@ __device__ __forceinline__ void e4m3x16_to_bf16(const uint4& v, uint4* lo, uint4
   *lo = make_uint4(f16x2_to_bf16x2(h[0]), f16x2_to_bf16x2(h[1]), f16x2_to_bf16x2(h[2]), f16x2_to_bf16x2(h[3]));
   *hi = make_uint4(f16x2_to_bf16x2(h[4]), f16x2_to_bf16x2(h[5]), f16x2_to_bf16x2(h[6]), f16x2_to_bf16x2(h[7]));
 }
+// The same times a power-of-two scale (V4's UE8M0 block scales), also exact: the products of
+// E4M3 values and scales of at least 2^-117 are bf16 values (fp32 products, then packed).
+__device__ __forceinline__ void e4m3x16_to_bf16_scaled(const uint4& v, float scale, uint4* lo, uint4* hi) {
+  uint32_t h[8], b[8];
+  e4m3x4_to_f16x2_fast(v.x, &h[0], &h[1]);
+  e4m3x4_to_f16x2_fast(v.y, &h[2], &h[3]);
+  e4m3x4_to_f16x2_fast(v.z, &h[4], &h[5]);
+  e4m3x4_to_f16x2_fast(v.w, &h[6], &h[7]);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
+    b[i] = pack_bf16(f.x * scale, f.y * scale);
+  }
+  *lo = make_uint4(b[0], b[1], b[2], b[3]);
+  *hi = make_uint4(b[4], b[5], b[6], b[7]);
+}
 
 // Where a used token's bytes are: its record (data record for V4, token record for V3.2) and its
 // scales; rec == nullptr for an unused position.
@@ -289,6 +307,10 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
   using Sh = MlaMmaShape<HM, S, T>;
   constexpr int D = Fmt::kDqk, KS = Sh::kRow, HG = Sh::kHeads, NT = Sh::kThreads;
   constexpr int SR = Sh::kSRow, CH = Fmt::kChunks, NC = Sh::kCopies, NTW = Sh::kNt;
+  // kFoldK (V4, staged tiles): V4's block scales are powers of two, so each E4M3 value times its
+  // token's block scale (read from the staged scale record) is a bf16 value, dequantized into K as
+  // such: S takes no per-block fold, and P V's A operand is P itself.
+  constexpr bool kFoldK = Fmt::kV4 && Sh::kStaged;
   constexpr float kLog2e = 1.4426950408889634f;
   const float kNegInf = -INFINITY;
 
@@ -376,14 +398,25 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
       if (c < T * CH) {
         const int tok = c / CH, part = c % CH;
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        float scale = 1.0f;  // kFoldK
         if constexpr (!Sh::kStaged) {
           v = ld[i];
         } else if (ref_s[slot][tok].rec != nullptr) {
           v = staged_chunk<S>(raw_s + 16 * c, part);
+          if (kFoldK && part < Fmt::kNopeChunks) {  // the staged UE8M0 scale of the part's block
+            scale = codec::ue8m0_to_f32(raw_s[16 * (tok * CH + Fmt::kScaleChunk) + part * 16 / Fmt::kBlock]);
+          }
         }
         uint16_t* krow = k_s + tok * KS;
-        store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales,
-                       [&](int u) { return reinterpret_cast<uint4*>(krow + 8 * u); });
+        const auto unit = [&](int u) { return reinterpret_cast<uint4*>(krow + 8 * u); };
+        if (kFoldK && part < Fmt::kNopeChunks) {
+          uint4 lo, hi;
+          e4m3x16_to_bf16_scaled(v, scale, &lo, &hi);
+          *unit(2 * part) = lo;
+          *unit(2 * part + 1) = hi;
+        } else {
+          store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales, unit);
+        }
       }
     }
   };
@@ -434,8 +467,12 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
       float sacc[NTW][4];
 #pragma unroll
       for (int n = 0; n < NTW; ++n) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+      if constexpr (kFoldK) {
 #pragma unroll
-      for (int blk = 0; blk < Fmt::kNopeBlocks; ++blk) {
+        for (int k0 = 0; k0 < Fmt::kNope; k0 += 32) ksteps(sacc, k0);
+      }
+#pragma unroll
+      for (int blk = 0; blk < (kFoldK ? 0 : Fmt::kNopeBlocks); ++blk) {
         float c[NTW][4];
 #pragma unroll
         for (int n = 0; n < NTW; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
@@ -524,8 +561,10 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
         for (int sb = 0; sb < Sh::kNSub; ++sb) {
           const int dsub = d0 + sb * Sh::kSub;
           const int blk = dsub / Fmt::kBlock;  // V4: the RoPE dims (448 ..) are block 7, scale 1 (bf16: all 1)
-          const float c0 = sc_s[ta * kMlaMmaScales + blk], c1 = sc_s[(ta + 1) * kMlaMmaScales + blk];
-          const float c2 = sc_s[(ta + 8) * kMlaMmaScales + blk], c3 = sc_s[(ta + 9) * kMlaMmaScales + blk];
+          const float c0 = kFoldK ? 1.0f : sc_s[ta * kMlaMmaScales + blk];
+          const float c1 = kFoldK ? 1.0f : sc_s[(ta + 1) * kMlaMmaScales + blk];
+          const float c2 = kFoldK ? 1.0f : sc_s[(ta + 8) * kMlaMmaScales + blk];
+          const float c3 = kFoldK ? 1.0f : sc_s[(ta + 9) * kMlaMmaScales + blk];
           uint32_t pa[HM][4];
 #pragma unroll
           for (int mt = 0; mt < HM; ++mt) {

@@ -28,6 +28,9 @@
 // barrier orders its stores after them. (H200, V3.2 64 x 128 heads 228 -> 196 us; before it, the
 // whole tile was dequantized by all 256 threads between two barriers, ~30 % of each tile with the
 // tensor cores idle. A bf16 kv, and kHalf = false, keep that order.)
+// V4 with kPipe (kFoldK), as the mma.sync kernel: each E4M3 value is stored times its token's
+// block scale (UE8M0, a power of two: the product is a bf16 value, exact), so S is one chain of
+// MMAs over every block and P goes to bf16 without a scale (H100, 64 x 128 heads 231 -> 205 us).
 //
 // Shared memory (dynamic, its base rounded up to 1024 bytes for the swizzle atoms):
 //   Q [D / 64 chunks][64 heads][128 bytes] | K [D / 64][64 tokens][128 bytes], both bf16 with the
@@ -107,6 +110,10 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
   // kPipe (FP8 caches with S split): warpgroup g dequantizes its own tokens [32 g, 32 g + 32), one
   // scale block of parts at a time, while the tensor cores run its previous block's S (below).
   constexpr bool kPipe = Fmt::kFp8 && kHalf;
+  // kFoldK (V4 with kPipe): V4's block scales are powers of two, so each E4M3 value times its
+  // token's block scale is a bf16 value, dequantized into K as such: S is one chain of MMAs with
+  // no per-block fold, and P V's A operand is P itself.
+  constexpr bool kFoldK = kPipe && Fmt::kV4;
   constexpr float kLog2e = 1.4426950408889634f;
   const float kNegInf = -INFINITY;
 
@@ -231,7 +238,12 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
       const int part = p0 + (warp & 3) + 4 * i;
       if (np % 4 == 0 || part < p0 + np) {
         const uint4 v = used ? staged_chunk<S>(raw_s + 16 * (tok * CH + part), part) : make_uint4(0u, 0u, 0u, 0u);
-        if constexpr (kNope) {
+        if constexpr (kNope && kFoldK) {  // one scale block per call: its scale, written by the RoPE group
+          uint4 lo, hi;
+          e4m3x16_to_bf16_scaled(v, sc_s[tok * kMlaMmaScales + p0 * 16 / Fmt::kBlock], &lo, &hi);
+          *unit(2 * part) = lo;
+          *unit(2 * part + 1) = hi;
+        } else if constexpr (kNope) {
           store_e4m3_chunk(v, part, unit);
         } else {
           store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales, unit);
@@ -298,7 +310,20 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
           sacc[4 * i + 3] = fmaf(c[4 * i + 3], s1, sacc[4 * i + 3]);
         }
       };
-      if constexpr (kHalf) {
+      if constexpr (kFoldK) {  // every block into sacc, its conversion while the previous block's MMAs run
+#pragma unroll
+        for (int blk = 0; blk < NB; ++blk) {
+          store_parts(NopeOnly{}, slot, blk * PB);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < KB; ++kk) {
+            wgmma_bf16_ss<NTOK>(sacc, kdesc(q_u32, blk * KB + kk), kdesc(k_tok, blk * KB + kk), 1);
+          }
+          wgmma_commit();
+        }
+        wgmma_wait_all();
+        wgmma_fence_operands(sacc);
+      } else if constexpr (kHalf) {
         float c[2][NS];
         if constexpr (kPipe) {
           store_parts(NopeOnly{}, slot, 0);  // while the RoPE dims' MMAs run
@@ -452,7 +477,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
           const float* src = mine ? sacc : po;
           const int ta = 16 * st + 2 * t4, tb = ta + 8;
           float sa0 = 1.0f, sa1 = 1.0f, sb0 = 1.0f, sb1 = 1.0f;
-          if constexpr (Fmt::kFp8) {
+          if constexpr (Fmt::kFp8 && !kFoldK) {
             sa0 = sc_s[ta * kMlaMmaScales + blk];
             sa1 = sc_s[(ta + 1) * kMlaMmaScales + blk];
             sb0 = sc_s[tb * kMlaMmaScales + blk];
