@@ -267,6 +267,15 @@ __device__ __forceinline__ void store_e4m3_chunk(const uint4& v, int part, const
   *unit(2 * part + 1) = hi;
 }
 
+// The same with each value times `scale` (V4's power-of-two block scale; e4m3x16_to_bf16_scaled).
+template <typename Unit>
+__device__ __forceinline__ void store_e4m3_chunk_scaled(const uint4& v, int part, const Unit& unit, float scale) {
+  uint4 lo, hi;
+  e4m3x16_to_bf16_scaled(v, scale, &lo, &hi);
+  *unit(2 * part) = lo;
+  *unit(2 * part + 1) = hi;
+}
+
 // A token's chunk `part` (16 bytes as staged_chunk gives them) into K and the scales: E4M3 values
 // as bf16 (dims 16 part .., 16-byte units 2 part and 2 part + 1), the scale chunk into sc, bf16
 // values as they are; unit(u) is where K's 16-byte unit u (dims 8 u .. 8 u + 7) of the token lives.
@@ -410,10 +419,7 @@ __global__ void __launch_bounds__(MlaMmaShape<HM, S, T>::kThreads, mla_mma_ctas_
         uint16_t* krow = k_s + tok * KS;
         const auto unit = [&](int u) { return reinterpret_cast<uint4*>(krow + 8 * u); };
         if (kFoldK && part < Fmt::kNopeChunks) {
-          uint4 lo, hi;
-          e4m3x16_to_bf16_scaled(v, scale, &lo, &hi);
-          *unit(2 * part) = lo;
-          *unit(2 * part + 1) = hi;
+          store_e4m3_chunk_scaled(v, part, unit, scale);
         } else {
           store_chunk<S>(v, part, sc_s + tok * kMlaMmaScales, unit);
         }

@@ -239,10 +239,7 @@ __global__ void __launch_bounds__(256, 1) sparse_mla_wgmma_kernel(MlaDecodeArgs 
       if (np % 4 == 0 || part < p0 + np) {
         const uint4 v = used ? staged_chunk<S>(raw_s + 16 * (tok * CH + part), part) : make_uint4(0u, 0u, 0u, 0u);
         if constexpr (kNope && kFoldK) {  // one scale block per call: its scale, written by the RoPE group
-          uint4 lo, hi;
-          e4m3x16_to_bf16_scaled(v, sc_s[tok * kMlaMmaScales + p0 * 16 / Fmt::kBlock], &lo, &hi);
-          *unit(2 * part) = lo;
-          *unit(2 * part + 1) = hi;
+          store_e4m3_chunk_scaled(v, part, unit, sc_s[tok * kMlaMmaScales + p0 * 16 / Fmt::kBlock]);
         } else if constexpr (kNope) {
           store_e4m3_chunk(v, part, unit);
         } else {
