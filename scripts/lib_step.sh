@@ -1,7 +1,8 @@
 # Sourced by the scripts that run on the device machine (gpu_check.sh, exp/*.sh), from the
-# repository root, after they set OUT. step NAME LOG CMD...: runs CMD under a timeout of
-# ${STEP_TIMEOUT:-$STEP_TIMEOUT_DEFAULT} seconds with its output in $OUT/LOG, appends a row for the
-# summary table to SUMMARY, sets FAILED=1 when CMD fails, and returns CMD's status.
+# repository root; step, bench_step and print_summary need OUT set. step NAME LOG CMD...: runs CMD
+# under a timeout of ${STEP_TIMEOUT:-$STEP_TIMEOUT_DEFAULT} seconds with its output in $OUT/LOG,
+# appends a row for the summary table to SUMMARY, sets FAILED=1 when CMD fails, and returns CMD's
+# status.
 SUMMARY=()
 FAILED=0
 step() {
@@ -41,4 +42,23 @@ print_summary() {
     echo "| step                   | result    |  time | log"
     printf '%s\n' "${SUMMARY[@]}"
   } | tee "$OUT/summary.txt"
+}
+
+# need_binaries SCRIPT FLAG DIR: exits 2, saying so, unless DIR holds dsattn and dsattn_gpu_tests
+# (the experiment scripts' --new / --prebuilt builds).
+need_binaries() {
+  if [ -z "$3" ] || [ ! -x "$3/dsattn" ] || [ ! -x "$3/dsattn_gpu_tests" ]; then
+    echo "$1: $2 DIR with dsattn and dsattn_gpu_tests expected" >&2
+    exit 2
+  fi
+}
+
+# bench_step NAME LOG CMD...: a step running `dsattn bench mla` whose rows are printed at once,
+# "format shape kernel us %copy;" each (decode and prefill), after the run's copy bandwidth (a
+# device call cut short keeps what ran).
+bench_step() {
+  local name="$1" log="$2"; shift 2
+  step "$name" "$log" "$@"
+  echo "== $name: $(grep -o 'copy [0-9]* GB/s' "$OUT/$log" | head -1)"
+  awk -F'|' '/^\| *(v|d_qk)/ {gsub(/ /, "", $0); printf "%s %s %s %s %s; ", $2, $3, $5, $6, $8} END {print ""}' "$OUT/$log"
 }

@@ -36,15 +36,12 @@ while [ $# -gt 0 ]; do
     *) echo "mla_mma: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-if [ -z "$BIN" ] || [ ! -x "$BIN/dsattn" ] || [ ! -x "$BIN/dsattn_gpu_tests" ]; then
-  echo "mla_mma: --prebuilt DIR with dsattn and dsattn_gpu_tests expected" >&2
-  exit 2
-fi
+. scripts/lib_step.sh  # step, device_info, sanitize, print_summary, need_binaries, bench_step
+need_binaries mla_mma --prebuilt "$BIN"
 
 OUT="${OUT:-./gpu_out}/mla_mma"
 mkdir -p "$OUT"
 STEP_TIMEOUT_DEFAULT=300
-. scripts/lib_step.sh  # step, device_info, sanitize, print_summary
 
 device_info
 

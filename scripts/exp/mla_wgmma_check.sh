@@ -24,14 +24,11 @@ while [ $# -gt 0 ]; do
     *) echo "mla_wgmma_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-if [ -z "$NEW" ] || [ ! -x "$NEW/dsattn" ] || [ ! -x "$NEW/dsattn_gpu_tests" ]; then
-  echo "mla_wgmma_check: --new DIR with dsattn and dsattn_gpu_tests expected" >&2
-  exit 2
-fi
+. scripts/lib_step.sh  # step, device_info, sanitize, print_summary, need_binaries, bench_step
+need_binaries mla_wgmma_check --new "$NEW"
 OUT="${OUT:-./gpu_out}/mla_wgmma"
 mkdir -p "$OUT"
 STEP_TIMEOUT_DEFAULT=240
-. scripts/lib_step.sh  # step, device_info, sanitize, print_summary
 device_info
 cat "$OUT/device.txt"
 
@@ -43,21 +40,13 @@ if [ "$TESTS" = 1 ]; then
 fi
 DEC=(--format v32,v4 --batch 1,16,64 --heads 16,32,64,128 --topk 2048 --no-simple --reps 9)
 PRE=(--prefill --format v32,v4 --batch 1024 --heads 128 --topk 2048 --no-simple --reps 5)
-# bench NAME LOG CMD...: a step whose rows are printed at once as "format BxH kernel us;" (a call
-# cut short keeps what ran).
-bench() {
-  local name="$1" log="$2"; shift 2
-  step "$name" "$log" "$@"
-  echo "== $name: $(grep -o 'copy [0-9]* GB/s' "$OUT/$log" | head -1)"
-  awk -F'|' '/^\| *(v|d_qk)/ {gsub(/ /, "", $0); printf "%s %s %s %s; ", $2, $3, $5, $6} END {print ""}' "$OUT/$log"
-}
 if [ "$BENCH" = 1 ]; then
   for round in 1 2; do
-    [ -n "$OLD" ] && bench "old r$round" "old_r$round.log" "$OLD/dsattn" bench mla "${DEC[@]}"
-    bench "new r$round" "new_r$round.log" "$NEW/dsattn" bench mla "${DEC[@]}"
+    [ -n "$OLD" ] && bench_step "old r$round" "old_r$round.log" "$OLD/dsattn" bench mla "${DEC[@]}"
+    bench_step "new r$round" "new_r$round.log" "$NEW/dsattn" bench mla "${DEC[@]}"
   done
-  [ -n "$OLD" ] && bench "old prefill" old_pre.log "$OLD/dsattn" bench mla "${PRE[@]}"
-  bench "new prefill" new_pre.log "$NEW/dsattn" bench mla "${PRE[@]}"
+  [ -n "$OLD" ] && bench_step "old prefill" old_pre.log "$OLD/dsattn" bench mla "${PRE[@]}"
+  bench_step "new prefill" new_pre.log "$NEW/dsattn" bench mla "${PRE[@]}"
 fi
 if [ ${#WHEELS[@]} -gt 0 ]; then
   mkdir -p "$OUT/pysite"
