@@ -94,11 +94,13 @@ def _workspace_bytes(fn, args: dict, ex: dict) -> int:
 
 def _run(fn, args: dict, ex: dict, like) -> None:
     """Runs `fn`; a workspace the op needs but the caller did not pass is allocated on the inputs'
-    device (torch / cupy on CUDA, numpy on the host): convenient, but not graph-safe."""
+    device (torch / cupy on CUDA, numpy on the host) by the extension's call to `alloc`, once it
+    knows the size (one call: the tensors are converted and the op planned once). Under
+    torch.cuda.graph capture a torch allocation comes from the graph's private pool; with cupy or
+    a capture torch does not manage, pass the workspace."""
     if ex["workspace"] is None:
-        need = _workspace_bytes(fn, args, ex)
-        if need > 0:
-            ex = dict(ex, workspace=_arrays.empty((need,), "uint8", like))
+        stream = ex["stream"]
+        ex = dict(ex, alloc=lambda n: _arrays.scratch(n, like, stream))
     _call(fn, args, ex, False)
 
 

@@ -184,14 +184,20 @@ dsattn::LatentCache latent_cache(const char* op, const char* arg, const std::opt
   return c;
 }
 
-// Exec from the Python side: (backend, stream handle, workspace or None, num_threads, smem budget).
+// Exec from the Python side: (backend, stream handle, workspace or None, num_threads, smem budget),
+// and `alloc`: None, or a callable bytes -> array that finish() calls for the workspace when none
+// is given and the op needs one.
 struct ExecArgs {
   Exec ex;
+  const char* op = "";
+  nb::object alloc;
 };
 
 ExecArgs exec_of(const char* op, int backend, uintptr_t stream, const Out& workspace, int num_threads,
-                 int smem_budget_bytes) {
+                 int smem_budget_bytes, nb::object alloc) {
   ExecArgs e;
+  e.op = op;
+  e.alloc = std::move(alloc);
   e.ex.backend = static_cast<Backend>(backend);
   e.ex.stream = reinterpret_cast<void*>(stream);
   if (workspace) {
@@ -204,14 +210,35 @@ ExecArgs exec_of(const char* op, int backend, uintptr_t stream, const Out& works
   return e;
 }
 
-// Either asks for the workspace size (query) or runs the op with the GIL released.
+// Either asks for the workspace size (query) or runs the op with the GIL released. A run without a
+// workspace, with `alloc` given, sizes the workspace and takes it from alloc(bytes) in this one
+// call, where the Python side's size query followed by the call converted every tensor and planned
+// the op twice (the query alone took ~20 us of host time for paged_mqa_topk on torch tensors).
 template <class P>
-int64_t finish(const P& p, const Exec& ex, bool query, Status (*ws)(const P&, const Exec&, size_t*),
+int64_t finish(const P& p, const ExecArgs& e, bool query, Status (*ws)(const P&, const Exec&, size_t*),
                Status (*run)(const P&, const Exec&)) {
   if (query) {
     size_t bytes = 0;
-    if (ws != nullptr) check_status(ws(p, ex, &bytes));
+    if (ws != nullptr) check_status(ws(p, e.ex, &bytes));
     return static_cast<int64_t>(bytes);
+  }
+  Exec ex = e.ex;
+  nb::object buffer;                    // the allocated workspace, alive until the op has run
+  nb::ndarray<> buffer_view;
+  if (ws != nullptr && ex.workspace == nullptr && e.alloc.is_valid() && !e.alloc.is_none()) {
+    size_t bytes = 0;
+    check_status(ws(p, ex, &bytes));
+    if (bytes > 0) {
+      buffer = e.alloc(bytes);
+      if (!nb::try_cast(buffer, buffer_view)) {
+        raise(Status(Code::kInvalidArgument, std::string(e.op) + ": alloc(" + std::to_string(bytes) +
+                                                 ") expected to return a writable array, got " +
+                                                 nb::type_name(buffer.type()).c_str()));
+      }
+      const TensorView w = view_of(e.op, "workspace", buffer_view, Bits::kNone);
+      ex.workspace = w.data;
+      ex.workspace_bytes = static_cast<size_t>(w.numel()) * dsattn::dtype_size(w.dtype);
+    }
   }
   Status s;
   {
@@ -222,11 +249,12 @@ int64_t finish(const P& p, const Exec& ex, bool query, Status (*ws)(const P&, co
   return 0;
 }
 
-#define DSATTN_EXEC_PARAMS \
-  bool query, int backend, uintptr_t stream, Out workspace, int num_threads, int smem_budget_bytes
-#define DSATTN_EXEC_ARGS \
+#define DSATTN_EXEC_PARAMS                                                                                   \
+  bool query, int backend, uintptr_t stream, Out workspace, int num_threads, int smem_budget_bytes, \
+      nb::object alloc
+#define DSATTN_EXEC_ARGS                                                                                    \
   "query"_a = false, "backend"_a = 0, "stream"_a = 0, "workspace"_a.none() = nb::none(), "num_threads"_a = 0, \
-      "smem_budget_bytes"_a = 0
+      "smem_budget_bytes"_a = 0, "alloc"_a.none() = nb::none()
 
 Bits q_bits(int format) {
   return static_cast<dsattn::IndexerFormat>(format) == dsattn::IndexerFormat::kFp8 ? Bits::kFp8 : Bits::kNone;
@@ -257,8 +285,8 @@ int64_t paged_mqa_logits(In q, In q_scales, In weights, In cache_pages, int cach
                      page_stride_bytes, block_table, context_lens, row_request, schedule);
   p.logits = opt_view(op, "logits", logits, Bits::kBf16);
   p.clean = clean;
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish(p, e.ex, query, &dsattn::paged_mqa_logits_workspace, &dsattn::paged_mqa_logits);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish(p, e, query, &dsattn::paged_mqa_logits_workspace, &dsattn::paged_mqa_logits);
 }
 
 #define DSATTN_TOPK_PARAMS                                                                                      \
@@ -291,8 +319,8 @@ int64_t paged_mqa_topk(DSATTN_TOPK_PARAMS, DSATTN_EXEC_PARAMS) {
       topk_params(op, q, q_scales, weights, cache_pages, cache_format, states_per_page, head_dim, page_stride_bytes,
                   block_table, context_lens, row_request, schedule, k, indices, values, slot_ids, sorted,
                   logits_route, resident_route);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish(p, e.ex, query, &dsattn::paged_mqa_topk_workspace, &dsattn::paged_mqa_topk);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish(p, e, query, &dsattn::paged_mqa_topk_workspace, &dsattn::paged_mqa_topk);
 }
 
 // The route paged_mqa_topk takes for these arguments (dsattn::paged_mqa_topk_route).
@@ -303,7 +331,7 @@ std::string paged_mqa_topk_route(DSATTN_TOPK_PARAMS, DSATTN_EXEC_PARAMS) {
       topk_params(op, q, q_scales, weights, cache_pages, cache_format, states_per_page, head_dim, page_stride_bytes,
                   block_table, context_lens, row_request, schedule, k, indices, values, slot_ids, sorted,
                   logits_route, resident_route);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
   const char* route = nullptr;
   check_status(dsattn::paged_mqa_topk_route(p, e.ex, &route));
   return std::string(route);
@@ -319,8 +347,8 @@ int64_t schedule_metadata(In context_lens, In row_request, int next_n, int state
   p.states_per_page = states_per_page;
   p.num_sms = num_sms;
   p.metadata = opt_view(op, "metadata", metadata);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish<dsattn::ScheduleMetadataParams>(p, e.ex, query, nullptr, &dsattn::schedule_metadata);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish<dsattn::ScheduleMetadataParams>(p, e, query, nullptr, &dsattn::schedule_metadata);
 }
 
 int64_t mqa_logits(int format, In q, In q_scales, In weights, In k, In k_scales, In ks, In ke, Out logits,
@@ -338,8 +366,8 @@ int64_t mqa_logits(int format, In q, In q_scales, In weights, In k, In k_scales,
   p.logits = opt_view(op, "logits", logits, Bits::kBf16);
   p.compressed = compressed;
   p.clean = clean;
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish(p, e.ex, query, &dsattn::mqa_logits_workspace, &dsattn::mqa_logits);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish(p, e, query, &dsattn::mqa_logits_workspace, &dsattn::mqa_logits);
 }
 
 int64_t topk(In logits, In starts, In ends, int k, Out indices, Out values, bool sorted, In block_table,
@@ -358,8 +386,8 @@ int64_t topk(In logits, In starts, In ends, int k, Out indices, Out values, bool
   p.next_n = next_n;
   p.states_per_page = states_per_page;
   p.slot_ids = opt_view(op, "slot_ids", slot_ids);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish(p, e.ex, query, &dsattn::topk_workspace, &dsattn::topk);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish(p, e, query, &dsattn::topk_workspace, &dsattn::topk);
 }
 
 int64_t sparse_mla_decode(In q, In cache_pages, int cache_format, int tokens_per_page, int64_t page_stride_bytes,
@@ -380,8 +408,8 @@ int64_t sparse_mla_decode(In q, In cache_pages, int cache_format, int tokens_per
   p.sm_scale = sm_scale;
   p.out = opt_view(op, "out", out, Bits::kBf16);
   p.lse = opt_view(op, "lse", lse);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish(p, e.ex, query, &dsattn::sparse_mla_decode_workspace, &dsattn::sparse_mla_decode);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish(p, e, query, &dsattn::sparse_mla_decode_workspace, &dsattn::sparse_mla_decode);
 }
 
 int64_t sparse_mla_prefill(In q, In kv, In indices, In topk_length, In attn_sink, float sm_scale, int d_v,
@@ -397,8 +425,8 @@ int64_t sparse_mla_prefill(In q, In kv, In indices, In topk_length, In attn_sink
   p.d_v = d_v;
   p.out = opt_view(op, "out", out, Bits::kBf16);
   p.lse = opt_view(op, "lse", lse);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish(p, e.ex, query, &dsattn::sparse_mla_prefill_workspace, &dsattn::sparse_mla_prefill);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish(p, e, query, &dsattn::sparse_mla_prefill_workspace, &dsattn::sparse_mla_prefill);
 }
 
 int64_t write_indexer_cache(In k, In slot_mapping, Out cache_pages, int cache_format, int states_per_page,
@@ -408,8 +436,8 @@ int64_t write_indexer_cache(In k, In slot_mapping, Out cache_pages, int cache_fo
   p.k = opt_view(op, "k", k, Bits::kBf16);
   p.slot_mapping = opt_view(op, "slot_mapping", slot_mapping);
   p.cache = indexer_cache(op, cache_pages, cache_format, states_per_page, head_dim, page_stride_bytes);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish<dsattn::WriteIndexerCacheParams>(p, e.ex, query, nullptr, &dsattn::write_indexer_cache);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish<dsattn::WriteIndexerCacheParams>(p, e, query, nullptr, &dsattn::write_indexer_cache);
 }
 
 int64_t write_latent_cache(In kv, In slot_mapping, Out cache_pages, int cache_format, int tokens_per_page,
@@ -419,8 +447,8 @@ int64_t write_latent_cache(In kv, In slot_mapping, Out cache_pages, int cache_fo
   p.kv = opt_view(op, "kv", kv, Bits::kBf16);
   p.slot_mapping = opt_view(op, "slot_mapping", slot_mapping);
   p.cache = latent_cache(op, "cache.pages", cache_pages, cache_format, tokens_per_page, page_stride_bytes);
-  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes);
-  return finish<dsattn::WriteLatentCacheParams>(p, e.ex, query, nullptr, &dsattn::write_latent_cache);
+  const ExecArgs e = exec_of(op, backend, stream, workspace, num_threads, smem_budget_bytes, alloc);
+  return finish<dsattn::WriteLatentCacheParams>(p, e, query, nullptr, &dsattn::write_latent_cache);
 }
 
 // ------------------------------------------------------------------ geometry

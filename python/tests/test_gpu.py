@@ -146,6 +146,30 @@ def test_gpu_fused_topk_resident_route_switch():
 
 
 @gpu_op
+def test_gpu_workspace_allocated_in_the_call():
+    """Without workspace=, the extension sizes the scratch and takes it from the Python allocator in
+    the same call. On a stream other than torch's current one the block is kept for that stream
+    (record_stream); an allocator that returns no array is a ValueError naming the op."""
+    from dsattn import _api, _dsattn
+
+    c = indexer_case(seed=21, B=2, N=1, H=32, D=128, S=64, lens=(3000, 1200))
+    cache = dsattn.IndexerCache(cu(c.pages), 64, 128)
+    args = (cu(c.q, "fp8"), cu(c.weights), cache, cu(c.block_table), cu(c.context_lens), 256)
+    want = c.ref_logits()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    res = dsattn.paged_mqa_topk(*args, stream=side)  # torch's current stream stays the default one
+    side.synchronize()
+    fin = np.abs(want[np.isfinite(want)])
+    ref.topk_is_valid(host(res.indices), want, 256, None, c.row_ctx(), atol=1e-4 * fin.max())
+    assert dsattn.paged_mqa_topk_workspace_size(*args, stream=_cur()) > 0
+    a = _api._paged_mqa_topk(*args, None, None, None, None, None, None, False, False, False, False, True, False)
+    ex = _api._exec("paged_mqa_topk", "auto", _cur(), None, 0, 0)
+    with pytest.raises(ValueError, match=r"paged_mqa_topk: alloc\(\d+\) expected to return a writable array, got str"):
+        _api._call(_dsattn.paged_mqa_topk, a, dict(ex, alloc=lambda n: "no array"), False)
+
+
+@gpu_op
 def test_gpu_sparse_mla_decode_matches_reference():
     c = mla_case(seed=3, B=2, Sq=1, Hq=64, topk=64, P=64, num_pages=4, extra=True, sink=True)
     out, lse = dsattn.sparse_mla_decode(cu(c.q, "bf16"), dsattn.LatentCache(cu(c.pages), c.P), cu(c.indices),
