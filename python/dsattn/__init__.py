@@ -33,6 +33,7 @@ Streams
   protocol), .cuda_stream (torch.cuda.Stream) or .ptr (cupy.cuda.Stream). The default (None) is
   the legacy default stream (handle 0), NOT torch's current stream: inside torch.cuda.graph() or a
   torch.cuda.stream() context pass stream=torch.cuda.current_stream().
+  (dsattn.torch_ops, below, takes torch's current stream by itself.)
 
 Workspace
   CUDA ops take workspace= (a uint8 tensor of at least *_workspace_size(...) bytes on the same
@@ -41,6 +42,11 @@ Workspace
   inside torch.cuda.graph(), comes from the graph's private pool; with cupy, or a capture torch does
   not manage, size it with *_workspace_size and pass it in. Do not share one workspace between
   eager calls and graph replays that may overlap.
+
+PyTorch custom ops
+  `import dsattn.torch_ops` registers the ops as torch.ops.dsattn.* (torch >= 2.4): traceable by
+  torch.compile(fullgraph=True), run on torch's current stream, scratch from torch's allocator. See
+  that module's docstring. Not imported here, so `import dsattn` does not import torch.
 
 Build
   `pip install .` at the repository root; CUDA kernels are compiled in when nvcc is found

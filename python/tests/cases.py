@@ -1,4 +1,5 @@
-"""Random test problems built with dsattn.reference only (numpy, host). GPU tests move them to torch."""
+"""Random test problems built with dsattn.reference only (numpy, host), and the two helpers that move
+them to torch and back (torch is imported only by those)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,52 @@ def mla_case(seed=0, B=2, Sq=1, Hq=16, topk=24, P=16, num_pages=6, fmt="v4_fp8",
     if sink:
         c.attn_sink = rng.standard_normal(Hq).astype(np.float32)
     return c
+
+
+def prefill_case(seed=9, M=3, Hq=16, dqk=576, Nk=40, topk=12):
+    """(q bf16 bits [M, Hq, dqk], kv bf16 bits [Nk, dqk], indices int32 [M, topk] with -1 holes,
+    topk_length int32 [M]: a full row, a short one, an empty one (M = 3))."""
+    rng = np.random.default_rng(seed)
+    q = ref.f32_to_bf16(rng.standard_normal((M, Hq, dqk)).astype(np.float32))
+    kv = ref.f32_to_bf16(rng.standard_normal((Nk, dqk)).astype(np.float32))
+    ind = rng.integers(-1, Nk, (M, topk)).astype(np.int32)
+    tl = np.array([topk, topk // 2 - 1, 0], np.int32)
+    return q, kv, ind, tl
+
+
+def to_torch(x: np.ndarray, device: str, kind: str = ""):
+    """Host numpy -> torch on `device`; kind "fp8" / "bf16": x holds E4M3 / bf16 bit patterns, viewed
+    as torch.float8_e4m3fn / torch.bfloat16."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(x.view(np.int16) if kind == "bf16" else x)).to(device)
+    if kind == "fp8":
+        return t.view(torch.float8_e4m3fn)
+    if kind == "bf16":
+        return t.view(torch.bfloat16)
+    return t
+
+
+def to_host(t) -> np.ndarray:
+    """torch -> host numpy; bf16 comes back as uint16 bit patterns."""
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).cpu().numpy().view(np.uint16)
+    return t.cpu().numpy()
+
+
+def capture_graph(step):
+    """torch.cuda.graph capture of `step()` the way torch documents it: one warm-up run on a side
+    stream, then the capture. Returns (graph, what the captured step returned)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out

@@ -12,7 +12,7 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import indexer_case, mla_case
+from cases import capture_graph, indexer_case, mla_case, to_host, to_torch
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and dsattn.cuda_available()),
@@ -21,18 +21,10 @@ pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and dsattn.cuda_a
 
 def cu(x: np.ndarray, kind: str = ""):
     """Host numpy -> torch CUDA; kind "fp8" / "bf16" reinterprets bit patterns as the torch dtype."""
-    t = torch.from_numpy(np.ascontiguousarray(x.view(np.int16) if kind == "bf16" else x)).cuda()
-    if kind == "fp8":
-        return t.view(torch.float8_e4m3fn)
-    if kind == "bf16":
-        return t.view(torch.bfloat16)
-    return t
+    return to_torch(x, "cuda", kind)
 
 
-def host(t) -> np.ndarray:
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).cpu().numpy().view(np.uint16)
-    return t.cpu().numpy()
+host = to_host
 
 
 def _cur():
@@ -298,14 +290,7 @@ def test_gpu_graph_capture_metadata_logits_topk():
         dsattn.paged_mqa_logits(q, w, cache, bt, lens, schedule=meta, logits=logits, workspace=ws_l, stream=s)
         dsattn.topk(logits, k, ends=lens, indices=idx, workspace=ws_t, stream=s)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = capture_graph(step)
 
     for new_lens in ((900, 64, 1500, 300), (1, 0, 1536, 1024)):
         lens.copy_(torch.tensor(new_lens, dtype=torch.int32))

@@ -7,7 +7,7 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import indexer_case, mla_case
+from cases import indexer_case, mla_case, prefill_case
 
 
 def _close_logits(got, want, ctx):
@@ -195,12 +195,8 @@ def test_sparse_mla_decode_matches_reference(fmt, extra, sink):
 
 
 def test_sparse_mla_prefill_matches_reference():
-    rng = np.random.default_rng(9)
-    M, Hq, dqk, Nk, topk = 3, 16, 576, 40, 12
-    q = ref.f32_to_bf16(rng.standard_normal((M, Hq, dqk)).astype(np.float32))
-    kv = ref.f32_to_bf16(rng.standard_normal((Nk, dqk)).astype(np.float32))
-    ind = rng.integers(-1, Nk, (M, topk)).astype(np.int32)
-    tl = np.array([12, 5, 0], np.int32)
+    q, kv, ind, tl = prefill_case()
+    Hq = q.shape[1]
     out, lse = dsattn.sparse_mla_prefill(q, kv, ind, sm_scale=0.05, topk_length=tl)
     want_out, want_lse = ref.sparse_mla_prefill(q, kv, ind, sm_scale=0.05, topk_length=tl)
     np.testing.assert_allclose(ref.bf16_to_f32(out), want_out, rtol=2.0 ** -7, atol=2e-3)
