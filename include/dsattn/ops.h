@@ -21,8 +21,8 @@ enum class Backend { kAuto, kCpu, kCuda };
 const char* backend_name(Backend b);  // "auto", "cpu", "cuda"
 
 struct Exec {
-  // kAuto: CUDA when the tensors live on a CUDA device, else CPU. kCpu with CUDA tensors (or kCuda
-  // with host tensors) is an error, never a silent copy.
+  // kAuto: CUDA when the tensors live on a CUDA device, else CPU. kCpu with CUDA tensors (or kCuda with host
+  // tensors) is an error, never a silent copy; so are CUDA tensors of another device than the current one.
   Backend backend = Backend::kAuto;
   void* stream = nullptr;           // cudaStream_t; nullptr = legacy default stream. A live stream,
                                     // in workspace queries too: the plans ask the driver which SMs

@@ -162,6 +162,23 @@ def test_gpu_workspace_allocated_in_the_call():
 
 
 @gpu_op
+def test_gpu_tensors_of_another_device():
+    """Tensors on cuda:1 called with cuda:0 current: a ValueError naming both devices, not a launch
+    on the wrong device; with cuda:1 current the call runs. Needs two GPUs."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    x = torch.randn(3, 500, device="cuda:1")
+    with torch.cuda.device(0):
+        with pytest.raises(ValueError, match=r"topk: tensors are on cuda:1 but the current CUDA device is cuda:0"):
+            dsattn.topk(x, 16, sorted=True, stream=torch.cuda.current_stream(1))
+    with torch.cuda.device(1):
+        got = dsattn.topk(x, 16, sorted=True, stream=torch.cuda.current_stream(1))
+    torch.cuda.synchronize(1)
+    assert got.indices.device == x.device
+    np.testing.assert_array_equal(host(got.indices), host(torch.topk(x, 16).indices.to(torch.int32)))
+
+
+@gpu_op
 def test_gpu_sparse_mla_decode_matches_reference():
     c = mla_case(seed=3, B=2, Sq=1, Hq=64, topk=64, P=64, num_pages=4, extra=True, sink=True)
     out, lse = dsattn.sparse_mla_decode(cu(c.q, "bf16"), dsattn.LatentCache(cu(c.pages), c.P), cu(c.indices),

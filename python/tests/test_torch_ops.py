@@ -321,3 +321,17 @@ def test_cuda_graph_capture_without_stream_or_workspace():
         want = ref.paged_mqa_logits(c.q, c.weights, c.pages, S, 128, c.block_table, lens_np)
         ref.topk_is_valid(host(fused), want, k, None, lens_np, atol=_tol(want))
         ref.topk_is_valid(host(unfused), want, k, None, lens_np, atol=_tol(want))
+
+
+@needs_cuda
+def test_cuda_op_makes_the_tensors_device_current():
+    """The torch ops run on the inputs' device whatever device is current (dsattn.<op> refuses such a
+    call). Needs two GPUs."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    x = torch.randn(3, 500, device="cuda:1")
+    with torch.cuda.device(0):
+        got = ops.topk(x, 16, sorted=True)
+    torch.cuda.synchronize(1)
+    assert got.device == x.device
+    assert torch.equal(got, torch.topk(x, 16).indices.to(torch.int32))

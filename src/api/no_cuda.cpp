@@ -11,6 +11,7 @@ Status no_cuda(const char* op) { return detail::not_implemented(op, "this dsattn
 }  // namespace
 
 bool available() { return false; }
+int current_device() { return -1; }
 int num_sms() { return 0; }
 int stream_sms(void*) { return 0; }
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "cuda/cuda_ops.h"
+
 namespace dsattn {
 namespace detail {
 
@@ -160,6 +162,15 @@ Status resolve_backend(const char* op, const Exec& ex, std::initializer_list<con
     if (any && dev != Device::kCuda) return invalid(op, "backend cuda expected CUDA tensors, got host tensors");
 #if !DSATTN_WITH_CUDA
     return not_implemented(op, "this dsattn build has no CUDA kernels (built without nvcc)");
+#else
+    // The kernels launch on the calling thread's current device and size their grids by its SMs:
+    // tensors of another device would be read through the wrong context (an illegal address, or
+    // peer reads at best). Without a current device (no GPU) the CUDA calls report that themselves.
+    const int cur = cuda::current_device();
+    if (any && cur >= 0 && cur != dev_id) {
+      return invalid(op, "tensors are on cuda:%d but the current CUDA device is cuda:%d (make cuda:%d current "
+                     "before the call: cudaSetDevice, torch.cuda.device(...))", dev_id, cur, dev_id);
+    }
 #endif
   }
   *out = b;

@@ -9,6 +9,8 @@ namespace dsattn {
 namespace cuda {
 
 bool available();
+// The current CUDA device of the calling thread (cudaGetDevice), -1 where there is none.
+int current_device();
 int num_sms();
 // Multiprocessors that work on `stream` (a cudaStream_t) can use: num_sms(), or fewer where the
 // stream belongs to a green context (or the context has an SM-count affinity).

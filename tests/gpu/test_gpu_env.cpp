@@ -1,9 +1,85 @@
-// Smoke test of the GPU test harness: skips on machines without a CUDA device.
+// Smoke test of the GPU test harness (skips on machines without a CUDA device), and the check
+// that a call's tensors are on the current device.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
 
 TEST(GpuEnv, DeviceVisible) {
   if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
   EXPECT_GT(dsattn::cuda_num_sms(), 0);
+}
+
+// Tensors of another device than the current one are refused, naming both, instead of launching
+// on the current device with the other device's pointers. One device suffices: the views below
+// say cuda:1 about memory of cuda:0, and the check refuses the call before anything reads it.
+TEST(GpuEnv, TensorsOfAnotherDeviceAreRefused) {
+  if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  dsattn::test::DevBuf logits(2 * 64 * 4), idx(2 * 4 * 4);
+  dsattn::TopkParams p;
+  p.logits = dsattn::make_tensor(logits.get(), dsattn::DType::kF32, {2, 64}, dsattn::Device::kCuda, 1);
+  p.indices = dsattn::make_tensor(idx.get(), dsattn::DType::kI32, {2, 4}, dsattn::Device::kCuda, 1);
+  p.k = 4;
+  dsattn::Exec ex;
+  size_t bytes = 0;
+  for (dsattn::Backend b : {dsattn::Backend::kAuto, dsattn::Backend::kCuda}) {
+    ex.backend = b;
+    const dsattn::Status s = dsattn::topk_workspace(p, ex, &bytes);
+    EXPECT_EQ(s.code, dsattn::Code::kInvalidArgument);
+    EXPECT_NE(s.message.find("topk: tensors are on cuda:1 but the current CUDA device is cuda:0"),
+              std::string::npos)
+        << s.message;
+    EXPECT_EQ(dsattn::topk(p, ex).code, dsattn::Code::kInvalidArgument);
+  }
+}
+
+// With their device current, the same call on a second device's tensors runs. Needs two devices.
+TEST(GpuEnv, CallRunsOnTheTensorsDevice) {
+  int n = 0;
+  if (!dsattn::cuda_available() || cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+    GTEST_SKIP() << "needs two CUDA devices";
+  }
+  const int R = 2, W = 64, k = 4;
+  std::vector<float> h(R * W);
+  for (int i = 0; i < R * W; ++i) h[i] = static_cast<float>((i * 37) % W);  // each row a permutation of 0..63
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  void* logits = nullptr;
+  void* idx = nullptr;
+  ASSERT_EQ(cudaMalloc(&logits, h.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&idx, R * k * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(logits, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  dsattn::TopkParams p;
+  p.logits = dsattn::make_tensor(logits, dsattn::DType::kF32, {R, W}, dsattn::Device::kCuda, 1);
+  p.indices = dsattn::make_tensor(idx, dsattn::DType::kI32, {R, k}, dsattn::Device::kCuda, 1);
+  p.k = k;
+  p.sorted = true;
+  dsattn::Exec ex;
+  ex.backend = dsattn::Backend::kCuda;
+  size_t bytes = 0;
+  ASSERT_TRUE(dsattn::topk_workspace(p, ex, &bytes).ok());
+  void* ws = nullptr;
+  if (bytes > 0) {
+    ASSERT_EQ(cudaMalloc(&ws, bytes), cudaSuccess);
+  }
+  ex.workspace = ws;
+  ex.workspace_bytes = bytes;
+  const dsattn::Status run = dsattn::topk(p, ex);
+  EXPECT_TRUE(run.ok()) << run.message;
+  std::vector<int32_t> got(R * k);
+  ASSERT_EQ(cudaMemcpy(got.data(), idx, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < k; ++j) {  // the k largest values W-1, W-2, ... at the positions holding them
+      EXPECT_EQ(h[r * W + got[r * k + j]], static_cast<float>(W - 1 - j)) << "row " << r << " rank " << j;
+    }
+  }
+  cudaFree(ws);
+  cudaFree(idx);
+  cudaFree(logits);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
 }

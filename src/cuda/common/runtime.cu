@@ -24,6 +24,15 @@ bool available() {
   return n > 0;
 }
 
+int current_device() {
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
 int num_sms() {
   if (!available()) return 0;
   int dev = 0, sms = 0;
