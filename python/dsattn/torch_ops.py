@@ -15,6 +15,7 @@ Ops (every tensor on one device; the backend follows it, as backend="auto" does)
   topk(logits, k, ...) -> indices            topk_out(logits, k, indices, values, slot_ids, ...)
   mqa_logits(...) -> logits                  schedule_metadata(context_lens, ...) -> metadata
   sparse_mla_decode(...) -> (out, lse)       sparse_mla_prefill(...) -> (out, lse)
+  sparse_mla_decode_out(..., out, lse, ...)  sparse_mla_prefill_out(..., out, lse, ...)  (write out, lse)
   write_indexer_cache(k, slot_mapping, cache_pages, ...)   (writes cache_pages in place)
   write_latent_cache(kv, slot_mapping, cache_pages, ...)   (writes cache_pages in place)
 The arguments are those of the dsattn.<op> functions (see their docstrings and
@@ -42,7 +43,8 @@ _DV = 512
 _LOGIT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
 if not hasattr(torch.library, "custom_op"):
-    raise ImportError(f"dsattn.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
+    raise ImportError(f"dsattn.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch "
+                      f"{torch.__version__}")
 
 
 # ------------------------------------------------------------------ plumbing
@@ -246,6 +248,19 @@ def _(logits, k, starts=None, ends=None, sorted=False):
 
 
 # ------------------------------------------------------------------ sparse MLA
+def _mla_decode(q, cache_pages, indices, sm_scale, tokens_per_page, cache_format, page_stride_bytes, topk_length,
+                attn_sink, extra_pages, extra_indices, extra_topk_length, extra_tokens_per_page, extra_format,
+                extra_page_stride_bytes, out=None, lse=None):
+    ctx, stream = _exec_kw(q)
+    extra = (None if extra_pages is None else
+             _latent_cache(extra_pages, extra_tokens_per_page, extra_format, extra_page_stride_bytes))
+    with ctx:
+        return _api.sparse_mla_decode(
+            q, _latent_cache(cache_pages, tokens_per_page, cache_format, page_stride_bytes), indices,
+            sm_scale=sm_scale, topk_length=topk_length, extra_cache=extra, extra_indices=extra_indices,
+            extra_topk_length=extra_topk_length, attn_sink=attn_sink, out=out, lse=lse, stream=stream)
+
+
 @_op("sparse_mla_decode")
 def sparse_mla_decode(q: Tensor, cache_pages: Tensor, indices: Tensor, sm_scale: float, tokens_per_page: int,
                       cache_format: str = "v4_fp8", page_stride_bytes: int = 0,
@@ -255,14 +270,9 @@ def sparse_mla_decode(q: Tensor, cache_pages: Tensor, indices: Tensor, sm_scale:
                       extra_format: str = "v4_fp8", extra_page_stride_bytes: int = 0) -> tuple[Tensor, Tensor]:
     """dsattn.sparse_mla_decode: (out bf16 [B, Sq, Hq, 512], lse float32 [B, Sq, Hq]). The extra
     (sliding-window) cache is extra_pages with its own page size, format and stride."""
-    ctx, stream = _exec_kw(q)
-    extra = (None if extra_pages is None else
-             _latent_cache(extra_pages, extra_tokens_per_page, extra_format, extra_page_stride_bytes))
-    with ctx:
-        out, lse = _api.sparse_mla_decode(
-            q, _latent_cache(cache_pages, tokens_per_page, cache_format, page_stride_bytes), indices,
-            sm_scale=sm_scale, topk_length=topk_length, extra_cache=extra, extra_indices=extra_indices,
-            extra_topk_length=extra_topk_length, attn_sink=attn_sink, stream=stream)
+    out, lse = _mla_decode(q, cache_pages, indices, sm_scale, tokens_per_page, cache_format, page_stride_bytes,
+                           topk_length, attn_sink, extra_pages, extra_indices, extra_topk_length,
+                           extra_tokens_per_page, extra_format, extra_page_stride_bytes)
     return out, lse
 
 
@@ -274,15 +284,33 @@ def _(q, cache_pages, indices, sm_scale, tokens_per_page, cache_format="v4_fp8",
     return q.new_empty((b, s, h, _DV), dtype=torch.bfloat16), q.new_empty((b, s, h), dtype=torch.float32)
 
 
+@_op("sparse_mla_decode_out", mutates_args=("out", "lse"))
+def sparse_mla_decode_out(q: Tensor, cache_pages: Tensor, indices: Tensor, sm_scale: float, tokens_per_page: int,
+                          out: Tensor, lse: Tensor, cache_format: str = "v4_fp8", page_stride_bytes: int = 0,
+                          topk_length: Optional[Tensor] = None, attn_sink: Optional[Tensor] = None,
+                          extra_pages: Optional[Tensor] = None, extra_indices: Optional[Tensor] = None,
+                          extra_topk_length: Optional[Tensor] = None, extra_tokens_per_page: int = 0,
+                          extra_format: str = "v4_fp8", extra_page_stride_bytes: int = 0) -> None:
+    """sparse_mla_decode into the caller's out (bf16 [B, Sq, Hq, 512] with a contiguous last
+    dimension, e.g. a view into an engine's output buffer) and lse (float32 [B, Sq, Hq])."""
+    _mla_decode(q, cache_pages, indices, sm_scale, tokens_per_page, cache_format, page_stride_bytes, topk_length,
+                attn_sink, extra_pages, extra_indices, extra_topk_length, extra_tokens_per_page, extra_format,
+                extra_page_stride_bytes, out=out, lse=lse)
+
+
+def _mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v, out=None, lse=None):
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        return _api.sparse_mla_prefill(q, kv, indices, sm_scale=sm_scale, topk_length=topk_length,
+                                       attn_sink=attn_sink, d_v=d_v, out=out, lse=lse, stream=stream)
+
+
 @_op("sparse_mla_prefill")
 def sparse_mla_prefill(q: Tensor, kv: Tensor, indices: Tensor, sm_scale: float,
                        topk_length: Optional[Tensor] = None, attn_sink: Optional[Tensor] = None,
                        d_v: int = _DV) -> tuple[Tensor, Tensor]:
     """dsattn.sparse_mla_prefill: (out bf16 [M, Hq, d_v], lse float32 [M, Hq])."""
-    ctx, stream = _exec_kw(q)
-    with ctx:
-        out, lse = _api.sparse_mla_prefill(q, kv, indices, sm_scale=sm_scale, topk_length=topk_length,
-                                           attn_sink=attn_sink, d_v=d_v, stream=stream)
+    out, lse = _mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, d_v)
     return out, lse
 
 
@@ -290,6 +318,15 @@ def sparse_mla_prefill(q: Tensor, kv: Tensor, indices: Tensor, sm_scale: float,
 def _(q, kv, indices, sm_scale, topk_length=None, attn_sink=None, d_v=_DV):
     m, h, _ = _shape("sparse_mla_prefill", "q", q, (3,))
     return q.new_empty((m, h, d_v), dtype=torch.bfloat16), q.new_empty((m, h), dtype=torch.float32)
+
+
+@_op("sparse_mla_prefill_out", mutates_args=("out", "lse"))
+def sparse_mla_prefill_out(q: Tensor, kv: Tensor, indices: Tensor, sm_scale: float, out: Tensor, lse: Tensor,
+                           topk_length: Optional[Tensor] = None, attn_sink: Optional[Tensor] = None) -> None:
+    """sparse_mla_prefill into the caller's out (bf16 [M, Hq, d_v], d_v from its shape) and lse
+    (float32 [M, Hq])."""
+    _mla_prefill(q, kv, indices, sm_scale, topk_length, attn_sink, _shape("sparse_mla_prefill", "out", out, (3,))[2],
+                 out=out, lse=lse)
 
 
 # ------------------------------------------------------------------ cache writers
@@ -315,4 +352,5 @@ def write_latent_cache(kv: Tensor, slot_mapping: Tensor, cache_pages: Tensor, to
 
 
 OPS = ("paged_mqa_logits", "paged_mqa_topk", "paged_mqa_topk_out", "schedule_metadata", "mqa_logits", "topk",
-       "topk_out", "sparse_mla_decode", "sparse_mla_prefill", "write_indexer_cache", "write_latent_cache")
+       "topk_out", "sparse_mla_decode", "sparse_mla_decode_out", "sparse_mla_prefill", "sparse_mla_prefill_out",
+       "write_indexer_cache", "write_latent_cache")

@@ -153,6 +153,17 @@ def test_sparse_mla_decode(dev, fmt, extra):
     np.testing.assert_allclose(ref.bf16_to_f32(host(out)), want_out, rtol=2.0 ** -7, atol=4e-3)
     np.testing.assert_allclose(host(lse), want_lse, rtol=1e-4, atol=1e-4)
 
+    # The out variant into a view of a wider buffer (an engine's output rows): the view is written,
+    # the rest of the buffer is not.
+    big = torch.full((2, 1, 16, 600), 7.0, dtype=torch.bfloat16, device=dev)
+    o_lse = torch.empty((2, 1, 16), dtype=torch.float32, device=dev)
+    assert ops.sparse_mla_decode_out(put(c.q, dev, "bf16"), put(c.pages, dev), put(c.indices, dev), c.sm_scale, c.P,
+                                     big[..., :512], o_lse, cache_format=fmt, **kw) is None
+    np.testing.assert_allclose(ref.bf16_to_f32(host(big[..., :512].contiguous())), want_out, rtol=2.0 ** -7,
+                               atol=4e-3)
+    np.testing.assert_allclose(host(o_lse), want_lse, rtol=1e-4, atol=1e-4)
+    assert bool((big[..., 512:] == 7.0).all()), "bytes beyond the out view were written"
+
 
 @pytest.mark.parametrize("dev", DEVICES)
 def test_sparse_mla_prefill(dev):
@@ -162,6 +173,12 @@ def test_sparse_mla_prefill(dev):
     want_out, want_lse = ref.sparse_mla_prefill(q, kv, ind, sm_scale=0.05, topk_length=tl)
     np.testing.assert_allclose(ref.bf16_to_f32(host(out)), want_out, rtol=2.0 ** -7, atol=4e-3)
     np.testing.assert_allclose(host(lse), want_lse, rtol=1e-4, atol=1e-4)
+    o = torch.empty_like(out)
+    o_lse = torch.empty_like(lse)
+    ops.sparse_mla_prefill_out(put(q, dev, "bf16"), put(kv, dev, "bf16"), put(ind, dev), 0.05, o, o_lse,
+                               topk_length=put(tl, dev))
+    np.testing.assert_allclose(ref.bf16_to_f32(host(o)), want_out, rtol=2.0 ** -7, atol=4e-3)
+    np.testing.assert_allclose(host(o_lse), want_lse, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -219,8 +236,16 @@ def _opcheck_cases(dev):
         (ops.topk_out, (x, 8, torch.empty((3, 8), dtype=torch.int32, device=dev), None, None), {}),
         (ops.sparse_mla_decode, (put(m.q, dev, "bf16"), put(m.pages, dev), put(m.indices, dev), m.sm_scale, m.P),
          {}),
+        (ops.sparse_mla_decode_out, (put(m.q, dev, "bf16"), put(m.pages, dev), put(m.indices, dev), m.sm_scale, m.P,
+                                     torch.empty((1, 1, 16, 512), dtype=torch.bfloat16, device=dev),
+                                     torch.empty((1, 1, 16), device=dev)), {}),
         (ops.sparse_mla_prefill, (put(m.q[0], dev, "bf16"), torch.zeros((20, 512), dtype=torch.bfloat16, device=dev),
                                   put(m.indices[0] % 20, dev), 0.1), {}),
+        (ops.sparse_mla_prefill_out, (put(m.q[0], dev, "bf16"), torch.zeros((20, 512), dtype=torch.bfloat16,
+                                                                            device=dev),
+                                      put(m.indices[0] % 20, dev), 0.1,
+                                      torch.empty((1, 16, 512), dtype=torch.bfloat16, device=dev),
+                                      torch.empty((1, 16), device=dev)), {}),
         (ops.mqa_logits, (args[0][0], args[1][:1], put(c.q[1, 0], dev), torch.ones(16, device=dev),
                           torch.zeros(1, dtype=torch.int32, device=dev), torch.full((1,), 9, dtype=torch.int32,
                                                                                    device=dev)), dict(clean=True)),
