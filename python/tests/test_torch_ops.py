@@ -360,3 +360,21 @@ def test_cuda_op_makes_the_tensors_device_current():
     torch.cuda.synchronize(1)
     assert got.device == x.device
     assert torch.equal(got, torch.topk(x, 16).indices.to(torch.int32))
+
+
+@needs_cuda
+def test_compile_reduce_overhead_replays():
+    """torch.compile(mode="reduce-overhead") (inductor's CUDA-graph trees) of the fused op: each of four
+    calls with new context lengths returns a valid top-k for them. (Whether inductor
+    recorded a graph rather than skipping it is not asserted here.)"""
+    S, k = 64, 128
+    c = indexer_case(seed=17, B=3, N=1, H=32, D=128, S=S, lens=(1200, 1200, 1200))
+    q, w, pages, bt = put(c.q, "cuda", "fp8"), put(c.weights, "cuda"), put(c.pages, "cuda"), put(c.block_table, "cuda")
+    torch._dynamo.reset()
+    step = torch.compile(lambda q, w, pages, bt, lens: ops.paged_mqa_topk(q, w, pages, bt, lens, S, k),
+                         mode="reduce-overhead", fullgraph=True)
+    for new_lens in ((1200, 64, 700), (5, 1200, 129), (1200, 0, 1000), (300, 301, 302)):
+        lens_np = np.array(new_lens, np.int32)
+        got = host(step(q, w, pages, bt, put(lens_np, "cuda")))
+        want = ref.paged_mqa_logits(c.q, c.weights, c.pages, S, 128, c.block_table, lens_np)
+        ref.topk_is_valid(got, want, k, None, lens_np, atol=_tol(want))
