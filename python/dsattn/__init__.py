@@ -37,7 +37,7 @@ Streams
 
 Workspace
   CUDA ops take workspace= (a uint8 tensor of at least *_workspace_size(...) bytes on the same
-  device). When an op needs scratch and none is passed, the call allocates it (torch, else cupy;
+  device; another device is a ValueError). When an op needs scratch and none is passed, the call allocates it (torch, else cupy;
   numpy on the host) once it knows the size. A torch allocation is kept for the call's stream and,
   inside torch.cuda.graph(), comes from the graph's private pool; with cupy, or a capture torch does
   not manage, size it with *_workspace_size and pass it in. Do not share one workspace between

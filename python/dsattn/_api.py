@@ -101,6 +101,11 @@ def _run(fn, args: dict, ex: dict, like) -> None:
     if ex["workspace"] is None:
         stream = ex["stream"]
         ex = dict(ex, alloc=lambda n: _arrays.scratch(n, like, stream))
+    elif like is not None and _arrays.device_of(ex["workspace"]) != _arrays.device_of(like):
+        # The extension sees only the workspace's address and size: kernels would write host memory
+        # through a device pointer or the reverse (a crash, not an error), so check here.
+        raise ValueError(f"{fn.__name__}: workspace device expected {_arrays.device_str(like)}, got "
+                         f"{_arrays.device_str(ex['workspace'])}")
     _call(fn, args, ex, False)
 
 

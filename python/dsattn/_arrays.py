@@ -42,6 +42,12 @@ def device_of(x):
     return ("cpu", 0)
 
 
+def device_str(x) -> str:
+    """'cpu' or 'cuda:N' for any DLPack / numpy array (device_of, as the library's messages write it)."""
+    kind, idx = device_of(x)
+    return "cpu" if kind == "cpu" else f"cuda:{idx}"
+
+
 def first_array(*xs):
     for x in xs:
         if x is not None and is_array(x):

@@ -144,6 +144,25 @@ def test_workspace_size_queries_take_the_stream(case):
         dsattn.topk_workspace_size(logits, 8, stream="default")
 
 
+def test_workspace_of_another_device_is_refused(case):
+    # The extension sees only a workspace's address and size, so the Python side checks its device
+    # against the inputs' (a host workspace for CUDA kernels, or the reverse, would crash). A stand-in
+    # array that reports a CUDA device is enough: the check comes before anything reads it.
+    class CudaArray:
+        def __dlpack__(self, **kw):
+            raise BufferError("not a real array")
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(ValueError, match=r"topk: workspace device expected cpu, got cuda:0"):
+        dsattn.topk(np.zeros((4, 100), np.float32), 8, workspace=CudaArray())
+    with pytest.raises(ValueError, match=r"paged_mqa_logits: workspace device expected cpu, got cuda:0"):
+        _call(case, workspace=CudaArray())
+    # A host workspace for host inputs is taken.
+    assert dsattn.topk(np.zeros((4, 100), np.float32), 8, workspace=np.zeros(1 << 16, np.uint8)).indices.shape == (4, 8)
+
+
 def test_bf16_uint16_rule_for_topk():
     x = np.array([[1.0, 3.0, 2.0, -1.0]], np.float32)
     res = dsattn.topk(ref.f32_to_bf16(x), 2, sorted=True)
