@@ -3,9 +3,10 @@
 What the registration adds over calling dsattn.<op> with torch tensors:
   * torch.compile traces through the ops (fake-tensor implementations give every output's shape
     and dtype), so a model that calls them compiles without graph breaks (fullgraph=True works);
-  * the ops run on torch's current stream of the inputs' device (dsattn.<op> defaults to the
-    legacy default stream), so they follow torch.cuda.stream() contexts and torch.cuda.graph()
-    capture without a stream argument;
+  * the ops run on torch's current stream of the inputs' device, that device made current for the
+    call (dsattn.<op> defaults to the legacy default stream and refuses tensors of a device that is
+    not current), so they follow torch.cuda.stream() contexts and torch.cuda.graph() capture
+    without a stream argument;
   * scratch comes from torch's caching allocator on that stream (inside a capture: the graph's
     private pool), so no workspace has to be sized and passed in.
 
