@@ -10,7 +10,8 @@
 #      pytest's on a machine without it), else from a wheel built here when scikit-build-core
 #      and nanobind are installed (CXX=/usr/bin/g++: the image's /opt/gcc links libstdc++
 #      statically, and such an extension crashed inside torch),
-#   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present),
+#   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present), and
+#      after the Python tests bench/torch_ops_overhead.py (host time of the Python entry points),
 #   6. with --native-fp8: the portable indexer's sm_89 / sm_120 code (native e4m3 MMA, E4M3 Q) on
 #      this Hopper GPU, from a build with -DDSATTN_SM90_NATIVE_FP8_MMA=ON (its sm_90 code takes that
 #      path; ptxas emulates the e4m3 MMA): GpuIndexer.* and the fused op's portable-kernel tests,
@@ -130,6 +131,12 @@ if [ $PYTESTS -eq 1 ]; then
       step python_tests python_tests.log env PYTHONPATH="$(cd "$OUT/pysite" && pwd)" \
         "$PY" -m pytest -q -rs -p no:cacheprovider python/tests
       tail -n 3 "$OUT/python_tests.log"
+      if [ $BENCH -eq 1 ]; then
+        # The Python entry points' host time per call (torch op, compiled, graph replay) beside the
+        # direct call with a workspace.
+        step bench_torch_ops bench_torch_ops.log env PYTHONPATH="$(cd "$OUT/pysite" && pwd)" \
+          "$PY" bench/torch_ops_overhead.py
+      fi
     fi
   fi
 fi
