@@ -80,8 +80,11 @@ def _exec(op, backend, stream, workspace, num_threads, smem_budget_bytes) -> dic
 
 
 def _call(fn, args: dict, ex: dict, query: bool):
+    kw = {k: _arrays.for_call(v) for k, v in args.items()}
+    if ex.get("workspace") is not None:
+        ex = dict(ex, workspace=_arrays.for_call(ex["workspace"]))
     try:
-        return fn(**args, query=query, **ex)
+        return fn(**kw, query=query, **ex)
     except TypeError as e:
         # nanobind could not take an argument as an array: name the op (the usual cause is a
         # read-only array passed as an output, or an object without __dlpack__).
@@ -100,7 +103,7 @@ def _run(fn, args: dict, ex: dict, like) -> None:
     a capture torch does not manage, pass the workspace."""
     if ex["workspace"] is None:
         stream = ex["stream"]
-        ex = dict(ex, alloc=lambda n: _arrays.scratch(n, like, stream))
+        ex = dict(ex, alloc=lambda n: _arrays.for_call(_arrays.scratch(n, like, stream)))
     elif like is not None and _arrays.device_of(ex["workspace"]) != _arrays.device_of(like):
         # The extension sees only the workspace's address and size: kernels would write host memory
         # through a device pointer or the reverse (a crash, not an error), so check here.

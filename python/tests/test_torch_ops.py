@@ -219,6 +219,25 @@ def test_bad_arguments_name_the_op():
                       backend="eager")(torch.zeros(2, 16, 512, dtype=torch.bfloat16))
 
 
+def test_api_hands_torch_tensors_over_as_capsules():
+    """dsattn.<op> with torch tensors: the extension gets DLPack capsules (to_dlpack, not torch's
+    slower Python __dlpack__); a tensor to_dlpack cannot export goes over as it is, and the
+    extension's refusal names the op."""
+    from dsattn import _arrays
+
+    t = torch.zeros(3, 4)
+    assert type(_arrays.for_call(t)).__name__ == "PyCapsule"
+    a = np.zeros(3)
+    assert _arrays.for_call(a) is a and _arrays.for_call(None) is None and _arrays.for_call(5) == 5
+    sparse = torch.zeros(4, 64).to_sparse()
+    assert _arrays.for_call(sparse) is sparse
+    with pytest.raises(TypeError, match=r"^topk: "):
+        dsattn.topk(sparse, 8)
+    # ... and the results are those of the tensors themselves (the capsule path end to end).
+    x = torch.randn(5, 300)
+    np.testing.assert_array_equal(host(dsattn.topk(x, 16, sorted=True).indices), ref.topk(x.numpy(), 16)[0])
+
+
 # ------------------------------------------------------------------ opcheck
 def _opcheck_cases(dev):
     c = indexer_case(seed=2, B=2, N=1, H=16, D=128, S=16, lens=(50, 33))
