@@ -129,6 +129,20 @@ def _(q, weights, cache_pages, block_table, context_lens, states_per_page, head_
                        dtype=logits_dtype)
 
 
+def _fused_topk(q, weights, cache_pages, block_table, context_lens, states_per_page, k, head_dim, cache_format,
+                page_stride_bytes, q_scales, row_request, schedule, sorted, logits_route, resident_route,
+                indices=None, values=None, slot_ids=None):
+    """The one call path of paged_mqa_topk and paged_mqa_topk_out: dsattn.paged_mqa_topk on the
+    inputs' device and torch's current stream there; outputs not given are allocated."""
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        return _api.paged_mqa_topk(
+            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
+            block_table, context_lens, k, q_scales=q_scales, row_request=row_request, schedule=schedule,
+            indices=indices, values=values, slot_ids=slot_ids, sorted=sorted, logits_route=logits_route,
+            resident_route=resident_route, stream=stream)
+
+
 @_op("paged_mqa_topk_out", mutates_args=("indices", "values", "slot_ids"))
 def paged_mqa_topk_out(q: Tensor, weights: Tensor, cache_pages: Tensor, block_table: Tensor, context_lens: Tensor,
                        states_per_page: int, k: int, indices: Tensor, values: Optional[Tensor],
@@ -139,13 +153,9 @@ def paged_mqa_topk_out(q: Tensor, weights: Tensor, cache_pages: Tensor, block_ta
     """dsattn.paged_mqa_topk into the given outputs: indices int32 [R, k], and values float32 [R, k]
     and slot_ids int32 [R, k] unless None. (values and slot_ids have no defaults: torch before 2.15
     fails on a mutable argument left to its default when the dispatcher drops trailing defaults.)"""
-    ctx, stream = _exec_kw(q)
-    with ctx:
-        _api.paged_mqa_topk(
-            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
-            block_table, context_lens, k, q_scales=q_scales, row_request=row_request, schedule=schedule,
-            indices=indices, values=values, slot_ids=slot_ids, sorted=sorted, logits_route=logits_route,
-            resident_route=resident_route, stream=stream)
+    _fused_topk(q, weights, cache_pages, block_table, context_lens, states_per_page, k, head_dim, cache_format,
+                page_stride_bytes, q_scales, row_request, schedule, sorted, logits_route, resident_route,
+                indices=indices, values=values, slot_ids=slot_ids)
 
 
 @_op("paged_mqa_topk")
@@ -156,12 +166,9 @@ def paged_mqa_topk(q: Tensor, weights: Tensor, cache_pages: Tensor, block_table:
                    resident_route: bool = True) -> Tensor:
     """dsattn.paged_mqa_topk: indices int32 [R, k] (-1 padding). For values or slot ids use
     paged_mqa_topk_out."""
-    ctx, stream = _exec_kw(q)
-    with ctx:
-        return _api.paged_mqa_topk(
-            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
-            block_table, context_lens, k, q_scales=q_scales, row_request=row_request, schedule=schedule,
-            sorted=sorted, logits_route=logits_route, resident_route=resident_route, stream=stream).indices
+    return _fused_topk(q, weights, cache_pages, block_table, context_lens, states_per_page, k, head_dim,
+                       cache_format, page_stride_bytes, q_scales, row_request, schedule, sorted, logits_route,
+                       resident_route).indices
 
 
 @paged_mqa_topk.register_fake
