@@ -132,6 +132,32 @@ def mla_case(seed=0, B=2, Sq=1, Hq=16, topk=24, P=16, num_pages=6, fmt="v4_fp8",
     return c
 
 
+@dataclass
+class MqaCase:
+    q: np.ndarray             # uint8 E4M3 [M, H, D] or packed E2M1 [M, H, D/2]
+    q_scales: object          # int32 [M, H] (mxfp4) or None
+    weights: np.ndarray       # float32 [M, H]
+    k: np.ndarray             # uint8 E4M3 [Nk, D] or packed E2M1 [Nk, D/2]
+    k_scales: np.ndarray      # float32 [Nk] (fp8) or int32 [Nk] (mxfp4)
+    rng: np.random.Generator  # the generator, for the caller's further draws (e.g. its windows)
+
+
+def mqa_case(seed, M, H, D, Nk, fmt="fp8") -> MqaCase:
+    """A prefill-logits problem (SPEC 3.2): queries, weights and keys quantized by the reference
+    codecs (fp8: per-key scales in [0.5, 2)); the caller picks the row windows ks / ke."""
+    rng = np.random.default_rng(seed)
+    qf = rng.standard_normal((M, H, D)).astype(np.float32)
+    kf = rng.standard_normal((Nk, D)).astype(np.float32)
+    if fmt == "fp8":
+        q, qs = ref.f32_to_e4m3(qf), None
+        k, kscale = ref.f32_to_e4m3(kf), rng.uniform(0.5, 2, Nk).astype(np.float32)
+    else:
+        q, qs = ref.mxfp4_quant(qf, D)
+        k, kscale = ref.mxfp4_quant(kf, D)
+    w = rng.standard_normal((M, H)).astype(np.float32)
+    return MqaCase(q, qs, w, k, kscale, rng)
+
+
 def prefill_case(seed=9, M=3, Hq=16, dqk=576, Nk=40, topk=12):
     """(q bf16 bits [M, Hq, dqk], kv bf16 bits [Nk, dqk], indices int32 [M, topk] with -1 holes,
     topk_length int32 [M]: a full row, a short one, an empty one (M = 3))."""

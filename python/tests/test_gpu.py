@@ -12,7 +12,7 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import capture_graph, indexer_case, mla_case, to_host, to_torch
+from cases import capture_graph, indexer_case, mla_case, mqa_case, to_host, to_torch
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and dsattn.cuda_available()),
@@ -236,12 +236,9 @@ def test_gpu_topk_sorted_exact_and_bf16_logits():
 
 @gpu_op
 def test_gpu_mqa_logits_matches_reference():
-    rng = np.random.default_rng(13)
-    M, H, D, Nk = 37, 32, 128, 700
-    q = ref.f32_to_e4m3(rng.standard_normal((M, H, D)).astype(np.float32))
-    k = ref.f32_to_e4m3(rng.standard_normal((Nk, D)).astype(np.float32))
-    ks_ = rng.uniform(0.5, 2, Nk).astype(np.float32)
-    w = rng.standard_normal((M, H)).astype(np.float32)
+    M, Nk = 37, 700
+    m = mqa_case(13, M=M, H=32, D=128, Nk=Nk)
+    q, w, k, ks_, rng = m.q, m.weights, m.k, m.k_scales, m.rng
     ks = np.sort(rng.integers(0, 400, M)).astype(np.int32)
     ke = np.minimum(ks + rng.integers(0, 300, M), Nk).astype(np.int32)
     got = dsattn.mqa_logits(cu(q, "fp8"), cu(w), cu(k, "fp8"), cu(ks_), cu(ks), cu(ke), clean=True, stream=_cur())

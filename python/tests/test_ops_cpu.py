@@ -7,7 +7,7 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import indexer_case, mla_case, prefill_case
+from cases import indexer_case, mla_case, mqa_case, prefill_case
 
 
 def _close_logits(got, want, ctx):
@@ -154,17 +154,9 @@ def test_paged_mqa_topk_route_query():
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
 @pytest.mark.parametrize("compressed", [False, True])
 def test_mqa_logits_matches_reference(fmt, compressed):
-    rng = np.random.default_rng(5)
-    M, H, D, Nk = 7, 16, 64, 90
-    qf = rng.standard_normal((M, H, D)).astype(np.float32)
-    kf = rng.standard_normal((Nk, D)).astype(np.float32)
-    if fmt == "fp8":
-        q, qs = ref.f32_to_e4m3(qf), None
-        k, kscale = ref.f32_to_e4m3(kf), rng.uniform(0.5, 2, Nk).astype(np.float32)
-    else:
-        q, qs = ref.mxfp4_quant(qf, D)
-        k, kscale = ref.mxfp4_quant(kf, D)
-    w = rng.standard_normal((M, H)).astype(np.float32)
+    D = 64
+    m = mqa_case(5, M=7, H=16, D=D, Nk=90, fmt=fmt)
+    q, qs, w, k, kscale = m.q, m.q_scales, m.weights, m.k, m.k_scales
     ks = np.array([0, 0, 10, 40, 89, 50, 3], np.int32)
     ke = np.array([1, 90, 60, 40, 90, 90, 33], np.int32)
     got = dsattn.mqa_logits(q, w, k, kscale, ks, ke, format=fmt, q_scales=qs, compressed=compressed, clean=True)

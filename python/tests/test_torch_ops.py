@@ -10,7 +10,7 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import capture_graph, indexer_case, mla_case, prefill_case, to_host, to_torch
+from cases import capture_graph, indexer_case, mla_case, mqa_case, prefill_case, to_host, to_torch
 
 torch = pytest.importorskip("torch")
 if not hasattr(torch.library, "custom_op"):
@@ -117,12 +117,9 @@ def test_topk_and_topk_out(dev):
 @pytest.mark.parametrize("dev", DEVICES)
 @pytest.mark.parametrize("compressed", [False, True])
 def test_mqa_logits(dev, compressed):
-    rng = np.random.default_rng(5)
-    M, H, D, Nk = 7, 16, 128, 90
-    q = ref.f32_to_e4m3(rng.standard_normal((M, H, D)).astype(np.float32))
-    k = ref.f32_to_e4m3(rng.standard_normal((Nk, D)).astype(np.float32))
-    kscale = rng.uniform(0.5, 2, Nk).astype(np.float32)
-    w = rng.standard_normal((M, H)).astype(np.float32)
+    D = 128
+    m = mqa_case(5, M=7, H=16, D=D, Nk=90)
+    q, w, k, kscale = m.q, m.weights, m.k, m.k_scales
     ks = np.array([0, 0, 10, 40, 89, 50, 3], np.int32)
     ke = np.array([1, 90, 60, 40, 90, 90, 33], np.int32)
     args = (put(q, dev, "fp8"), put(w, dev), put(k, dev, "fp8"), put(kscale, dev), put(ks, dev), put(ke, dev))
