@@ -12,6 +12,7 @@ What the registration adds over calling dsattn.<op> with torch tensors:
 
 Ops (every tensor on one device; the backend follows it, as backend="auto" does):
   paged_mqa_logits(...) -> logits            paged_mqa_topk(...) -> indices
+  paged_mqa_logits_out(..., logits, ...)     mqa_logits_out(..., logits, ...)   (write logits)
   paged_mqa_topk_out(..., k, indices, values, slot_ids, ...)   (writes the outputs not None)
   topk(logits, k, ...) -> indices            topk_out(logits, k, indices, values, slot_ids, ...)
   mqa_logits(...) -> logits                  schedule_metadata(context_lens, ...) -> metadata
@@ -129,6 +130,22 @@ def _(q, weights, cache_pages, block_table, context_lens, states_per_page, head_
                        dtype=logits_dtype)
 
 
+@_op("paged_mqa_logits_out", mutates_args=("logits",))
+def paged_mqa_logits_out(q: Tensor, weights: Tensor, cache_pages: Tensor, block_table: Tensor, context_lens: Tensor,
+                         states_per_page: int, logits: Tensor, head_dim: int = 128, cache_format: str = "fp8",
+                         page_stride_bytes: int = 0, q_scales: Optional[Tensor] = None,
+                         row_request: Optional[Tensor] = None, schedule: Optional[Tensor] = None,
+                         clean: bool = False) -> None:
+    """dsattn.paged_mqa_logits into the caller's logits (float32 or bfloat16 [R, W], any row stride
+    with a contiguous last dimension, e.g. a view of a row-padded buffer); W is max_context."""
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        _api.paged_mqa_logits(
+            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
+            block_table, context_lens, q_scales=q_scales, row_request=row_request, schedule=schedule,
+            logits=logits, clean=clean, stream=stream)
+
+
 def _fused_topk(q, weights, cache_pages, block_table, context_lens, states_per_page, k, head_dim, cache_format,
                 page_stride_bytes, q_scales, row_request, schedule, sorted, logits_route, resident_route,
                 indices=None, values=None, slot_ids=None):
@@ -205,6 +222,18 @@ def mqa_logits(q: Tensor, weights: Tensor, k: Tensor, k_scales: Tensor, ks: Tens
         return _api.mqa_logits(q, weights, k, k_scales, ks, ke, format=format, q_scales=q_scales,
                                compressed=compressed, width=w, clean=clean,
                                logits_dtype=_logits_dtype("mqa_logits", logits_dtype), stream=stream)
+
+
+@_op("mqa_logits_out", mutates_args=("logits",))
+def mqa_logits_out(q: Tensor, weights: Tensor, k: Tensor, k_scales: Tensor, ks: Tensor, ke: Tensor, logits: Tensor,
+                   format: str = "fp8", q_scales: Optional[Tensor] = None, compressed: bool = False,
+                   clean: bool = False) -> None:
+    """dsattn.mqa_logits into the caller's logits (float32 or bfloat16 [M, Nk], or [M, W] when
+    compressed; any row stride with a contiguous last dimension)."""
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        _api.mqa_logits(q, weights, k, k_scales, ks, ke, format=format, q_scales=q_scales, logits=logits,
+                        compressed=compressed, clean=clean, stream=stream)
 
 
 def _mqa_width(q, k, compressed, width):
@@ -359,6 +388,6 @@ def write_latent_cache(kv: Tensor, slot_mapping: Tensor, cache_pages: Tensor, to
                                                                 page_stride_bytes), stream=stream)
 
 
-OPS = ("paged_mqa_logits", "paged_mqa_topk", "paged_mqa_topk_out", "schedule_metadata", "mqa_logits", "topk",
-       "topk_out", "sparse_mla_decode", "sparse_mla_decode_out", "sparse_mla_prefill", "sparse_mla_prefill_out",
-       "write_indexer_cache", "write_latent_cache")
+OPS = ("paged_mqa_logits", "paged_mqa_logits_out", "paged_mqa_topk", "paged_mqa_topk_out", "schedule_metadata",
+       "mqa_logits", "mqa_logits_out", "topk", "topk_out", "sparse_mla_decode", "sparse_mla_decode_out",
+       "sparse_mla_prefill", "sparse_mla_prefill_out", "write_indexer_cache", "write_latent_cache")

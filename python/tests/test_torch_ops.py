@@ -68,6 +68,12 @@ def test_paged_logits_and_fused_topk(dev, fmt, mode):
     bf = ops.paged_mqa_logits(*args, max_context=320, logits_dtype=torch.bfloat16, **kw)
     assert bf.dtype == torch.bfloat16 and tuple(bf.shape) == want.shape
 
+    # The out variant into a view of a row-padded buffer: the rows land there, the padding is untouched.
+    buf = torch.full((want.shape[0], 384), 7.0, device=dev)
+    assert ops.paged_mqa_logits_out(*args, buf[:, :320], clean=True, **kw) is None
+    np.testing.assert_array_equal(host(buf[:, :320]), got)
+    assert np.all(host(buf[:, 320:]) == 7.0)
+
     k = 64
     idx = ops.paged_mqa_topk(*args, k, **kw)
     assert idx.dtype == torch.int32 and tuple(idx.shape) == (want.shape[0], k)
@@ -130,6 +136,10 @@ def test_mqa_logits(dev, compressed):
     fin = np.isfinite(want)
     np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=_logits_atol(want))
     assert np.all(got[~fin] == -np.inf)
+    buf = torch.full((want.shape[0], want.shape[1] + 5), 7.0, device=dev)
+    assert ops.mqa_logits_out(*args, buf[:, :want.shape[1]], compressed=compressed, clean=True) is None
+    np.testing.assert_array_equal(host(buf[:, :want.shape[1]]), got)
+    assert np.all(host(buf[:, want.shape[1]:]) == 7.0)
     if compressed:
         with pytest.raises(ValueError, match="mqa_logits: width expected >= 0 when compressed"):
             ops.mqa_logits(*args, compressed=True)
@@ -246,6 +256,7 @@ def _opcheck_cases(dev):
     out_v = torch.empty((2, 8), dtype=torch.float32, device=dev)
     cases = [
         (ops.paged_mqa_logits, args, dict(kw, clean=True)),
+        (ops.paged_mqa_logits_out, args + (torch.empty((2, 70), device=dev)[:, :64],), dict(kw, clean=True)),
         (ops.paged_mqa_topk, args + (8,), kw),
         (ops.paged_mqa_topk_out, args + (8, out_i, out_v, None), kw),
         (ops.topk, (x, 8), dict(sorted=True)),
@@ -265,6 +276,10 @@ def _opcheck_cases(dev):
         (ops.mqa_logits, (args[0][0], args[1][:1], put(c.q[1, 0], dev), torch.ones(16, device=dev),
                           torch.zeros(1, dtype=torch.int32, device=dev), torch.full((1,), 9, dtype=torch.int32,
                                                                                    device=dev)), dict(clean=True)),
+        (ops.mqa_logits_out, (args[0][0], args[1][:1], put(c.q[1, 0], dev), torch.ones(16, device=dev),
+                              torch.zeros(1, dtype=torch.int32, device=dev),
+                              torch.full((1,), 9, dtype=torch.int32, device=dev), torch.empty((1, 16), device=dev)),
+         dict(clean=True)),
         (ops.write_indexer_cache, (torch.ones((3, 128), device=dev), torch.tensor([0, -1, 5], device=dev),
                                    torch.zeros((2, 16 * 132), dtype=torch.uint8, device=dev), 16), {}),
         (ops.write_latent_cache, (torch.ones((2, 512), device=dev), torch.tensor([1, 3], dtype=torch.int32,
