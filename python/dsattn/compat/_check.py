@@ -1,0 +1,23 @@
+"""Argument checks shared by the compat modules: errors name the original library's function
+("deep_gemm.fp8_paged_mqa_logits: ...") and the argument, as the library's own messages do."""
+
+from __future__ import annotations
+
+import torch
+
+
+def fail(fn: str, msg: str, exc=ValueError):
+    """Raises exc("<fn>: <msg>"); fn is the qualified name, e.g. "flash_mla.flash_mla_sparse_fwd"."""
+    raise exc(f"{fn}: {msg}")
+
+
+def tensor(fn: str, arg: str, x, dtypes, ndims) -> torch.Tensor:
+    """x when it is a torch.Tensor of one of `dtypes` whose rank is one of `ndims`."""
+    if not isinstance(x, torch.Tensor):
+        fail(fn, f"{arg} expected a torch.Tensor, got {type(x).__name__}", TypeError)
+    if x.dtype not in dtypes:
+        fail(fn, f"{arg} dtype expected {' or '.join(str(d) for d in dtypes)}, got {x.dtype}")
+    if x.dim() not in ndims:
+        want = " or ".join(str(n) for n in ndims)
+        fail(fn, f"{arg} rank expected {want}, got {x.dim()} (shape {list(x.shape)})")
+    return x
