@@ -130,6 +130,19 @@ def test_deep_gemm_varlen_rows(dev):
     torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=_atol(want))
 
 
+@pytest.mark.parametrize("dev", DEVICES)
+def test_deep_gemm_one_request_needs_no_schedule(dev):
+    """With one request the call splits it itself (the faster launch) and does not read
+    schedule_meta: a zeroed buffer of the right shape gives the right logits."""
+    c = PagedFp8(seed=9, B=1, N=2, H=64, D=128, block_kv=64, lens=(1000,), pad=0)
+    q, kv_cache, w, lens, bt = c.args(dev)
+    got = deep_gemm.fp8_paged_mqa_logits(q, kv_cache, w, lens, bt, torch.zeros((9, 2), dtype=torch.int32,
+                                                                                 device=dev), 1024, True)
+    want = c.want(1024)
+    fin = torch.isfinite(want)
+    torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=_atol(want))
+
+
 def _fp4_paged_case(seed, dev, B=2, N=2, H=16, D=128, S=32, lens=(100, 45)):
     """MXFP4 keys and queries (reference codecs) in DeepGEMM's [num_blocks, block_kv, 1, D / 2 + 4]."""
     rng = np.random.default_rng(seed)

@@ -28,7 +28,8 @@ Where this differs from DeepGEMM:
   * schedule_meta holds dsattn's schedule (balanced over num_sms - 2 partitions so that it fits
     DeepGEMM's [num_sms + 1, 2] buffer, which engines keep and copy into for CUDA graphs). A buffer
     filled by DeepGEMM itself must not be passed in; schedule_meta=None computes the schedule
-    inside the call. As with DeepGEMM it must come from the same context_lens (and next_n).
+    inside the call. As with DeepGEMM it must come from the same context_lens (and next_n). A call
+    with one request does not read it: the op splits one request without a schedule, faster.
   * More geometry is accepted: any block_kv (states per page) from 1 to 256, H in {8, 16, 24, 32,
     48, 64}, D in {32, 64, 128}, MXFP4 and next_n > 1 on every architecture, clean_logits with 2-D
     context_lens, the CPU. context_lens may also be 1-D [B] (row j of request b sees
@@ -154,7 +155,9 @@ def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_me
         if meta.shape[1] != 2 or meta.shape[0] <= _SCHEDULE_SPARE + 1 or not meta.is_contiguous():
             _fail(fn, f"schedule_meta expected a contiguous int32 [num_sms + 1, 2] from "
                       f"get_paged_mqa_logits_metadata, got shape {list(meta.shape)}")
-        schedule = meta.view(-1)
+        # One request: the op splits it over the SMs without a schedule (no schedule kernel either),
+        # which is the faster launch on Hopper (the one-group walk); a schedule is never needed.
+        schedule = meta.view(-1) if batch > 1 else None
     if cache.dtype != torch.uint8:
         cache = cache.view(torch.uint8)
     logits = _logits_buffer(batch * next_n, int(max_context_len), logits_dtype, values.device)
