@@ -11,7 +11,8 @@
 #      and nanobind are installed (CXX=/usr/bin/g++: the image's /opt/gcc links libstdc++
 #      statically, and such an extension crashed inside torch),
 #   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present), and
-#      after the Python tests bench/torch_ops_overhead.py (host time of the Python entry points),
+#      after the Python tests bench/torch_ops_overhead.py (host time of the Python entry points)
+#      and bench/compat_overhead.py (GPU time of dsattn.compat.deep_gemm beside the op),
 #   6. with --native-fp8: the portable indexer's sm_89 / sm_120 code (native e4m3 MMA, E4M3 Q) on
 #      this Hopper GPU, from a build with -DDSATTN_SM90_NATIVE_FP8_MMA=ON (its sm_90 code takes that
 #      path; ptxas emulates the e4m3 MMA): GpuIndexer.* and the fused op's portable-kernel tests,
@@ -136,6 +137,9 @@ if [ $PYTESTS -eq 1 ]; then
         # direct call with a workspace.
         step bench_torch_ops bench_torch_ops.log env PYTHONPATH="$(cd "$OUT/pysite" && pwd)" \
           "$PY" bench/torch_ops_overhead.py
+        # DeepGEMM's paged-logits call through dsattn.compat beside the op it stands for (GPU time).
+        step bench_compat bench_compat.log env PYTHONPATH="$(cd "$OUT/pysite" && pwd)" \
+          "$PY" bench/compat_overhead.py
       fi
     fi
   fi
