@@ -356,3 +356,46 @@ def test_flash_mla_cache_of_padded_pages():
     pages = _latent_pages(rng, 2, 8, "v4_fp8")
     view = _flashmla_cache(pages, 8, 584, "cpu")
     assert view.stride(0) == pages.shape[1] == 5184 and view.shape[1:] == (8, 1, 584)
+
+
+# ------------------------------------------------------------------ CUDA graphs, as engines capture decode
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs torch with CUDA and a CUDA build of dsattn")
+def test_compat_decode_step_in_a_cuda_graph():
+    """An engine's captured decode step: the schedule copied into a kept [num_sms + 1, 2] buffer,
+    DeepGEMM-style paged logits, FlashMLA-style sparse decode over slot ids; replayed with new
+    context lengths and indices written into the captured inputs."""
+    from cases import capture_graph
+
+    dev, num_sms = "cuda", deep_gemm.get_num_sms()
+    c = PagedFp8(seed=13, B=3, N=1, H=64, D=128, block_kv=64, lens=(700, 700, 700), pad=0)
+    q, kv_cache, w, lens, bt = c.args(dev)
+    kept = torch.zeros((num_sms + 1, 2), dtype=torch.int32, device=dev)
+    m = mla_case(seed=14, B=3, Sq=1, Hq=64, topk=32, P=64, num_pages=3, fmt="v32_fp8", sink=True)
+    mq, k_cache = put(m.q, dev, "bf16"), _flashmla_cache(m.pages, m.P, 656, dev)
+    ind, tl, sink = put(m.indices, dev), put(m.topk_length, dev), put(m.attn_sink, dev)
+    sched = flash_mla.get_mla_metadata()[0]
+
+    def step():
+        kept.copy_(deep_gemm.get_paged_mqa_logits_metadata(lens, 64, num_sms))
+        logits = deep_gemm.fp8_paged_mqa_logits(q, kv_cache, w, lens, bt, kept, 704, True)
+        out, lse = flash_mla.flash_mla_with_kvcache(mq, k_cache, None, None, 512, sched, softmax_scale=m.sm_scale,
+                                                    is_fp8_kvcache=True, indices=ind, attn_sink=sink, topk_length=tl)
+        return logits, out, lse
+
+    graph, (logits, out, lse) = capture_graph(step)
+    rng = np.random.default_rng(15)
+    for new_lens in ((700, 1, 350), (0, 640, 699)):
+        c.context_lens = torch.tensor(new_lens, dtype=torch.int32).view(3, 1)
+        lens.copy_(c.context_lens)
+        m.indices = rng.integers(-1, 3 * 64, m.indices.shape).astype(np.int32)
+        ind.copy_(put(m.indices, dev))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = c.want(704)
+        fin = torch.isfinite(want)
+        g = logits.cpu().double()
+        torch.testing.assert_close(g[fin], want[fin], rtol=1e-4, atol=_atol(want))
+        assert bool((g[~fin] == float("-inf")).all())
+        want_out, want_lse = m.ref()
+        np.testing.assert_allclose(ref.bf16_to_f32(host(out)), want_out, rtol=2.0 ** -7, atol=4e-3)
+        np.testing.assert_allclose(host(lse.contiguous()), _flashmla_lse(want_lse), rtol=1e-4, atol=1e-4)
