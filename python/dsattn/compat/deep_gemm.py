@@ -83,7 +83,7 @@ def _align(x: int, a: int) -> int:
 
 def _logits_buffer(rows: int, width: int, dtype: torch.dtype, device) -> Tensor:
     """[rows, width] view of a row-padded buffer: DeepGEMM's rows (256-element and 1024-byte aligned)."""
-    stride = _align(_align(max(width, 1), 256), 1024 // torch.empty((), dtype=dtype).element_size())
+    stride = _align(_align(max(width, 1), 256), 1024 // dtype.itemsize)
     return torch.empty((rows, stride), dtype=dtype, device=device)[:, :width]
 
 
