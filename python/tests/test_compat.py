@@ -236,6 +236,8 @@ def test_deep_gemm_bad_arguments_name_the_function():
     with pytest.raises(ValueError, match=r"indices expected int32 \[1\] with next_n 1"):
         deep_gemm.fp8_paged_mqa_logits(q, kv_cache, w, lens, bt, None, 32,
                                        indices=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="fp8_paged_mqa_logits: max_context_len expected >= 0, got -1"):
+        deep_gemm.fp8_paged_mqa_logits(q, kv_cache, w, lens, bt, None, -1)
     with pytest.raises(TypeError, match=r"fp8_mqa_logits: kv expected a pair \(values, scales\)"):
         deep_gemm.fp8_mqa_logits(q[0], kv_cache, w, lens, lens)
     # What dsattn itself refuses keeps its message (the op and the argument).

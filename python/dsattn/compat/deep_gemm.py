@@ -158,6 +158,8 @@ def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_me
         # One request: the op splits it over the SMs without a schedule (no schedule kernel either),
         # which is the faster launch on Hopper (the one-group walk); a schedule is never needed.
         schedule = meta.view(-1) if batch > 1 else None
+    if int(max_context_len) < 0:
+        _fail(fn, f"max_context_len expected >= 0, got {max_context_len}")
     if cache.dtype != torch.uint8:
         cache = cache.view(torch.uint8)
     logits = _logits_buffer(batch * next_n, int(max_context_len), logits_dtype, values.device)
