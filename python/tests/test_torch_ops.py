@@ -396,12 +396,15 @@ def test_cuda_op_makes_the_tensors_device_current():
 @needs_cuda
 def test_compile_reduce_overhead_replays():
     """torch.compile(mode="reduce-overhead") (inductor's CUDA-graph trees) of the fused op: each of four
-    calls with new context lengths returns a valid top-k for them. (Whether inductor
-    recorded a graph rather than skipping it is not asserted here.)"""
+    calls with new context lengths returns a valid top-k for them, and inductor did not skip the
+    CUDA graph (it counts each skip, e.g. for a CPU tensor or an input it cannot keep static)."""
+    from torch._dynamo.utils import counters
+
     S, k = 64, 128
     c = indexer_case(seed=17, B=3, N=1, H=32, D=128, S=S, lens=(1200, 1200, 1200))
     q, w, pages, bt = put(c.q, "cuda", "fp8"), put(c.weights, "cuda"), put(c.pages, "cuda"), put(c.block_table, "cuda")
     torch._dynamo.reset()
+    counters.clear()
     step = torch.compile(lambda q, w, pages, bt, lens: ops.paged_mqa_topk(q, w, pages, bt, lens, S, k),
                          mode="reduce-overhead", fullgraph=True)
     for new_lens in ((1200, 64, 700), (5, 1200, 129), (1200, 0, 1000), (300, 301, 302)):
@@ -409,3 +412,4 @@ def test_compile_reduce_overhead_replays():
         got = host(step(q, w, pages, bt, put(lens_np, "cuda")))
         want = ref.paged_mqa_logits(c.q, c.weights, c.pages, S, 128, c.block_table, lens_np)
         ref.topk_is_valid(got, want, k, None, lens_np, atol=_tol(want))
+    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor skipped the CUDA graph"
