@@ -3,8 +3,10 @@
 Every op of include/dsattn/ops.h, with keyword arguments named after the C++ params fields:
     paged_mqa_logits, paged_mqa_topk, schedule_metadata, mqa_logits, topk,
     sparse_mla_decode, sparse_mla_prefill, write_indexer_cache, write_latent_cache
-plus *_workspace_size(...) queries, geometry (get_preset, plan, cache sizes / allocation) and
-`dsattn.reference`, a pure-numpy implementation of every op used by the tests.
+plus *_workspace_size(...) queries, geometry (get_preset, plan, cache sizes / allocation),
+inspect_indexer_cache / inspect_latent_cache (host-side checks of a cache's contents, for
+debugging an integration: see dsattn.diagnose) and `dsattn.reference`, a pure-numpy
+implementation of every op used by the tests.
 
 Arrays
   Tensors travel through DLPack without copies: torch, cupy, jax and numpy (anything with
@@ -78,6 +80,7 @@ from ._api import (
     write_indexer_cache,
     write_latent_cache,
 )
+from .diagnose import CacheReport, inspect_indexer_cache, inspect_latent_cache
 from .geometry import (
     LayerGeometry,
     ModelPreset,
