@@ -25,6 +25,11 @@ import numpy as np
 
 from ._api import IndexerCache, LatentCache
 
+# SPEC 2.3 byte layouts. V4: per page, P records of [448 E4M3 | 64 bf16 RoPE] then P records of
+# [7 UE8M0 scales | pad]. V3.2: 656-byte tokens [512 E4M3 | 4 fp32 scales | 64 bf16 RoPE].
+_V4_RECORD, _V4_NOPE, _V4_SCALE_RECORD, _V4_SCALES = 576, 448, 8, 7
+_V32_TOKEN, _V32_NOPE, _V32_ROPE_AT = 656, 512, 528
+
 _WRITTEN_BUT_ZERO_HINT = ("never written? (context lengths must count states: tokens // ratio on a "
                           "compressed layer; or the writes used other slot ids)")
 
@@ -210,23 +215,24 @@ def inspect_latent_cache(cache: LatentCache, indices, topk_length=None) -> Cache
         return CacheReport(name, 0, problems, counts)
     pid, off = ids // P, ids % P
     if fmt == "v4_fp8":
-        rec = pages[pid[:, None], off[:, None] * 576 + np.arange(576)]                   # [n, 576]
-        sc = pages[pid[:, None], P * 576 + off[:, None] * 8 + np.arange(7)]               # [n, 7] UE8M0
-        nope, rope = rec[:, :448], np.ascontiguousarray(rec[:, 448:576]).view("<u2")
+        rec = pages[pid[:, None], off[:, None] * _V4_RECORD + np.arange(_V4_RECORD)]
+        sc = pages[pid[:, None], P * _V4_RECORD + off[:, None] * _V4_SCALE_RECORD + np.arange(_V4_SCALES)]
+        nope, rope = rec[:, :_V4_NOPE], np.ascontiguousarray(rec[:, _V4_NOPE:]).view("<u2")
         counts["nan_scale"] = int((sc == 0xFF).any(axis=1).sum())
         counts["unwritten"] = int(((rec == 0).all(axis=1) & (sc == 0).all(axis=1)).sum())
         layout = "SPEC 2.3 V4: P records of 576 bytes, then P scale records of 8 bytes, page-major"
     elif fmt == "v32_fp8":
-        rec = pages[pid[:, None], off[:, None] * 656 + np.arange(656)]                   # [n, 656]
-        scale = np.ascontiguousarray(rec[:, 512:528]).view("<f4")                          # [n, 4]
-        nope, rope = rec[:, :512], np.ascontiguousarray(rec[:, 528:656]).view("<u2")
+        rec = pages[pid[:, None], off[:, None] * _V32_TOKEN + np.arange(_V32_TOKEN)]
+        scale = np.ascontiguousarray(rec[:, _V32_NOPE:_V32_ROPE_AT]).view("<f4")           # [n, 4]
+        nope, rope = rec[:, :_V32_NOPE], np.ascontiguousarray(rec[:, _V32_ROPE_AT:]).view("<u2")
         counts["nan_scale"] = int(((~np.isfinite(scale)) | (scale < 0)).any(axis=1).sum())
         counts["unwritten"] = int((rec == 0).all(axis=1).sum())
         layout = "SPEC 2.3 V3.2: 656-byte tokens, 512 E4M3 values, 4 fp32 scales, 64 bf16 RoPE values"
     else:
         raise ValueError(f"inspect_latent_cache: cache.format expected v4_fp8 or v32_fp8, got {fmt!r}")
-    counts["nan_values"] = int((((nope & 0x7F) == 0x7F).any(axis=1) |
-                                (((rope & 0x7F80) == 0x7F80) & ((rope & 0x7F) != 0)).any(axis=1)).sum())
+    e4m3_nan = ((nope & 0x7F) == 0x7F).any(axis=1)                                         # S.1111.111
+    bf16_nan = (((rope & 0x7F80) == 0x7F80) & ((rope & 0x7F) != 0)).any(axis=1)            # exponent 255, mantissa != 0
+    counts["nan_values"] = int((e4m3_nan | bf16_nan).sum())
     if counts["nan_scale"]:
         problems.append(f"{counts['nan_scale']} of {ids.size} tokens have a NaN (or negative) scale: the pages may "
                         f"be read with the wrong format, tokens_per_page or page stride ({layout})")

@@ -97,6 +97,13 @@ def test_latent_cache(fmt):
     rep = dsattn.inspect_latent_cache(dsattn.LatentCache(bad, P, fmt), ind)
     assert rep.counts["nan_scale"] == 1 and "NaN (or negative) scale" in str(rep)
 
+    # A bf16 NaN in a token's RoPE part (the 3rd RoPE value).
+    nan = pages.copy()
+    rope_at = o * 576 + 448 if fmt == "v4_fp8" else o * 656 + 528
+    nan[p, rope_at + 4: rope_at + 6] = np.array([0x7FC0], "<u2").view(np.uint8)
+    rep = dsattn.inspect_latent_cache(dsattn.LatentCache(nan, P, fmt), ind)
+    assert rep.counts["nan_values"] == 1 and rep.counts["nan_scale"] == 0 and "bf16 NaN" in str(rep)
+
     # A slot past the cache, and a slot of a page never written.
     zero = np.concatenate([pages, np.zeros((1, pages.shape[1]), np.uint8)])
     ind2 = np.array([[[3 * P + 2, 4 * P + 1, 0, -1]]], np.int32)
