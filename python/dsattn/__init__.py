@@ -3,7 +3,7 @@
 Every op of include/dsattn/ops.h, with keyword arguments named after the C++ params fields:
     paged_mqa_logits, paged_mqa_topk, schedule_metadata, mqa_logits, topk,
     sparse_mla_decode, sparse_mla_prefill, write_indexer_cache, write_latent_cache
-plus *_workspace_size(...) queries, geometry (get_preset, plan, cache sizes / allocation),
+plus mqa_topk (prefill logits + top-k in row chunks: bounded memory), *_workspace_size(...) queries, geometry (get_preset, plan, cache sizes / allocation),
 inspect_indexer_cache / inspect_latent_cache (host-side checks of a cache's contents, for
 debugging an integration: see dsattn.diagnose) and `dsattn.reference`, a pure-numpy
 implementation of every op used by the tests.
@@ -64,6 +64,7 @@ from ._api import (
     TopkResult,
     mqa_logits,
     mqa_logits_workspace_size,
+    mqa_topk,
     paged_mqa_logits,
     paged_mqa_logits_workspace_size,
     paged_mqa_topk,

@@ -305,17 +305,7 @@ def _mqa_logits(q, weights, k, k_scales, ks, ke, format, q_scales, logits, compr
         if not compressed:
             width = _dim(k, 0)
         elif width is None:
-            # max(ke - ks), read back with the inputs' framework (a host sync on GPU arrays). Where
-            # ks / ke are not two 1-D arrays of one length and integer type, 0: the C++ checks then
-            # say what is wrong with them (numpy's broadcast error would not name the op).
-            width = 0
-            shape_s, shape_e = tuple(getattr(ks, "shape", ())), tuple(getattr(ke, "shape", ()))
-            kinds = {getattr(getattr(x, "dtype", None), "kind", "i") for x in (ks, ke)}  # torch: no .kind
-            if len(shape_s) == 1 and shape_s == shape_e and shape_s[0] > 0 and kinds <= {"i", "u"}:
-                try:
-                    width = max(int((ke - ks).max()), 0)
-                except (TypeError, ValueError, RuntimeError):
-                    width = 0
+            width = _max_window(ks, ke)  # numpy's broadcast error would not name the op
     args = dict(format=_fmt(op, INDEXER_FORMATS, format, "format"), q=_arrays.prep(q),
                 q_scales=_arrays.prep(q_scales), weights=_arrays.prep(weights), k=_arrays.prep(k),
                 k_scales=_arrays.prep(k_scales), ks=_arrays.prep(ks), ke=_arrays.prep(ke),
@@ -346,6 +336,58 @@ def mqa_logits_workspace_size(q, weights, k, k_scales, ks, ke, *, format="fp8", 
                        logits_dtype, True)
     ex = _exec("mqa_logits", backend, stream, None, num_threads, smem_budget_bytes)
     return _workspace_bytes(_core.mqa_logits, args, ex)
+
+
+def _max_window(ks, ke) -> int:
+    """max(ke - ks, 0) read back with the inputs' framework (a host sync on GPU arrays); 0 where ks / ke
+    are not two 1-D integer arrays of one length (the C++ checks then say what is wrong with them)."""
+    shape_s, shape_e = tuple(getattr(ks, "shape", ())), tuple(getattr(ke, "shape", ()))
+    kinds = {getattr(getattr(x, "dtype", None), "kind", "i") for x in (ks, ke)}  # torch: no .kind
+    if len(shape_s) == 1 and shape_s == shape_e and shape_s[0] > 0 and kinds <= {"i", "u"}:
+        try:
+            return max(int((ke - ks).max()), 0)
+        except (TypeError, ValueError, RuntimeError):
+            return 0
+    return 0
+
+
+def mqa_topk(q, weights, k, k_scales, ks, ke, topk: int, *, format="fp8", q_scales=None, width=None,
+             chunk_bytes: int = 1 << 28, indices=None, values=None, return_values=False, sorted=False,
+             backend="auto", stream=None, num_threads=0, smem_budget_bytes=0) -> TopkResult:
+    """Prefill indexer + top-k with bounded memory: per row m the `topk` best keys of its window
+    [ks[m], ke[m]) (SPEC 3.2 then 3.3), indices relative to ks[m] (-1 padding). The logits are
+    computed in row chunks of at most chunk_bytes (compressed [rows, width] fp32, reused), each
+    chunk selected before the next, so memory is O(chunk_bytes + M x topk), not O(M x Nk).
+    width (the longest window, max(ke - ks)) defaults to reading ks / ke back to the host (pass it
+    on the GPU to avoid the sync). Returns TopkResult(indices int32 [M, topk], values float32
+    [M, topk] or None, None)."""
+    op = "mqa_topk"
+    for name, x, req in (("q", q, True), ("weights", weights, True), ("ks", ks, True), ("ke", ke, True),
+                         ("q_scales", q_scales, False)):
+        _arrays.check_array(op, name, x, req)
+    if int(topk) <= 0:
+        raise ValueError(f"{op}: topk expected > 0, got {topk}")
+    if int(chunk_bytes) <= 0:
+        raise ValueError(f"{op}: chunk_bytes expected > 0, got {chunk_bytes}")
+    w = _max_window(ks, ke) if width is None else int(width)
+    if w < 0:
+        raise ValueError(f"{op}: width expected >= 0, got {w}")
+    M = _dim(q, 0)
+    out_i = _out(op, "indices", indices, (M, topk), "int32", q)
+    out_v = _out(op, "values", values, (M, topk), "float32", q) if values is not None or return_values else None
+    chunk = max(1, min(M, int(chunk_bytes) // (4 * max(w, 1))))
+    logits = _arrays.empty((chunk, max(w, 1)), "float32", q)
+    lens = (ke - ks).clip(0, None)
+    ex = dict(backend=backend, stream=stream, num_threads=num_threads, smem_budget_bytes=smem_budget_bytes)
+    for r0 in range(0, M, chunk):
+        r1 = min(M, r0 + chunk)
+        part = logits[: r1 - r0, :w]
+        mqa_logits(q[r0:r1], weights[r0:r1], k, k_scales, ks[r0:r1], ke[r0:r1], format=format,
+                   q_scales=None if q_scales is None else q_scales[r0:r1], logits=part, compressed=True, **ex)
+        _topk_op(part, topk, ends=lens[r0:r1], indices=out_i[r0:r1],
+                values=None if out_v is None else out_v[r0:r1], sorted=sorted, **ex)
+    return TopkResult(indices if indices is not None else out_i,
+                      None if out_v is None else (values if values is not None else out_v), None)
 
 
 # ------------------------------------------------------------------ top-k
@@ -380,6 +422,9 @@ def topk(logits, k: int, *, starts=None, ends=None, indices=None, values=None, r
     return TopkResult(indices if indices is not None else args["indices"],
                       values if values is not None else args["values"],
                       slot_ids if slot_ids is not None else args["slot_ids"])
+
+
+_topk_op = topk  # for mqa_topk, whose count argument is called topk
 
 
 def topk_workspace_size(logits, k: int, *, starts=None, ends=None, indices=None, values=None, return_values=False,

@@ -16,6 +16,7 @@ Ops (every tensor on one device; the backend follows it, as backend="auto" does)
   paged_mqa_topk_out(..., k, indices, values, slot_ids, ...)   (writes the outputs not None)
   topk(logits, k, ...) -> indices            topk_out(logits, k, indices, values, slot_ids, ...)
   mqa_logits(...) -> logits                  schedule_metadata(context_lens, ...) -> metadata
+  mqa_topk(..., topk, width, ...) -> indices (prefill logits + top-k in row chunks)
   sparse_mla_decode(...) -> (out, lse)       sparse_mla_prefill(...) -> (out, lse)
   sparse_mla_decode_out(..., out, lse, ...)  sparse_mla_prefill_out(..., out, lse, ...)  (write out, lse)
   write_indexer_cache(k, slot_mapping, cache_pages, ...)   (writes cache_pages in place)
@@ -254,6 +255,26 @@ def _(q, weights, k, k_scales, ks, ke, format="fp8", q_scales=None, compressed=F
     return q.new_empty((m, _mqa_width(q, k, compressed, width)), dtype=logits_dtype)
 
 
+@_op("mqa_topk")
+def mqa_topk(q: Tensor, weights: Tensor, k: Tensor, k_scales: Tensor, ks: Tensor, ke: Tensor, topk: int, width: int,
+             format: str = "fp8", q_scales: Optional[Tensor] = None, chunk_bytes: int = 1 << 28,
+             sorted: bool = False) -> Tensor:
+    """dsattn.mqa_topk: indices int32 [M, topk] relative to ks, the logits made and selected in row
+    chunks of at most chunk_bytes. width: the longest window, max(ke - ks) (the torch op cannot
+    read it back to the host)."""
+    if width < 0:
+        raise ValueError(f"mqa_topk: width expected >= 0 (the longest window, max(ke - ks)), got {width}")
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        return _api.mqa_topk(q, weights, k, k_scales, ks, ke, topk, format=format, q_scales=q_scales, width=width,
+                             chunk_bytes=chunk_bytes, sorted=sorted, stream=stream).indices
+
+
+@mqa_topk.register_fake
+def _(q, weights, k, k_scales, ks, ke, topk, width, format="fp8", q_scales=None, chunk_bytes=1 << 28, sorted=False):
+    return q.new_empty((_shape("mqa_topk", "q", q, (3,))[0], topk), dtype=torch.int32)
+
+
 # ------------------------------------------------------------------ top-k
 @_op("topk_out", mutates_args=("indices", "values", "slot_ids"))
 def topk_out(logits: Tensor, k: int, indices: Tensor, values: Optional[Tensor], slot_ids: Optional[Tensor],
@@ -389,5 +410,5 @@ def write_latent_cache(kv: Tensor, slot_mapping: Tensor, cache_pages: Tensor, to
 
 
 OPS = ("paged_mqa_logits", "paged_mqa_logits_out", "paged_mqa_topk", "paged_mqa_topk_out", "schedule_metadata",
-       "mqa_logits", "mqa_logits_out", "topk", "topk_out", "sparse_mla_decode", "sparse_mla_decode_out",
+       "mqa_logits", "mqa_logits_out", "mqa_topk", "topk", "topk_out", "sparse_mla_decode", "sparse_mla_decode_out",
        "sparse_mla_prefill", "sparse_mla_prefill_out", "write_indexer_cache", "write_latent_cache")

@@ -167,6 +167,31 @@ def test_mqa_logits_matches_reference(fmt, compressed):
     assert np.all(got[~fin] == -np.inf)
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_mqa_topk_in_chunks_matches_reference(fmt):
+    """Prefill logits + top-k row chunk by row chunk: the same indices as the reference's top-k of
+    its full logits, whatever the chunk size (one row, three rows, all at once)."""
+    D, k = 64, 12
+    m = mqa_case(6, M=7, H=16, D=D, Nk=90, fmt=fmt)
+    q, qs, w, kk, kscale = m.q, m.q_scales, m.weights, m.k, m.k_scales
+    ks = np.array([0, 0, 10, 40, 89, 50, 3], np.int32)
+    ke = np.array([1, 90, 60, 40, 90, 90, 33], np.int32)
+    full = ref.mqa_logits(q, w, kk, kscale, ks, ke, head_dim=D, format=fmt, q_scales=qs, compressed=True)
+    want_i, want_v = ref.topk(full, k, ends=ke - ks)
+    for chunk_bytes in (4 * 90, 3 * 4 * 90, 1 << 20):
+        got = dsattn.mqa_topk(q, w, kk, kscale, ks, ke, k, format=fmt, q_scales=qs, chunk_bytes=chunk_bytes,
+                              sorted=True, return_values=True)
+        np.testing.assert_array_equal(got.indices, want_i, err_msg=f"chunk_bytes {chunk_bytes}")
+        np.testing.assert_allclose(got.values, want_v, rtol=1e-5, atol=1e-4)
+        assert got.slot_ids is None
+    out = np.full((7, k), -7, np.int32)
+    res = dsattn.mqa_topk(q, w, kk, kscale, ks, ke, k, format=fmt, q_scales=qs, width=90, indices=out)
+    assert res.indices is out and res.values is None
+    ref.topk_is_valid(out, full, k, None, ke - ks)
+    with pytest.raises(ValueError, match="mqa_topk: topk expected > 0, got 0"):
+        dsattn.mqa_topk(q, w, kk, kscale, ks, ke, 0, format=fmt, q_scales=qs)
+
+
 # ------------------------------------------------------------------ sparse MLA
 @pytest.mark.parametrize("fmt,extra,sink", [("v4_fp8", True, True), ("v4_fp8", False, False),
                                             ("v32_fp8", False, True)])

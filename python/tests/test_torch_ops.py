@@ -146,6 +146,22 @@ def test_mqa_logits(dev, compressed):
 
 
 @pytest.mark.parametrize("dev", DEVICES)
+def test_mqa_topk(dev):
+    D, k = 128, 16
+    m = mqa_case(15, M=9, H=16, D=D, Nk=300)
+    ks = np.array([0, 0, 10, 40, 299, 50, 3, 100, 0], np.int32)
+    ke = np.array([1, 300, 60, 40, 300, 290, 33, 300, 250], np.int32)
+    args = (put(m.q, dev, "fp8"), put(m.weights, dev), put(m.k, dev, "fp8"), put(m.k_scales, dev), put(ks, dev),
+            put(ke, dev))
+    full = ref.mqa_logits(m.q, m.weights, m.k, m.k_scales, ks, ke, head_dim=D, compressed=True)
+    for chunk_bytes in (3 * 4 * 300, 1 << 28):  # three rows per chunk; one chunk
+        got = host(ops.mqa_topk(*args, k, 300, chunk_bytes=chunk_bytes))
+        ref.topk_is_valid(got, full, k, None, ke - ks, atol=_tol(full))
+    with pytest.raises(ValueError, match="mqa_topk: width expected >= 0"):
+        ops.mqa_topk(*args, k, -1)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
 @pytest.mark.parametrize("fmt,extra", [("v4_fp8", True), ("v32_fp8", False)])
 def test_sparse_mla_decode(dev, fmt, extra):
     c = mla_case(seed=4, B=2, Sq=1, Hq=16, topk=32, P=16, fmt=fmt, extra=extra, sink=True)
@@ -276,6 +292,9 @@ def _opcheck_cases(dev):
         (ops.mqa_logits, (args[0][0], args[1][:1], put(c.q[1, 0], dev), torch.ones(16, device=dev),
                           torch.zeros(1, dtype=torch.int32, device=dev), torch.full((1,), 9, dtype=torch.int32,
                                                                                    device=dev)), dict(clean=True)),
+        (ops.mqa_topk, (args[0][0], args[1][:1], put(c.q[1, 0], dev), torch.ones(16, device=dev),
+                        torch.zeros(1, dtype=torch.int32, device=dev), torch.full((1,), 9, dtype=torch.int32,
+                                                                                 device=dev), 4, 9), {}),
         (ops.mqa_logits_out, (args[0][0], args[1][:1], put(c.q[1, 0], dev), torch.ones(16, device=dev),
                               torch.zeros(1, dtype=torch.int32, device=dev),
                               torch.full((1,), 9, dtype=torch.int32, device=dev), torch.empty((1, 16), device=dev)),
