@@ -211,6 +211,23 @@ def test_sparse_mla_decode_matches_reference(fmt, extra, sink):
         assert np.all(lse[1, 0] == -np.inf) and not ref.bf16_to_f32(out[1, 0]).any()
 
 
+def test_prefill_over_the_fp8_cache_is_decode_with_one_token_per_request():
+    """README's pattern: prefill tokens over the paged V4 cache through sparse_mla_decode with
+    q [M, 1, Hq, d_qk], indices [M, 1, topk] and per-token lengths, equal to sparse_mla_prefill over
+    the same tokens dequantized to bf16 (exact for V4: E4M3 times a power of two fits bf16)."""
+    c = mla_case(seed=10, B=5, Sq=1, Hq=16, topk=24, P=16, num_pages=4, sink=True)
+    slots = np.unique(c.indices[c.indices >= 0])
+    kv = ref.f32_to_bf16(np.stack([ref.latent_token(c.pages, s, c.P) for s in slots]))
+    assert np.array_equal(ref.bf16_to_f32(kv), np.stack([ref.latent_token(c.pages, s, c.P) for s in slots]))
+    rows = np.where(c.indices[:, 0] >= 0, np.searchsorted(slots, c.indices[:, 0]), -1).astype(np.int32)
+    out_d, lse_d = dsattn.sparse_mla_decode(c.q, dsattn.LatentCache(c.pages, c.P), c.indices, sm_scale=c.sm_scale,
+                                            topk_length=c.topk_length, attn_sink=c.attn_sink)
+    out_p, lse_p = dsattn.sparse_mla_prefill(c.q[:, 0], kv, rows, sm_scale=c.sm_scale, topk_length=c.topk_length,
+                                             attn_sink=c.attn_sink)
+    np.testing.assert_array_equal(out_d[:, 0], out_p)
+    np.testing.assert_allclose(lse_d[:, 0], lse_p, rtol=1e-6, atol=1e-6)
+
+
 def test_sparse_mla_prefill_matches_reference():
     q, kv, ind, tl = prefill_case()
     Hq = q.shape[1]
