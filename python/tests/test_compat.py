@@ -143,6 +143,31 @@ def test_deep_gemm_one_request_needs_no_schedule(dev):
     torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=_atol(want))
 
 
+@pytest.mark.parametrize("dev", DEVICES)
+def test_deep_gemm_style_fused_topk(dev):
+    """fp8_paged_mqa_topk (dsattn's addition) on DeepGEMM's tensors: a valid top-k of the
+    float64 scores, scores and slot ids consistent with the indices, sorted when asked."""
+    c = PagedFp8(seed=31, B=3, N=2, H=32, D=128, block_kv=32, lens=(900, 20, 513), pad=8)
+    q, kv_cache, w, lens, bt = c.args(dev)
+    want = c.want(bt.shape[1] * 32)
+    ends = torch.isfinite(want).sum(dim=1).numpy()
+    k = 64
+    res = deep_gemm.fp8_paged_mqa_topk(q, kv_cache, w, lens, bt, k, sorted=True, return_values=True,
+                                       return_slot_ids=True)
+    idx, val, slots = host(res.indices), host(res.values), host(res.slot_ids)
+    ref.topk_is_valid(idx, want.numpy(), k, None, ends, atol=_atol(want))
+    live = idx >= 0
+    picked = np.take_along_axis(want.numpy(), np.where(live, idx, 0), axis=1)
+    np.testing.assert_allclose(val[live], picked[live], rtol=1e-4, atol=_atol(want))
+    np.testing.assert_array_equal(slots, ref.slot_ids(idx, c.block_table.numpy(), 32, next_n=2))
+    for r in range(idx.shape[0]):
+        n = int(live[r].sum())
+        assert live[r, :n].all() and np.all(np.diff(val[r, :n]) <= 0), f"row {r}: sorted, live entries first"
+    plain = deep_gemm.fp8_paged_mqa_topk(q, kv_cache, w, lens, bt, k)
+    assert plain.values is None and plain.slot_ids is None
+    ref.topk_is_valid(host(plain.indices), want.numpy(), k, None, ends, atol=_atol(want))
+
+
 def _fp4_paged_case(seed, dev, B=2, N=2, H=16, D=128, S=32, lens=(100, 45)):
     """MXFP4 keys and queries (reference codecs) in DeepGEMM's [num_blocks, block_kv, 1, D / 2 + 4]."""
     rng = np.random.default_rng(seed)

@@ -16,6 +16,10 @@ Same names, positional order, keywords, defaults and result shapes as DeepGEMM's
   fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
                      max_seqlen_k=0, logits_dtype=torch.float32)
   get_num_sms() -> the current CUDA device's multiprocessors
+and one function DeepGEMM does not have, on the same tensors:
+  fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, topk, sorted=False,
+                     return_values=False, return_slot_ids=False) -> dsattn.TopkResult
+      the logits and their top-k fused (no [B * next_n, max_context_len] logits in memory)
 
 Tensors as DeepGEMM takes them: q E4M3 [B, next_n, H, D] (prefill [M, H, D]); kv_cache uint8
 [num_blocks, block_kv, 1, D + 4] (FP8, SPEC 2.1) or [num_blocks, block_kv, 1, D / 2 + 4] (MXFP4,
@@ -129,8 +133,9 @@ def _check_varlen(fn: str, indices, rows: int, next_n: int) -> None:
                   f"{list(indices.shape)} with next_n {next_n}")
 
 
-def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
-           logits_dtype, indices) -> Tensor:
+def _paged_inputs(fn: str, q, kv_cache) -> tuple:
+    """(values, scales or None, head_dim, cache as uint8) of DeepGEMM's q (E4M3, or (values, scales):
+    scales None is FP8, int32 scales MXFP4) and kv_cache [num_blocks, block_kv, 1, state bytes]."""
     values, scales = _pair(fn, "q", q, True) if isinstance(q, (tuple, list)) else (q, None)
     fp4 = scales is not None
     if fp4:
@@ -144,6 +149,12 @@ def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_me
     if cache.shape[2] != 1 or cache.shape[3] != state_bytes:
         _fail(fn, f"kv_cache shape expected [num_blocks, block_kv, 1, {state_bytes}] ("
                   f"{'D / 2 + 4' if fp4 else 'D + 4'} bytes per state, D = {head_dim}), got {list(cache.shape)}")
+    return values, scales, head_dim, cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
+
+
+def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+           logits_dtype, indices) -> Tensor:
+    values, scales, head_dim, cache = _paged_inputs(fn, q, kv_cache)
     if logits_dtype not in _LOGIT_DTYPES:
         _fail(fn, f"logits_dtype expected torch.float32 or torch.bfloat16, got {logits_dtype}")
     lens = _tensor(fn, "context_lens", context_lens, (torch.int32,), (1, 2))
@@ -160,11 +171,9 @@ def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_me
         schedule = meta.view(-1) if batch > 1 else None
     if int(max_context_len) < 0:
         _fail(fn, f"max_context_len expected >= 0, got {max_context_len}")
-    if cache.dtype != torch.uint8:
-        cache = cache.view(torch.uint8)
     logits = _logits_buffer(batch * next_n, int(max_context_len), logits_dtype, values.device)
     _ops.paged_mqa_logits_out(values, _weights(fn, weights), cache, block_table, lens, int(cache.shape[1]), logits,
-                              head_dim=head_dim, cache_format="mxfp4" if fp4 else "fp8", q_scales=scales,
+                              head_dim=head_dim, cache_format="fp8" if scales is None else "mxfp4", q_scales=scales,
                               schedule=schedule, clean=bool(clean_logits))
     return logits
 
@@ -186,6 +195,29 @@ def fp8_fp4_paged_mqa_logits(q: Tuple[Tensor, Optional[Tensor]], kv_cache: Tenso
     [B, next_n, H] scale tensor an MXFP4 one. Logits in logits_dtype (float32 or bfloat16)."""
     return _paged("fp8_fp4_paged_mqa_logits", q, kv_cache, weights, context_lens, block_table, schedule_meta,
                   max_context_len, clean_logits, logits_dtype, indices)
+
+
+def fp8_paged_mqa_topk(q, kv_cache: Tensor, weights: Tensor, context_lens: Tensor, block_table: Tensor, topk: int, *,
+                       sorted: bool = False, return_values: bool = False, return_slot_ids: bool = False):
+    """Not in DeepGEMM: fp8_paged_mqa_logits and the top-k that follows it, fused (SPEC 3.4), on the
+    same tensors (q E4M3 or (values, scales), kv_cache [num_blocks, block_kv, 1, bytes], weights,
+    context_lens, block_table). No [B * next_n, max_context_len] logits are made. Returns
+    dsattn.TopkResult(indices int32 [B * next_n, topk]: states of each row's request, -1 padding;
+    values float32 or None; slot_ids int32 (block_table[b][i // block_kv] * block_kv + i % block_kv)
+    or None). It computes its own schedule (faster for the fused kernels than a caller's)."""
+    fn = "fp8_paged_mqa_topk"
+    values, scales, head_dim, cache = _paged_inputs(fn, q, kv_cache)
+    if int(topk) <= 0:
+        _fail(fn, f"topk expected > 0, got {topk}")
+    rows, dev = values.shape[0] * values.shape[1], values.device
+    out_i = torch.empty((rows, int(topk)), dtype=torch.int32, device=dev)
+    out_v = torch.empty((rows, int(topk)), dtype=torch.float32, device=dev) if return_values else None
+    out_s = torch.empty((rows, int(topk)), dtype=torch.int32, device=dev) if return_slot_ids else None
+    _ops.paged_mqa_topk_out(values, _weights(fn, weights), cache, block_table, context_lens, int(cache.shape[1]),
+                            int(topk), out_i, out_v, out_s, head_dim=head_dim,
+                            cache_format="fp8" if scales is None else "mxfp4",
+                            q_scales=scales, sorted=bool(sorted))
+    return dsattn.TopkResult(out_i, out_v, out_s)
 
 
 def _prefill(fn: str, q, kv, weights, ks, ke, clean_logits, max_seqlen_k, logits_dtype) -> Tensor:
@@ -237,4 +269,4 @@ def fp8_fp4_mqa_logits(q: Tuple[Tensor, Optional[Tensor]], kv: Tuple[Tensor, Ten
 
 
 __all__ = ["fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits", "fp8_mqa_logits", "fp8_paged_mqa_logits",
-           "get_num_sms", "get_paged_mqa_logits_metadata"]
+           "fp8_paged_mqa_topk", "get_num_sms", "get_paged_mqa_logits_metadata"]
