@@ -34,8 +34,9 @@ const char kUsage[] =
     "  --help     show this help (every command takes --help too)\n";
 
 int print_version() {
-  std::printf("dsattn %s (backends: cpu%s; cuda device %s)\n", DSATTN_VERSION_STRING,
-              DSATTN_WITH_CUDA ? ", cuda" : "", cuda_available() ? "visible" : "not visible");
+  std::printf("dsattn %s (backends: cpu%s%s; cuda device %s)\n", DSATTN_VERSION_STRING,
+              DSATTN_WITH_CUDA ? ", cuda for " : "", cuda_architectures(),  // "" without CUDA
+              cuda_available() ? "visible" : "not visible");
   return kExitOk;
 }
 

@@ -37,6 +37,10 @@ struct Exec {
 
 // True when this build has CUDA kernels and a CUDA device is visible.
 bool cuda_available();
+// The CUDA architectures this build has code for, as DSATTN_CUDA_ARCHS named them
+// ("80;89;90a;100f;120f"); "" in a build without CUDA. A CUDA call on a device none of them runs on
+// (e.g. 12.1 with only "120a") returns kNotImplemented saying which entry to add.
+const char* cuda_architectures();
 // Number of multiprocessors of the current device (0 without CUDA).
 int cuda_num_sms();
 // Multiprocessors that work on `stream` (a cudaStream_t; nullptr = legacy default stream) can

@@ -13,6 +13,7 @@ Status no_cuda(const char* op) { return detail::not_implemented(op, "this dsattn
 bool available() { return false; }
 int current_device() { return -1; }
 int num_sms() { return 0; }
+bool device_has_code(int, int*, int*) { return false; }
 int stream_sms(void*) { return 0; }
 size_t paged_mqa_logits_workspace(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&) { return 0; }
 Status paged_mqa_logits(const PagedMqaLogitsParams&, const detail::PagedIndexerProblem&, const Exec&, bool) { return no_cuda("paged_mqa_logits"); }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/cuda_arch.h"
 #include "cuda/cuda_ops.h"
 
 namespace dsattn {
@@ -170,6 +171,12 @@ Status resolve_backend(const char* op, const Exec& ex, std::initializer_list<con
     if (any && cur >= 0 && cur != dev_id) {
       return invalid(op, "tensors are on cuda:%d but the current CUDA device is cuda:%d (make cuda:%d current "
                      "before the call: cudaSetDevice, torch.cuda.device(...))", dev_id, cur, dev_id);
+    }
+    int major = 0, minor = 0;
+    if (cur >= 0 && !cuda::device_has_code(cur, &major, &minor)) {
+      return not_implemented(op, "this dsattn build has no GPU code for cuda:%d (compute capability %d.%d); it was "
+                             "built for %s: rebuild with %s in DSATTN_CUDA_ARCHS", cur, major, minor,
+                             arch_list_text(DSATTN_CUDA_ARCH_LIST).c_str(), arch_for_device(major, minor).c_str());
     }
 #endif
   }

@@ -7,12 +7,26 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_arch.h"
+#include "cuda/cuda_ops.h"
 #include "dsattn/ops.h"
 #include "gpu/gpu_test_util.h"
 
 TEST(GpuEnv, DeviceVisible) {
   if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
   EXPECT_GT(dsattn::cuda_num_sms(), 0);
+}
+
+// The build has code for the device the GPU tests run on, and says so the way resolve_backend
+// asks (its refusal for a device without code is covered by the CPU tests of the rules).
+TEST(GpuEnv, BuildHasCodeForThisDevice) {
+  if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  int dev = -1, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  EXPECT_TRUE(dsattn::cuda::device_has_code(dev, &major, &minor));
+  EXPECT_GE(major, 8);
+  EXPECT_TRUE(dsattn::detail::arch_list_runs_on(dsattn::cuda_architectures(), major, minor))
+      << "built for " << dsattn::cuda_architectures() << ", device " << major << "." << minor;
 }
 
 // Tensors of another device than the current one are refused, naming both, instead of launching

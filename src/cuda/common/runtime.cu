@@ -33,6 +33,34 @@ int current_device() {
   return dev;
 }
 
+namespace {
+__global__ void device_code_probe() {}
+}  // namespace
+
+bool device_has_code(int dev, int* major, int* minor) {
+  // Per device: 0 unknown, 1 has code, 2 none (+ the capability, packed as 10 * major + minor).
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];
+  *major = 0;
+  *minor = 0;
+  if (cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // no answer: let the call report its own error
+  }
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int k = known[dev].load(std::memory_order_relaxed);
+    if (k != 0) return k == 1;
+  }
+  // The probe is compiled for the same architectures as every kernel of the build: no image for
+  // it means none for any of them (the launch would fail with "no kernel image").
+  cudaFuncAttributes a{};
+  const bool has = cudaFuncGetAttributes(&a, device_code_probe) == cudaSuccess;
+  if (!has) cudaGetLastError();
+  if (dev >= 0 && dev < kMaxDevices) known[dev].store(has ? 1 : 2, std::memory_order_relaxed);
+  return has;
+}
+
 int num_sms() {
   if (!available()) return 0;
   int dev = 0, sms = 0;

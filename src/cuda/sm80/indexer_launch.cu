@@ -83,7 +83,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   const bool paged = p->work.mode == detail::IndexerMode::kPaged;
   const int64_t cap_states = block_table_states(*p);
   // The mma.sync kernels' large calls (FP8 paged decode) run the warp-specialized kernel with
-  // mma.sync consumers: where it has code (sm_90a, sm_100a builds) and the call is the portable
+  // mma.sync consumers: where it has code (sm_90a, sm_100 family builds) and the call is the portable
   // path's (by default on sm_100; on sm_90 under DSATTN_INDEXER_KERNEL=portable, or mma-ws for any
   // size), when the block tables hold at least kMmaWsStatesPerSm states per SM. Below that the
   // portable kernel's smaller tiles are faster. H200, FP8, D = 128, H = 64, S = 64, us, mma-ws /

@@ -65,7 +65,7 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (mma_ws) {
-    // The mma.sync consumers' kernel: FP8 paged decode, built for this device (sm_90a / sm_100a).
+    // The mma.sync consumers' kernel: FP8 paged decode, built for this device (sm_90a / sm_100 family).
     if (prefill || p->fp4 || !mma_ws_kernel_runs(major, minor)) return Status::Ok();
   } else {
     if (!DSATTN_HAS_SM90A) DSATTN_WG_DECLINE("this build has no sm_90a code (DSATTN_CUDA_ARCHS without 90a)");

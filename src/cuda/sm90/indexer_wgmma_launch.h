@@ -23,7 +23,7 @@ namespace cuda {
 // portable kernel only (sm_80 / sm_89 / sm_120 run nothing else).
 enum class IndexerKernelChoice { kAuto, kPortable, kWgmma, kMmaWs, kWarpLocal };
 // Whether indexer_ws_mma_kernel has code for a device of compute capability major.minor in this
-// build (sm_90a or sm_100a code; its f16 consumers: not sm_120, whose E4M3 mma.sync is native).
+// build (sm_90a or sm_100 family code; its f16 consumers: not sm_120, whose E4M3 mma.sync is native).
 bool mma_ws_kernel_runs(int major, int minor);
 IndexerKernelChoice indexer_kernel_choice();
 

@@ -210,7 +210,9 @@ bool mma_ws_kernel_runs(int major, int minor) {
     (void)cudaGetLastError();
     return false;
   }
-  return a.binaryVersion == major * 10 + minor;  // real code for this device, not another arch's stub
+  // Real code for this device, not another arch's stub: the code's major is the device's, and its
+  // minor not above the device's (a family target's 100 code on a 10.3 device).
+  return a.binaryVersion / 10 == major && a.binaryVersion % 10 <= minor;
 }
 
 namespace {

@@ -23,7 +23,7 @@
 // kernel / the portable kernel): 32 x 32K 54.1-54.6 / 76.8-77.2, 128 x 32K 187.5-189.2 / 279-282,
 // 256 x 8K 104.6-105.7 / 151-152, 32 x 32K next_n = 2 94.2-94.7 / 114.6-115.2; 1 x 64K 10.4 / 9.5
 // (hence the size rule in indexer_launch.cu; BENCHMARKS.md, 2026-12-04). Where it runs: sm_90a
-// (DSATTN_INDEXER_KERNEL=portable or mma-ws) and sm_100a (the default for those calls), whose
+// (DSATTN_INDEXER_KERNEL=portable or mma-ws) and the sm_100 family (the default for those calls), whose
 // E4M3 mma.sync is emulated and which take this f16 code; sm_120 (native E4M3 mma.sync, 99 KiB
 // per CTA, where three rings of f16 Q do not fit) keeps the portable kernel. Tried and dropped
 // (row loop, same calls): four accumulator chains per n-tile (128 x 32K 210-211 us), two n-tiles

@@ -14,8 +14,8 @@
 #else
 #define DSATTN_SM90A_DEVICE 0
 #endif
-// Tensor-map copies and L2 cache policies (below) exist on every sm_90+ target (sm_90a, sm_100a,
-// sm_120a): the warp-specialized kernel with mma.sync consumers (indexer_ws_mma.cuh) uses them there.
+// Tensor-map copies and L2 cache policies (below) exist on every sm_90+ target (sm_90a, sm_100f,
+// sm_120f): the warp-specialized kernel with mma.sync consumers (indexer_ws_mma.cuh) uses them there.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define DSATTN_TMA_DEVICE 1
 #else
