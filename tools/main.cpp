@@ -5,6 +5,7 @@
 
 #include "cli_args.h"
 #include "commands.h"
+#include "common/cuda_arch.h"
 #include "dsattn/ops.h"
 #include "dsattn/version.h"
 
@@ -35,7 +36,7 @@ const char kUsage[] =
 
 int print_version() {
   std::printf("dsattn %s (backends: cpu%s%s; cuda device %s)\n", DSATTN_VERSION_STRING,
-              DSATTN_WITH_CUDA ? ", cuda for " : "", cuda_architectures(),  // "" without CUDA
+              DSATTN_WITH_CUDA ? ", cuda for " : "", detail::arch_list_text(cuda_architectures()).c_str(),
               cuda_available() ? "visible" : "not visible");
   return kExitOk;
 }

@@ -110,6 +110,13 @@ def cuda_available() -> bool:
     return bool(_dsattn.cuda_available())
 
 
+def cuda_architectures() -> list:
+    """The CUDA architectures this build has code for, as DSATTN_CUDA_ARCHS named them
+    (["80", "89", "90a", "100f", "120f"] by default; [] without CUDA). A CUDA call on a GPU none of
+    them runs on raises NotImplementedError naming the entry to add."""
+    return [a for a in str(_dsattn.cuda_architectures()).replace(";", ",").split(",") if a]
+
+
 def cuda_num_sms() -> int:
     """Multiprocessors of the current CUDA device (0 without CUDA)."""
     return int(_dsattn.cuda_num_sms())

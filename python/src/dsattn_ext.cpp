@@ -489,6 +489,7 @@ NB_MODULE(_dsattn, m) {
   });
 
   m.def("cuda_available", &dsattn::cuda_available);
+  m.def("cuda_architectures", [] { return std::string(dsattn::cuda_architectures()); });
   m.def("cuda_num_sms", &dsattn::cuda_num_sms);
   m.def("cuda_stream_num_sms", [](uintptr_t stream) { return dsattn::cuda_stream_num_sms(reinterpret_cast<void*>(stream)); },
         "stream"_a = 0);

@@ -119,6 +119,18 @@ def test_stream_handle_forms():
         _arrays.stream_handle(-1)
 
 
+def test_cuda_architectures():
+    """The build's DSATTN_CUDA_ARCHS entries ([] without CUDA), each "NN" / "NNN" with an optional
+    'a' or 'f'; a build that runs CUDA here has at least one."""
+    import re
+
+    archs = dsattn.cuda_architectures()
+    assert isinstance(archs, list)
+    assert all(re.fullmatch(r"\d{2,3}[af]?", a) for a in archs), archs
+    if dsattn.cuda_available():
+        assert archs, "a build that runs CUDA has code for some architecture"
+
+
 def test_stream_num_sms():
     # Without a green context or an MPS SM limit a stream gets the whole device (0 without CUDA).
     assert dsattn.cuda_stream_num_sms() == dsattn.cuda_num_sms()
