@@ -21,3 +21,12 @@ def tensor(fn: str, arg: str, x, dtypes, ndims) -> torch.Tensor:
         want = " or ".join(str(n) for n in ndims)
         fail(fn, f"{arg} rank expected {want}, got {x.dim()} (shape {list(x.shape)})")
     return x
+
+
+def tensors(fn: str, **args) -> None:
+    """TypeError naming `fn` and the argument for any value of `args` that is neither a torch.Tensor
+    nor None (the ops check dtypes and shapes; the torch dispatcher would raise a RuntimeError
+    naming only the op's schema)."""
+    for arg, x in args.items():
+        if x is not None and not isinstance(x, torch.Tensor):
+            fail(fn, f"{arg} expected a torch.Tensor, got {type(x).__name__}", TypeError)

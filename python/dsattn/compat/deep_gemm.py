@@ -155,6 +155,7 @@ def _paged_inputs(fn: str, q, kv_cache) -> tuple:
 def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
            logits_dtype, indices) -> Tensor:
     values, scales, head_dim, cache = _paged_inputs(fn, q, kv_cache)
+    _check.tensors(f"deep_gemm.{fn}", block_table=block_table)
     if logits_dtype not in _LOGIT_DTYPES:
         _fail(fn, f"logits_dtype expected torch.float32 or torch.bfloat16, got {logits_dtype}")
     lens = _tensor(fn, "context_lens", context_lens, (torch.int32,), (1, 2))
@@ -207,6 +208,8 @@ def fp8_paged_mqa_topk(q, kv_cache: Tensor, weights: Tensor, context_lens: Tenso
     or None). It computes its own schedule (faster for the fused kernels than a caller's)."""
     fn = "fp8_paged_mqa_topk"
     values, scales, head_dim, cache = _paged_inputs(fn, q, kv_cache)
+    _check.tensors(f"deep_gemm.{fn}", block_table=block_table)
+    _tensor(fn, "context_lens", context_lens, (torch.int32,), (1, 2))
     if int(topk) <= 0:
         _fail(fn, f"topk expected > 0, got {topk}")
     rows, dev = values.shape[0] * values.shape[1], values.device
@@ -237,6 +240,7 @@ def _prefill(fn: str, q, kv, weights, ks, ke, clean_logits, max_seqlen_k, logits
         if k_scales.shape[1] != 1:
             _fail(fn, f"kv[1] shape expected [{k.shape[0]}] or [{k.shape[0]}, 1], got {list(k_scales.shape)}")
         k_scales = k_scales.view(-1) if k_scales.is_contiguous() else k_scales[:, 0]
+    _check.tensors(f"deep_gemm.{fn}", cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
     if logits_dtype not in _LOGIT_DTYPES:
         _fail(fn, f"logits_dtype expected torch.float32 or torch.bfloat16, got {logits_dtype}")
     width = int(max_seqlen_k)

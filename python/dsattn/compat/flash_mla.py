@@ -136,6 +136,7 @@ def flash_mla_with_kvcache(q: Tensor, k_cache: Tensor, block_table: Optional[Ten
     if int(head_dim_v) != _DV:
         _fail(fn, f"head_dim_v expected {_DV}, got {head_dim_v}")
     q = _tensor(fn, "q", q, (torch.bfloat16,), 4)
+    _check.tensors(f"flash_mla.{fn}", attn_sink=attn_sink, topk_length=topk_length, extra_topk_length=extra_topk_length)
     d_qk = int(q.shape[3])
     if d_qk not in _TOKEN_BYTES:
         _fail(fn, f"q head dim (shape[3]) expected 576 (V3.2) or 512 (V4), got {d_qk}")
@@ -195,6 +196,7 @@ def flash_mla_sparse_fwd(q: Tensor, kv: Tensor, indices: Tensor, sm_scale: float
     q = _tensor(fn, "q", q, (torch.bfloat16,), 3)
     kv = _tensor(fn, "kv", kv, (torch.bfloat16,), 3)
     indices = _tensor(fn, "indices", indices, (torch.int32,), 3)
+    _check.tensors(f"flash_mla.{fn}", attn_sink=attn_sink, topk_length=topk_length)
     if kv.shape[1] != 1 or indices.shape[1] != 1:
         _fail(fn, f"kv [s_kv, h_kv, d_qk] and indices [s_q, h_kv, topk] expected h_kv 1 (MQA), got kv "
                   f"{list(kv.shape)} and indices {list(indices.shape)}")
