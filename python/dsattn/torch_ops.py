@@ -104,6 +104,19 @@ def _op(name: str, mutates_args=()):
 
 
 # ------------------------------------------------------------------ paged indexer
+def _paged_logits(q, weights, cache_pages, block_table, context_lens, states_per_page, head_dim, cache_format,
+                  page_stride_bytes, q_scales, row_request, schedule, clean, **out):
+    """The one call path of paged_mqa_logits and paged_mqa_logits_out: dsattn.paged_mqa_logits on the
+    inputs' device and torch's current stream there; `out` is logits= or max_context= and
+    logits_dtype=."""
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        return _api.paged_mqa_logits(
+            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
+            block_table, context_lens, q_scales=q_scales, row_request=row_request, schedule=schedule, clean=clean,
+            stream=stream, **out)
+
+
 @_op("paged_mqa_logits")
 def paged_mqa_logits(q: Tensor, weights: Tensor, cache_pages: Tensor, block_table: Tensor, context_lens: Tensor,
                      states_per_page: int, head_dim: int = 128, cache_format: str = "fp8", page_stride_bytes: int = 0,
@@ -112,13 +125,10 @@ def paged_mqa_logits(q: Tensor, weights: Tensor, cache_pages: Tensor, block_tabl
                      logits_dtype: torch.dtype = torch.float32, clean: bool = False) -> Tensor:
     """dsattn.paged_mqa_logits: logits [R, max_context] (max_context < 0: block_table.shape[1] *
     states_per_page)."""
-    ctx, stream = _exec_kw(q)
-    with ctx:
-        return _api.paged_mqa_logits(
-            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
-            block_table, context_lens, q_scales=q_scales, row_request=row_request, schedule=schedule,
-            max_context=_width(block_table, states_per_page, max_context),
-            logits_dtype=_logits_dtype("paged_mqa_logits", logits_dtype), clean=clean, stream=stream)
+    return _paged_logits(q, weights, cache_pages, block_table, context_lens, states_per_page, head_dim, cache_format,
+                         page_stride_bytes, q_scales, row_request, schedule, clean,
+                         max_context=_width(block_table, states_per_page, max_context),
+                         logits_dtype=_logits_dtype("paged_mqa_logits", logits_dtype))
 
 
 @paged_mqa_logits.register_fake
@@ -139,12 +149,8 @@ def paged_mqa_logits_out(q: Tensor, weights: Tensor, cache_pages: Tensor, block_
                          clean: bool = False) -> None:
     """dsattn.paged_mqa_logits into the caller's logits (float32 or bfloat16 [R, W], any row stride
     with a contiguous last dimension, e.g. a view of a row-padded buffer); W is max_context."""
-    ctx, stream = _exec_kw(q)
-    with ctx:
-        _api.paged_mqa_logits(
-            q, weights, _indexer_cache(cache_pages, states_per_page, head_dim, cache_format, page_stride_bytes),
-            block_table, context_lens, q_scales=q_scales, row_request=row_request, schedule=schedule,
-            logits=logits, clean=clean, stream=stream)
+    _paged_logits(q, weights, cache_pages, block_table, context_lens, states_per_page, head_dim, cache_format,
+                  page_stride_bytes, q_scales, row_request, schedule, clean, logits=logits)
 
 
 def _fused_topk(q, weights, cache_pages, block_table, context_lens, states_per_page, k, head_dim, cache_format,
@@ -212,29 +218,23 @@ def _(context_lens, states_per_page, next_n=1, row_request=None, num_sms=0):
 
 
 # ------------------------------------------------------------------ prefill logits
+def _prefill_logits(q, weights, k, k_scales, ks, ke, format, q_scales, compressed, clean, **out):
+    """The one call path of mqa_logits and mqa_logits_out: dsattn.mqa_logits on the inputs' device
+    and torch's current stream there; `out` is logits= or width= and logits_dtype=."""
+    ctx, stream = _exec_kw(q)
+    with ctx:
+        return _api.mqa_logits(q, weights, k, k_scales, ks, ke, format=format, q_scales=q_scales,
+                               compressed=compressed, clean=clean, stream=stream, **out)
+
+
 @_op("mqa_logits")
 def mqa_logits(q: Tensor, weights: Tensor, k: Tensor, k_scales: Tensor, ks: Tensor, ke: Tensor,
                format: str = "fp8", q_scales: Optional[Tensor] = None, compressed: bool = False, width: int = -1,
                clean: bool = False, logits_dtype: torch.dtype = torch.float32) -> Tensor:
     """dsattn.mqa_logits: logits [M, Nk], or [M, width] when compressed (width >= 0 required)."""
-    ctx, stream = _exec_kw(q)
-    w = _mqa_width(q, k, compressed, width)
-    with ctx:
-        return _api.mqa_logits(q, weights, k, k_scales, ks, ke, format=format, q_scales=q_scales,
-                               compressed=compressed, width=w, clean=clean,
-                               logits_dtype=_logits_dtype("mqa_logits", logits_dtype), stream=stream)
-
-
-@_op("mqa_logits_out", mutates_args=("logits",))
-def mqa_logits_out(q: Tensor, weights: Tensor, k: Tensor, k_scales: Tensor, ks: Tensor, ke: Tensor, logits: Tensor,
-                   format: str = "fp8", q_scales: Optional[Tensor] = None, compressed: bool = False,
-                   clean: bool = False) -> None:
-    """dsattn.mqa_logits into the caller's logits (float32 or bfloat16 [M, Nk], or [M, W] when
-    compressed; any row stride with a contiguous last dimension)."""
-    ctx, stream = _exec_kw(q)
-    with ctx:
-        _api.mqa_logits(q, weights, k, k_scales, ks, ke, format=format, q_scales=q_scales, logits=logits,
-                        compressed=compressed, clean=clean, stream=stream)
+    return _prefill_logits(q, weights, k, k_scales, ks, ke, format, q_scales, compressed, clean,
+                           width=_mqa_width(q, k, compressed, width),
+                           logits_dtype=_logits_dtype("mqa_logits", logits_dtype))
 
 
 def _mqa_width(q, k, compressed, width):
@@ -253,6 +253,15 @@ def _(q, weights, k, k_scales, ks, ke, format="fp8", q_scales=None, compressed=F
     _logits_dtype("mqa_logits", logits_dtype)
     m = _shape("mqa_logits", "q", q, (3,))[0]
     return q.new_empty((m, _mqa_width(q, k, compressed, width)), dtype=logits_dtype)
+
+
+@_op("mqa_logits_out", mutates_args=("logits",))
+def mqa_logits_out(q: Tensor, weights: Tensor, k: Tensor, k_scales: Tensor, ks: Tensor, ke: Tensor, logits: Tensor,
+                   format: str = "fp8", q_scales: Optional[Tensor] = None, compressed: bool = False,
+                   clean: bool = False) -> None:
+    """dsattn.mqa_logits into the caller's logits (float32 or bfloat16 [M, Nk], or [M, W] when
+    compressed; any row stride with a contiguous last dimension)."""
+    _prefill_logits(q, weights, k, k_scales, ks, ke, format, q_scales, compressed, clean, logits=logits)
 
 
 @_op("mqa_topk")
