@@ -151,13 +151,17 @@ __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   return pack_bf16(f.x, f.y);
 }
-// 16 E4M3 bytes -> 16 bf16 (same order), exact.
-__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& v, uint4* lo, uint4* hi) {
-  uint32_t h[8];
+// 16 E4M3 bytes -> 8 f16x2 (same order), exact.
+__device__ __forceinline__ void e4m3x16_to_f16x2(const uint4& v, uint32_t (&h)[8]) {
   e4m3x4_to_f16x2_fast(v.x, &h[0], &h[1]);
   e4m3x4_to_f16x2_fast(v.y, &h[2], &h[3]);
   e4m3x4_to_f16x2_fast(v.z, &h[4], &h[5]);
   e4m3x4_to_f16x2_fast(v.w, &h[6], &h[7]);
+}
+// 16 E4M3 bytes -> 16 bf16 (same order), exact.
+__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& v, uint4* lo, uint4* hi) {
+  uint32_t h[8];
+  e4m3x16_to_f16x2(v, h);
   *lo = make_uint4(f16x2_to_bf16x2(h[0]), f16x2_to_bf16x2(h[1]), f16x2_to_bf16x2(h[2]), f16x2_to_bf16x2(h[3]));
   *hi = make_uint4(f16x2_to_bf16x2(h[4]), f16x2_to_bf16x2(h[5]), f16x2_to_bf16x2(h[6]), f16x2_to_bf16x2(h[7]));
 }
@@ -165,10 +169,7 @@ __device__ __forceinline__ void e4m3x16_to_bf16(const uint4& v, uint4* lo, uint4
 // E4M3 values and scales of at least 2^-117 are bf16 values (fp32 products, then packed).
 __device__ __forceinline__ void e4m3x16_to_bf16_scaled(const uint4& v, float scale, uint4* lo, uint4* hi) {
   uint32_t h[8], b[8];
-  e4m3x4_to_f16x2_fast(v.x, &h[0], &h[1]);
-  e4m3x4_to_f16x2_fast(v.y, &h[2], &h[3]);
-  e4m3x4_to_f16x2_fast(v.z, &h[4], &h[5]);
-  e4m3x4_to_f16x2_fast(v.w, &h[6], &h[7]);
+  e4m3x16_to_f16x2(v, h);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
