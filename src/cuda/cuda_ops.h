@@ -12,8 +12,8 @@ bool available();
 // The current CUDA device of the calling thread (cudaGetDevice), -1 where there is none.
 int current_device();
 int num_sms();
-// Whether this build has code that device `dev` runs (a probe kernel's attributes, checked once
-// per device); *major / *minor: its compute capability.
+// Whether this build has code that device `dev` (the current device: the probe kernel's attributes
+// are asked of it) runs, checked once per device; *major / *minor: its compute capability.
 bool device_has_code(int dev, int* major, int* minor);
 // Multiprocessors that work on `stream` (a cudaStream_t) can use: num_sms(), or fewer where the
 // stream belongs to a green context (or the context has an SM-count affinity).

@@ -38,27 +38,31 @@ __global__ void device_code_probe() {}
 }  // namespace
 
 bool device_has_code(int dev, int* major, int* minor) {
-  // Per device: 0 unknown, 1 has code, 2 none (+ the capability, packed as 10 * major + minor).
-  constexpr int kMaxDevices = 64;
+  // Per device, 0 until asked, then 10 * major + minor of its compute capability, plus kHasCode
+  // when the build has code for it: later calls make no driver call.
+  constexpr int kMaxDevices = 64, kHasCode = 1000;
   static std::atomic<int> known[kMaxDevices];
-  *major = 0;
-  *minor = 0;
-  if (cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return true;  // no answer: let the call report its own error
+  const bool cached = dev >= 0 && dev < kMaxDevices;
+  int k = cached ? known[dev].load(std::memory_order_relaxed) : 0;
+  if (k == 0) {
+    int maj = 0, min = 0;
+    if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      *major = *minor = 0;
+      return true;  // no answer: let the call report its own error
+    }
+    // The probe is compiled for the same architectures as every kernel of the build: no image for
+    // it means none for any of them (the launch would fail with "no kernel image").
+    cudaFuncAttributes a{};
+    const bool has = cudaFuncGetAttributes(&a, device_code_probe) == cudaSuccess;
+    if (!has) cudaGetLastError();
+    k = 10 * maj + min + (has ? kHasCode : 0);
+    if (cached) known[dev].store(k, std::memory_order_relaxed);
   }
-  if (dev >= 0 && dev < kMaxDevices) {
-    const int k = known[dev].load(std::memory_order_relaxed);
-    if (k != 0) return k == 1;
-  }
-  // The probe is compiled for the same architectures as every kernel of the build: no image for
-  // it means none for any of them (the launch would fail with "no kernel image").
-  cudaFuncAttributes a{};
-  const bool has = cudaFuncGetAttributes(&a, device_code_probe) == cudaSuccess;
-  if (!has) cudaGetLastError();
-  if (dev >= 0 && dev < kMaxDevices) known[dev].store(has ? 1 : 2, std::memory_order_relaxed);
-  return has;
+  *major = (k % kHasCode) / 10;
+  *minor = k % 10;
+  return k >= kHasCode;
 }
 
 int num_sms() {
