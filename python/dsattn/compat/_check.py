@@ -30,3 +30,9 @@ def tensors(fn: str, **args) -> None:
     for arg, x in args.items():
         if x is not None and not isinstance(x, torch.Tensor):
             fail(fn, f"{arg} expected a torch.Tensor, got {type(x).__name__}", TypeError)
+
+
+def as_bytes(x: torch.Tensor) -> torch.Tensor:
+    """A one-byte tensor (packed FP4 as int8 / float4_e2m1fn_x2, an FP8 or int8 cache) as uint8, the
+    dtype dsattn reads such bytes as (a view, no copy)."""
+    return x if x.dtype == torch.uint8 else x.view(torch.uint8)

@@ -91,10 +91,6 @@ def _logits_buffer(rows: int, width: int, dtype: torch.dtype, device) -> Tensor:
     return torch.empty((rows, stride), dtype=dtype, device=device)[:, :width]
 
 
-def _fp4_bytes(x: Tensor) -> Tensor:
-    return x if x.dtype == torch.uint8 else x.view(torch.uint8)
-
-
 def _weights(fn: str, weights) -> Tensor:
     w = _tensor(fn, "weights", weights, (torch.float32, torch.bfloat16), (2,))
     return w.float() if w.dtype == torch.bfloat16 else w
@@ -139,7 +135,7 @@ def _paged_inputs(fn: str, q, kv_cache) -> tuple:
     values, scales = _pair(fn, "q", q, True) if isinstance(q, (tuple, list)) else (q, None)
     fp4 = scales is not None
     if fp4:
-        values = _fp4_bytes(_tensor(fn, "q[0]", values, _PACKED_FP4, (4,)))
+        values = _check.as_bytes(_tensor(fn, "q[0]", values, _PACKED_FP4, (4,)))
         _tensor(fn, "q[1]", scales, (torch.int32,), (3,))
         head_dim, state_bytes = 2 * values.shape[3], values.shape[3] + 4
     else:
@@ -149,7 +145,7 @@ def _paged_inputs(fn: str, q, kv_cache) -> tuple:
     if cache.shape[2] != 1 or cache.shape[3] != state_bytes:
         _fail(fn, f"kv_cache shape expected [num_blocks, block_kv, 1, {state_bytes}] ("
                   f"{'D / 2 + 4' if fp4 else 'D + 4'} bytes per state, D = {head_dim}), got {list(cache.shape)}")
-    return values, scales, head_dim, cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
+    return values, scales, head_dim, _check.as_bytes(cache)
 
 
 def _paged(fn: str, q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
@@ -228,9 +224,9 @@ def _prefill(fn: str, q, kv, weights, ks, ke, clean_logits, max_seqlen_k, logits
     k, k_scales = _pair(fn, "kv", kv, False)
     fp4 = q_scales is not None
     if fp4:
-        values = _fp4_bytes(_tensor(fn, "q[0]", values, _PACKED_FP4, (3,)))
+        values = _check.as_bytes(_tensor(fn, "q[0]", values, _PACKED_FP4, (3,)))
         _tensor(fn, "q[1]", q_scales, (torch.int32,), (2,))
-        k = _fp4_bytes(_tensor(fn, "kv[0]", k, _PACKED_FP4, (2,)))
+        k = _check.as_bytes(_tensor(fn, "kv[0]", k, _PACKED_FP4, (2,)))
         k_scales = _tensor(fn, "kv[1]", k_scales, (torch.int32,), (1, 2))
     else:
         values = _tensor(fn, "q", values, _E4M3, (3,))

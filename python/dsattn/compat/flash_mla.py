@@ -107,7 +107,7 @@ def _latent_pages(fn: str, arg: str, cache, d_qk: int) -> Tensor:
     if pages.shape[2] != 1 or pages.shape[3] != token_bytes:
         _fail(fn, f"{arg} shape expected [num_blocks, page_block_size, 1, {token_bytes}] (d_qk {d_qk}), got "
                   f"{list(pages.shape)}")
-    return pages if pages.dtype == torch.uint8 else pages.view(torch.uint8)
+    return _check.as_bytes(pages)
 
 
 def flash_mla_with_kvcache(q: Tensor, k_cache: Tensor, block_table: Optional[Tensor],
