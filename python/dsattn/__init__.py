@@ -3,10 +3,10 @@
 Every op of include/dsattn/ops.h, with keyword arguments named after the C++ params fields:
     paged_mqa_logits, paged_mqa_topk, schedule_metadata, mqa_logits, topk,
     sparse_mla_decode, sparse_mla_prefill, write_indexer_cache, write_latent_cache
-plus mqa_topk (prefill logits + top-k in row chunks: bounded memory), *_workspace_size(...) queries, geometry (get_preset, plan, cache sizes / allocation),
-inspect_indexer_cache / inspect_latent_cache (host-side checks of a cache's contents, for
-debugging an integration: see dsattn.diagnose) and `dsattn.reference`, a pure-numpy
-implementation of every op used by the tests.
+plus mqa_topk (prefill logits + top-k in row chunks: bounded memory), *_workspace_size(...)
+queries, geometry (get_preset, plan, cache sizes / allocation), inspect_indexer_cache /
+inspect_latent_cache (host-side checks of a cache's contents, for debugging an integration: see
+dsattn.diagnose) and `dsattn.reference`, a pure-numpy implementation of every op used by the tests.
 
 Arrays
   Tensors travel through DLPack without copies: torch, cupy, jax and numpy (anything with
@@ -39,11 +39,11 @@ Streams
 
 Workspace
   CUDA ops take workspace= (a uint8 tensor of at least *_workspace_size(...) bytes on the same
-  device; another device is a ValueError). When an op needs scratch and none is passed, the call allocates it (torch, else cupy;
-  numpy on the host) once it knows the size. A torch allocation is kept for the call's stream and,
-  inside torch.cuda.graph(), comes from the graph's private pool; with cupy, or a capture torch does
-  not manage, size it with *_workspace_size and pass it in. Do not share one workspace between
-  eager calls and graph replays that may overlap.
+  device; another device is a ValueError). When an op needs scratch and none is passed, the call
+  allocates it (torch, else cupy; numpy on the host) once it knows the size. A torch allocation is
+  kept for the call's stream and, inside torch.cuda.graph(), comes from the graph's private pool;
+  with cupy, or a capture torch does not manage, size it with *_workspace_size and pass it in. Do
+  not share one workspace between eager calls and graph replays that may overlap.
 
 PyTorch custom ops
   `import dsattn.torch_ops` registers the ops as torch.ops.dsattn.* (torch >= 2.4): traceable by
