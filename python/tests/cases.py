@@ -169,6 +169,19 @@ def prefill_case(seed=9, M=3, Hq=16, dqk=576, Nk=40, topk=12):
     return q, kv, ind, tl
 
 
+def topk_tol(want) -> float:
+    """The top-k checks' bound (as in test_gpu.py): 1e-4 of the largest finite magnitude of the
+    reference scores `want` (numpy or torch), at least 1e-4."""
+    fin = np.abs(np.asarray(want)[np.isfinite(np.asarray(want))])
+    return 1e-4 * max(float(fin.max(initial=1.0)), 1.0)
+
+
+def logits_atol(want) -> float:
+    """The logits' bound of test_gpu.py (with rtol 1e-4): 1e-3 of the largest finite magnitude; the
+    GPU kernels sum the FP8 products in fp32 in another order than the reference's doubles."""
+    return 10.0 * topk_tol(want)
+
+
 def to_torch(x: np.ndarray, device: str, kind: str = ""):
     """Host numpy -> torch on `device`; kind "fp8" / "bf16": x holds E4M3 / bf16 bit patterns, viewed
     as torch.float8_e4m3fn / torch.bfloat16."""

@@ -14,7 +14,7 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import _latent_pages, mla_case, to_host, to_torch
+from cases import _latent_pages, logits_atol, mla_case, to_host, to_torch, topk_tol
 
 torch = pytest.importorskip("torch")
 if not hasattr(torch.library, "custom_op"):
@@ -25,12 +25,6 @@ from dsattn.compat import deep_gemm, flash_mla  # noqa: E402
 HAVE_CUDA = torch.cuda.is_available() and dsattn.cuda_available()
 DEVICES = ["cpu"] + (["cuda"] if HAVE_CUDA else [])
 put, host = to_torch, to_host
-
-
-def _atol(want: torch.Tensor) -> float:
-    """test_torch_ops' logits bound: 1e-3 of the largest finite magnitude (with rtol 1e-4)."""
-    fin = want[torch.isfinite(want)].abs()
-    return 1e-3 * max(float(fin.max()) if fin.numel() else 1.0, 1.0)
 
 
 # ------------------------------------------------------------------ DeepGEMM, paged FP8
@@ -104,7 +98,7 @@ def test_deep_gemm_fp8_paged_mqa_logits(dev, block_kv, N, H, pad):
         assert got.dtype == torch.float32 and tuple(got.shape) == (3 * N, max_len) and got.device.type == dev
         assert got.stride(1) == 1 and got.stride(0) % 256 == 0, "DeepGEMM's row-padded logits"
         g = got.cpu().double()
-        torch.testing.assert_close(g[fin], want[fin], rtol=1e-4, atol=_atol(want))
+        torch.testing.assert_close(g[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
         if clean:
             assert bool((g[~fin] == float("-inf")).all()), "clean_logits writes -inf past each row's context"
 
@@ -113,7 +107,7 @@ def test_deep_gemm_fp8_paged_mqa_logits(dev, block_kv, N, H, pad):
                                             block_table=bt, schedule_meta=meta, max_context_len=max_len,
                                             clean_logits=True, logits_dtype=torch.bfloat16)
     assert kw.dtype == torch.bfloat16
-    torch.testing.assert_close(kw.cpu().double()[fin], want[fin], rtol=2.0 ** -7, atol=_atol(want))
+    torch.testing.assert_close(kw.cpu().double()[fin], want[fin], rtol=2.0 ** -7, atol=logits_atol(want))
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -127,7 +121,7 @@ def test_deep_gemm_varlen_rows(dev):
     got = deep_gemm.fp8_paged_mqa_logits(q, kv_cache, w, lens, bt, meta, 256, True, indices=indices)
     want = c.want(256)
     fin = torch.isfinite(want)
-    torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=_atol(want))
+    torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -140,7 +134,7 @@ def test_deep_gemm_one_request_needs_no_schedule(dev):
                                                                                  device=dev), 1024, True)
     want = c.want(1024)
     fin = torch.isfinite(want)
-    torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=_atol(want))
+    torch.testing.assert_close(got.cpu().double()[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -155,17 +149,17 @@ def test_deep_gemm_style_fused_topk(dev):
     res = deep_gemm.fp8_paged_mqa_topk(q, kv_cache, w, lens, bt, k, sorted=True, return_values=True,
                                        return_slot_ids=True)
     idx, val, slots = host(res.indices), host(res.values), host(res.slot_ids)
-    ref.topk_is_valid(idx, want.numpy(), k, None, ends, atol=_atol(want))
+    ref.topk_is_valid(idx, want.numpy(), k, None, ends, atol=topk_tol(want))
     live = idx >= 0
     picked = np.take_along_axis(want.numpy(), np.where(live, idx, 0), axis=1)
-    np.testing.assert_allclose(val[live], picked[live], rtol=1e-4, atol=_atol(want))
+    np.testing.assert_allclose(val[live], picked[live], rtol=1e-4, atol=logits_atol(want))
     np.testing.assert_array_equal(slots, ref.slot_ids(idx, c.block_table.numpy(), 32, next_n=2))
     for r in range(idx.shape[0]):
         n = int(live[r].sum())
         assert live[r, :n].all() and np.all(np.diff(val[r, :n]) <= 0), f"row {r}: sorted, live entries first"
     plain = deep_gemm.fp8_paged_mqa_topk(q, kv_cache, w, lens, bt, k)
     assert plain.values is None and plain.slot_ids is None
-    ref.topk_is_valid(host(plain.indices), want.numpy(), k, None, ends, atol=_atol(want))
+    ref.topk_is_valid(host(plain.indices), want.numpy(), k, None, ends, atol=topk_tol(want))
 
 
 def _fp4_paged_case(seed, dev, B=2, N=2, H=16, D=128, S=32, lens=(100, 45)):
@@ -193,7 +187,7 @@ def test_deep_gemm_fp4_paged_mqa_logits(dev):
     q, kv, w, lens, bt, want = _fp4_paged_case(7, dev)
     got = host(deep_gemm.fp8_fp4_paged_mqa_logits(q, kv, w, lens, bt, None, want.shape[1], clean_logits=True))
     fin = np.isfinite(want)
-    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-3 * max(np.abs(want[fin]).max(), 1.0))
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
     assert np.all(got[~fin] == -np.inf)
 
 
@@ -225,7 +219,7 @@ def test_deep_gemm_fp8_mqa_logits(dev, max_seqlen_k):
     assert got.dtype == torch.float32 and tuple(got.shape) == tuple(want.shape) and got.stride(1) == 1
     fin = torch.isfinite(want)
     g64 = got.cpu().double()
-    torch.testing.assert_close(g64[fin], want[fin], rtol=1e-4, atol=_atol(want))
+    torch.testing.assert_close(g64[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
     assert bool((g64[~fin] == float("-inf")).all())
 
 
@@ -241,7 +235,7 @@ def test_deep_gemm_fp4_mqa_logits(dev):
     got = host(deep_gemm.fp8_fp4_mqa_logits((put(qv, dev), put(qs, dev)), (put(kv, dev), put(kvs, dev)), put(w, dev),
                                             put(ks, dev), put(ke, dev), logits_dtype=torch.float32))
     fin = np.isfinite(want)
-    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-3 * max(np.abs(want[fin]).max(), 1.0))
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
     assert np.all(got[~fin] == -np.inf)
 
 
@@ -421,7 +415,7 @@ def test_compat_decode_step_in_a_cuda_graph():
         want = c.want(704)
         fin = torch.isfinite(want)
         g = logits.cpu().double()
-        torch.testing.assert_close(g[fin], want[fin], rtol=1e-4, atol=_atol(want))
+        torch.testing.assert_close(g[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
         assert bool((g[~fin] == float("-inf")).all())
         want_out, want_lse = m.ref()
         np.testing.assert_allclose(ref.bf16_to_f32(host(out)), want_out, rtol=2.0 ** -7, atol=4e-3)

@@ -10,7 +10,8 @@ import pytest
 import dsattn
 from dsattn import reference as ref
 
-from cases import capture_graph, indexer_case, mla_case, mqa_case, prefill_case, to_host, to_torch
+from cases import (capture_graph, indexer_case, logits_atol, mla_case, mqa_case, prefill_case, to_host, to_torch,
+                   topk_tol)
 
 torch = pytest.importorskip("torch")
 if not hasattr(torch.library, "custom_op"):
@@ -26,18 +27,6 @@ needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="needs torch with CUDA and
 
 put = to_torch
 host = to_host
-
-
-def _tol(want) -> float:
-    """The top-k checks' bound (as in test_gpu.py): 1e-4 of the largest finite magnitude."""
-    fin = np.abs(want[np.isfinite(want)])
-    return 1e-4 * max(float(fin.max(initial=1.0)), 1.0)
-
-
-def _logits_atol(want) -> float:
-    """The logits' bound of test_gpu.py (with rtol 1e-4): 1e-3 of the largest finite magnitude; the
-    GPU kernels sum the FP8 products in fp32 in another order than the reference's doubles."""
-    return 10.0 * _tol(want)
 
 
 def _indexer_args(c, dev, fp8_dtype=True):
@@ -63,7 +52,7 @@ def test_paged_logits_and_fused_topk(dev, fmt, mode):
     assert logits.device.type == dev and logits.dtype == torch.float32 and tuple(logits.shape) == want.shape
     got = host(logits)
     for r, n in enumerate(ctx):
-        np.testing.assert_allclose(got[r, :n], want[r, :n], rtol=1e-4, atol=_logits_atol(want), err_msg=f"row {r}")
+        np.testing.assert_allclose(got[r, :n], want[r, :n], rtol=1e-4, atol=logits_atol(want), err_msg=f"row {r}")
         assert np.all(got[r, n:] == -np.inf), f"row {r}: clean=True writes -inf beyond {n}"
     bf = ops.paged_mqa_logits(*args, max_context=320, logits_dtype=torch.bfloat16, **kw)
     assert bf.dtype == torch.bfloat16 and tuple(bf.shape) == want.shape
@@ -77,7 +66,7 @@ def test_paged_logits_and_fused_topk(dev, fmt, mode):
     k = 64
     idx = ops.paged_mqa_topk(*args, k, **kw)
     assert idx.dtype == torch.int32 and tuple(idx.shape) == (want.shape[0], k)
-    ref.topk_is_valid(host(idx), want, k, None, ctx, atol=_tol(want))
+    ref.topk_is_valid(host(idx), want, k, None, ctx, atol=topk_tol(want))
 
     # The out variant: indices, scores and slot ids into the caller's buffers.
     rows = want.shape[0]
@@ -86,12 +75,12 @@ def test_paged_logits_and_fused_topk(dev, fmt, mode):
     osl = torch.full((rows, k), -7, dtype=torch.int32, device=dev)
     assert ops.paged_mqa_topk_out(*args, k, oi, ov, osl, sorted=True, **kw) is None
     i_np = host(oi)
-    ref.topk_is_valid(i_np, want, k, None, ctx, atol=_tol(want))
+    ref.topk_is_valid(i_np, want, k, None, ctx, atol=topk_tol(want))
     np.testing.assert_array_equal(host(osl), ref.slot_ids(i_np, c.block_table, c.S, next_n=c.next_n,
                                                           row_request=c.row_request))
     v_np, live = host(ov), i_np >= 0
     picked = np.take_along_axis(want, np.where(live, i_np, 0), axis=1)
-    np.testing.assert_allclose(v_np[live], picked[live], rtol=1e-4, atol=_logits_atol(want))
+    np.testing.assert_allclose(v_np[live], picked[live], rtol=1e-4, atol=logits_atol(want))
     for r in range(rows):  # sorted=True: the live entries first, their scores descending
         n = int(live[r].sum())
         assert live[r, :n].all() and np.all(np.diff(v_np[r, :n]) <= 0), f"row {r}"
@@ -134,7 +123,7 @@ def test_mqa_logits(dev, compressed):
     got = host(ops.mqa_logits(*args, compressed=compressed, width=width, clean=True))
     assert got.shape == want.shape
     fin = np.isfinite(want)
-    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=_logits_atol(want))
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=logits_atol(want))
     assert np.all(got[~fin] == -np.inf)
     buf = torch.full((want.shape[0], want.shape[1] + 5), 7.0, device=dev)
     assert ops.mqa_logits_out(*args, buf[:, :want.shape[1]], compressed=compressed, clean=True) is None
@@ -156,7 +145,7 @@ def test_mqa_topk(dev):
     full = ref.mqa_logits(m.q, m.weights, m.k, m.k_scales, ks, ke, head_dim=D, compressed=True)
     for chunk_bytes in (3 * 4 * 300, 1 << 28):  # three rows per chunk; one chunk
         got = host(ops.mqa_topk(*args, k, 300, chunk_bytes=chunk_bytes))
-        ref.topk_is_valid(got, full, k, None, ke - ks, atol=_tol(full))
+        ref.topk_is_valid(got, full, k, None, ke - ks, atol=topk_tol(full))
     with pytest.raises(ValueError, match="mqa_topk: width expected >= 0"):
         ops.mqa_topk(*args, k, -1)
 
@@ -394,8 +383,8 @@ def test_cuda_graph_capture_without_stream_or_workspace():
         torch.cuda.synchronize()
         lens_np = np.array(new_lens, np.int32)
         want = ref.paged_mqa_logits(c.q, c.weights, c.pages, S, 128, c.block_table, lens_np)
-        ref.topk_is_valid(host(fused), want, k, None, lens_np, atol=_tol(want))
-        ref.topk_is_valid(host(unfused), want, k, None, lens_np, atol=_tol(want))
+        ref.topk_is_valid(host(fused), want, k, None, lens_np, atol=topk_tol(want))
+        ref.topk_is_valid(host(unfused), want, k, None, lens_np, atol=topk_tol(want))
 
 
 @needs_cuda
@@ -430,5 +419,5 @@ def test_compile_reduce_overhead_replays():
         lens_np = np.array(new_lens, np.int32)
         got = host(step(q, w, pages, bt, put(lens_np, "cuda")))
         want = ref.paged_mqa_logits(c.q, c.weights, c.pages, S, 128, c.block_table, lens_np)
-        ref.topk_is_valid(got, want, k, None, lens_np, atol=_tol(want))
+        ref.topk_is_valid(got, want, k, None, lens_np, atol=topk_tol(want))
     assert counters["inductor"]["cudagraph_skips"] == 0, "inductor skipped the CUDA graph"
