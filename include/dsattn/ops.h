@@ -20,6 +20,10 @@ namespace dsattn {
 enum class Backend { kAuto, kCpu, kCuda };
 const char* backend_name(Backend b);  // "auto", "cpu", "cuda"
 
+// Exec::workspace_device values besides a CUDA device ordinal.
+constexpr int kWorkspaceDeviceUnknown = -2;  // not said: not checked (the default)
+constexpr int kWorkspaceDeviceHost = -1;     // host memory (pageable or pinned)
+
 struct Exec {
   // kAuto: CUDA when the tensors live on a CUDA device, else CPU. kCpu with CUDA tensors (or kCuda with host
   // tensors) is an error, never a silent copy; so are CUDA tensors of another device than the current one.
@@ -29,6 +33,10 @@ struct Exec {
                                     // it has (cuda_stream_num_sms)
   void* workspace = nullptr;        // device memory for kCuda, host memory for kCpu (may be unused)
   size_t workspace_bytes = 0;
+  // Where `workspace` lives, for callers that know (the Python module always says): a CUDA device
+  // ordinal or kWorkspaceDeviceHost. A CUDA op whose workspace is said to be anywhere but the
+  // current device's memory returns kInvalidArgument instead of faulting inside a kernel.
+  int workspace_device = kWorkspaceDeviceUnknown;
   int num_threads = 0;              // CPU backend: 0 = hardware concurrency
   // CUDA: shared-memory budget per block in bytes for kernels that tile to fit (0 = device max).
   // 99 KiB (101376) reproduces the sm_120 / sm_121 configuration on larger GPUs.

@@ -193,6 +193,12 @@ struct ExecArgs {
   nb::object alloc;
 };
 
+// Where a workspace array lives, for Exec::workspace_device: the ops then refuse a host array (or
+// another GPU's) passed to a CUDA call instead of faulting inside a kernel.
+int workspace_device(const TensorView& w) {
+  return w.device == Device::kCuda ? w.device_id : dsattn::kWorkspaceDeviceHost;
+}
+
 ExecArgs exec_of(const char* op, int backend, uintptr_t stream, const Out& workspace, int num_threads,
                  int smem_budget_bytes, nb::object alloc) {
   ExecArgs e;
@@ -204,6 +210,7 @@ ExecArgs exec_of(const char* op, int backend, uintptr_t stream, const Out& works
     const TensorView w = view_of(op, "workspace", *workspace, Bits::kNone);
     e.ex.workspace = w.data;
     e.ex.workspace_bytes = static_cast<size_t>(w.numel()) * dsattn::dtype_size(w.dtype);
+    e.ex.workspace_device = workspace_device(w);
   }
   e.ex.num_threads = num_threads;
   e.ex.smem_budget_bytes = smem_budget_bytes;
@@ -238,6 +245,7 @@ int64_t finish(const P& p, const ExecArgs& e, bool query, Status (*ws)(const P&,
       const TensorView w = view_of(e.op, "workspace", buffer_view, Bits::kNone);
       ex.workspace = w.data;
       ex.workspace_bytes = static_cast<size_t>(w.numel()) * dsattn::dtype_size(w.dtype);
+      ex.workspace_device = workspace_device(w);
     }
   }
   Status s;

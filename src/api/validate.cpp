@@ -190,6 +190,16 @@ Status check_workspace(const char* op, const Exec& ex, size_t needed) {
     return invalid(op, "workspace expected >= %zu bytes, got %zu bytes%s", needed, ex.workspace_bytes,
                    ex.workspace == nullptr ? " (null pointer)" : "");
   }
+#if DSATTN_WITH_CUDA
+  // check_workspace runs on the CUDA path only (the CPU ops take no workspace).
+  const int cur = cuda::current_device();
+  if (ex.workspace_device != kWorkspaceDeviceUnknown && ex.workspace_device != cur) {
+    const std::string got = ex.workspace_device == kWorkspaceDeviceHost
+                                ? std::string("host memory")
+                                : "memory of cuda:" + std::to_string(ex.workspace_device);
+    return invalid(op, "workspace expected memory of the current device cuda:%d, got %s", cur, got.c_str());
+  }
+#endif
   return Status::Ok();
 }
 

@@ -53,6 +53,44 @@ TEST(GpuEnv, TensorsOfAnotherDeviceAreRefused) {
   }
 }
 
+// A workspace said to live elsewhere than the current device (host memory, another GPU) is
+// refused before any launch, naming both; said to be on the current device (or not said) it runs.
+TEST(GpuEnv, WorkspaceElsewhereIsRefused) {
+  if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int64_t R = 1, W = 1 << 20, k = 2048;  // a single long row: the top-k needs a workspace
+  dsattn::test::DevBuf logits(R * W * 4), idx(R * k * 4);
+  ASSERT_EQ(cudaMemset(logits.get(), 0, R * W * 4), cudaSuccess);
+  dsattn::TopkParams p;
+  p.logits = dsattn::make_tensor(logits.get(), dsattn::DType::kF32, {R, W}, dsattn::Device::kCuda, 0);
+  p.indices = dsattn::make_tensor(idx.get(), dsattn::DType::kI32, {R, k}, dsattn::Device::kCuda, 0);
+  p.k = k;
+  dsattn::Exec ex;
+  size_t bytes = 0;
+  ASSERT_TRUE(dsattn::topk_workspace(p, ex, &bytes).ok());
+  ASSERT_GT(bytes, 0u);
+  std::vector<uint8_t> host(bytes);
+  ex.workspace = host.data();
+  ex.workspace_bytes = bytes;
+  ex.workspace_device = dsattn::kWorkspaceDeviceHost;
+  dsattn::Status s = dsattn::topk(p, ex);
+  EXPECT_EQ(s.code, dsattn::Code::kInvalidArgument);
+  EXPECT_NE(s.message.find("topk: workspace expected memory of the current device cuda:0, got host memory"),
+            std::string::npos)
+      << s.message;
+  dsattn::test::DevBuf ws(bytes);
+  ex.workspace = ws.get();
+  ex.workspace_device = 3;
+  s = dsattn::topk(p, ex);
+  EXPECT_EQ(s.code, dsattn::Code::kInvalidArgument);
+  EXPECT_NE(s.message.find("got memory of cuda:3"), std::string::npos) << s.message;
+  for (int where : {0, dsattn::kWorkspaceDeviceUnknown}) {
+    ex.workspace_device = where;
+    EXPECT_TRUE(dsattn::topk(p, ex).ok()) << where;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // With their device current, the same call on a second device's tensors runs. Needs two devices.
 TEST(GpuEnv, CallRunsOnTheTensorsDevice) {
   int n = 0;
