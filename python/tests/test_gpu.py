@@ -273,6 +273,21 @@ def test_gpu_device_mismatch_is_value_error():
 
 
 @gpu_op
+def test_gpu_host_workspace_is_value_error():
+    """A host array passed as the workspace of a CUDA call: a ValueError naming the op and where
+    the workspace lives, not a kernel writing through a host pointer."""
+    x = torch.randn(1, 1 << 20, device="cuda")
+    n = dsattn.topk_workspace_size(x, 2048, stream=_cur())
+    assert n > 0
+    with pytest.raises(ValueError, match=r"topk: workspace expected memory of the current device cuda:\d+, "
+                                         r"got host memory"):
+        dsattn.topk(x, 2048, workspace=torch.empty(n, dtype=torch.uint8), stream=_cur())
+    got = dsattn.topk(x, 2048, workspace=torch.empty(n, dtype=torch.uint8, device="cuda"), stream=_cur())
+    np.testing.assert_array_equal(np.sort(host(got.indices), axis=1),
+                                  np.sort(host(torch.topk(x, 2048).indices.to(torch.int32)), axis=1))
+
+
+@gpu_op
 def test_gpu_stream_num_sms():
     # torch streams of the primary context: every SM (green contexts: GpuFusedTopk.GreenContextSmShare).
     assert dsattn.cuda_stream_num_sms(torch.cuda.current_stream()) == dsattn.cuda_num_sms() > 0
@@ -364,3 +379,50 @@ def test_gpu_jax_arrays():
     g = host(got)
     for r, n in enumerate(c.row_ctx()):
         np.testing.assert_allclose(g[r, :n], want[r, :n], rtol=1e-4, atol=1e-3 * max(np.abs(want[r, :n]).max(), 1))
+
+
+_FIRST_CALL_IN_CAPTURE = r"""
+import sys
+import numpy as np
+import torch
+sys.path.insert(0, sys.argv[1])
+import dsattn
+from dsattn import reference as ref
+from cases import indexer_case, to_host, to_torch
+
+c = indexer_case(seed=11, B=2, N=1, H=64, D=128, S=64, lens=(5000, 700))
+q, w = to_torch(c.q, "cuda", "fp8"), to_torch(c.weights, "cuda")
+cache = dsattn.IndexerCache(to_torch(c.pages, "cuda"), 64, 128)
+bt, lens = to_torch(c.block_table, "cuda"), to_torch(c.context_lens, "cuda")
+x = torch.randn(3, 9000, device="cuda")
+k = 512
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):  # the first dsattn calls of this process, captured
+    fused = dsattn.paged_mqa_topk(q, w, cache, bt, lens, k, stream=torch.cuda.current_stream())
+    plain = dsattn.topk(x, k, stream=torch.cuda.current_stream())
+for _ in range(2):
+    fused.indices.fill_(-7)
+    plain.indices.fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = c.ref_logits()
+    fin = np.abs(want[np.isfinite(want)])
+    ref.topk_is_valid(to_host(fused.indices), want, k, None, c.row_ctx(), atol=1e-4 * fin.max())
+    ref.topk_is_valid(to_host(plain.indices), to_host(x), k)
+print("ok")
+"""
+
+
+def test_gpu_first_call_inside_graph_capture():
+    """An engine's first dsattn call can be the one its graph runner captures: the library's
+    one-time per-device work (the build's code check, kernel attributes, plans) must not break
+    the capture. Runs in a fresh process so these calls really are its first."""
+    import os
+    import subprocess
+    import sys
+
+    here = str(pathlib.Path(__file__).resolve().parent)
+    r = subprocess.run([sys.executable, "-c", _FIRST_CALL_IN_CAPTURE, here], capture_output=True, text=True,
+                       env=dict(os.environ), timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.stdout[-3000:], r.stderr[-3000:])
