@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cuda/common/cuda_check.cuh"
+#include "cuda/common/kernel_smem.h"
 #include "cuda/common/mla_kernel.cuh"
 #include "cuda/common/mla_mma_kernel.cuh"
 #include "cuda/common/mla_plan.h"
@@ -50,8 +51,7 @@ Status launch(const char* op, const MlaDecodeArgs& a, int64_t rows, int64_t head
     return detail::not_implemented(op, "the CUDA kernel needs %zu bytes of shared memory per block, budget is %d",
                                    smem, ex.smem_budget_bytes);
   }
-  DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(sparse_mla_kernel<Src>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
+  DSATTN_CUDA_RETURN(op, raise_dynamic_smem(sparse_mla_kernel<Src>, smem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / kMlaHeadsPerCta));
   sparse_mla_kernel<Src><<<grid, kMlaThreads, smem, static_cast<cudaStream_t>(ex.stream)>>>(a);
   return last_launch_status(op, "sparse_mla_kernel");
@@ -270,7 +270,7 @@ Status launch_mma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& sp
   constexpr size_t smem = mla_mma_smem_bytes<HM, S, T>();  // mma_decide checked it against the budget
   const auto kern = sparse_mla_mma_kernel<HM, S, T>;
   const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
-  DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  DSATTN_CUDA_RETURN(op, raise_dynamic_smem(kern, smem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / (16 * HM)), static_cast<unsigned>(sp.splits));
   kern<<<grid, MlaMmaShape<HM, S, T>::kThreads, smem, st>>>(a, sp);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_mma_kernel"));
@@ -292,7 +292,7 @@ Status launch_wgmma(const char* op, const MlaDecodeArgs& a, const MlaSplitArgs& 
   constexpr size_t smem = mla_wgmma_smem_bytes<S, kHalf>();  // wgmma_decide checked it against the budget
   const auto kern = sparse_mla_wgmma_kernel<S, kHalf>;
   const cudaStream_t st = static_cast<cudaStream_t>(ex.stream);
-  DSATTN_CUDA_RETURN(op, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  DSATTN_CUDA_RETURN(op, raise_dynamic_smem(kern, smem));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads / 64), static_cast<unsigned>(sp.splits));
   kern<<<grid, MlaWgShape<S, kHalf>::kThreads, smem, st>>>(a, sp);
   DSATTN_RETURN_IF_ERROR(last_launch_status(op, "sparse_mla_wgmma_kernel"));

@@ -6,9 +6,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "cuda/common/driver_entry.h"
+#include "cuda/common/kernel_smem.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -31,6 +34,20 @@ int current_device() {
     return -1;
   }
   return dev;
+}
+
+cudaError_t raise_dynamic_smem(const void* kernel, size_t bytes) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  static std::mutex m;
+  static std::map<std::pair<const void*, int>, size_t> largest;
+  std::lock_guard<std::mutex> lock(m);
+  size_t& hi = largest[{kernel, dev}];
+  const size_t want = std::max(hi, bytes);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(want));
+  if (e == cudaSuccess) hi = want;
+  return e;
 }
 
 namespace {

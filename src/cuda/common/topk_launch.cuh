@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cuda/common/cuda_check.cuh"
+#include "cuda/common/kernel_smem.h"
 #include "cuda/common/topk_grid.cuh"
 #include "cuda/common/topk_plan.h"
 #include "dsattn/tensor.h"
@@ -68,9 +69,7 @@ inline TopkOutputs topk_outputs(const TensorView& indices, const TensorView& val
 template <typename K>
 inline Status set_smem(K kernel, size_t bytes, const char* op) {
   if (bytes <= 48 * 1024) return Status::Ok();
-  return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)),
-                     op, "cudaFuncSetAttribute(topk smem)");
+  return cuda_status(raise_dynamic_smem(kernel, bytes), op, "cudaFuncSetAttribute(topk smem)");
 }
 
 // Launches `kernel` on grid (cluster, rows) with thread-block clusters of (cluster, 1, 1) (the

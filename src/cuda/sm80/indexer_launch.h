@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "api/problems.h"
+#include "cuda/common/kernel_smem.h"
 #include "cuda/sm80/indexer_kernel.cuh"
 #include "dsattn/ops.h"
 #include "dsattn/status.h"
@@ -43,7 +44,7 @@ template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem,
                                                 cudaStream_t stream) {
   const Kernel kern = kernel(p);
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e = raise_dynamic_smem(kern, smem);
   if (e != cudaSuccess) return e;
   return launch_pdl(kern, dim3(grid), dim3(p.warps * 32), smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, p, epi);
 }
@@ -51,7 +52,7 @@ cudaError_t IndexerKernelOps<F, D, Epi>::launch(const IndexerParams& p, const Ep
 template <IndexerFormat F, int D, class Epi>
 cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(const IndexerParams& p, size_t smem, int* blocks_per_sm) {
   const Kernel kern = kernel(p);
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e = raise_dynamic_smem(kern, smem);
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, p.warps * 32, smem);
 }

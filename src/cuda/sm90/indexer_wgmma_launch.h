@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "cuda/common/kernel_smem.h"
 #include "cuda/sm80/fused_topk_collect.cuh"
 #include "cuda/sm90/indexer_wgmma.cuh"
 #include "dsattn/status.h"
@@ -139,7 +140,7 @@ template <class Epi>
 cudaError_t WgmmaKernelOps<Epi>::launch(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid,
                                         cudaStream_t stream) {
   return wgmma_detail::with_kernel<Epi>(plan, [&](auto kern) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+    cudaError_t e = raise_dynamic_smem(kern, plan.smem);
     if (e != cudaSuccess) return e;
     return launch_pdl(kern, dim3(grid), dim3(kWgThreads), plan.smem, stream, LaunchOpt{0, EpiPdl<Epi>::value}, plan.maps,
                       p, plan.shape, epi);
@@ -149,7 +150,7 @@ cudaError_t WgmmaKernelOps<Epi>::launch(const WgmmaPlan& plan, const IndexerPara
 template <class Epi>
 cudaError_t WgmmaKernelOps<Epi>::occupancy(const WgmmaPlan& plan, int* blocks_per_sm) {
   return wgmma_detail::with_kernel<Epi>(plan, [&](auto kern) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+    cudaError_t e = raise_dynamic_smem(kern, plan.smem);
     if (e != cudaSuccess) return e;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kern, kWgThreads, plan.smem);
   });

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "cuda/common/kernel_smem.h"
 #include "cuda/sm90/indexer_wgmma_launch.h"
 #include "cuda/sm90/indexer_ws.cuh"
 #include "cuda/sm90/indexer_ws_mma.cuh"
@@ -192,8 +193,7 @@ cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& 
   return with_ws_kernel<Epi>(
       plan,
       [&](auto kern) {
-        cudaError_t e =
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
+        cudaError_t e = raise_dynamic_smem(kern, plan.ws_smem);
         if (e != cudaSuccess) return e;
         return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, opt, plan.maps, p, s, epi);
       },
@@ -240,8 +240,7 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
   if (plan.ws_mma) {
     const WgmmaShape s = ws_shape(plan, extra);
     return with_ws_mma_kernel(plan, [&](auto kern) {
-      cudaError_t e =
-          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.ws_smem));
+      cudaError_t e = raise_dynamic_smem(kern, plan.ws_smem);
       if (e != cudaSuccess) return e;
       return launch_pdl(kern, dim3(grid), dim3(kWsmThreads), plan.ws_smem, stream, LaunchOpt{0, EpiPdl<WsLogits>::value},
                         plan.maps, p, s, WsLogits{});

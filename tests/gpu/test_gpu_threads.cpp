@@ -1,0 +1,114 @@
+// Calls from several host threads at once, on their own streams: what a serving engine does when
+// it runs two batches (or two models) side by side on one GPU from different threads.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/common/topk_plan.h"
+#include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
+
+namespace dsattn {
+namespace {
+
+// Two threads run the same top-k kernel with different shared-memory sizes (rows of 16K and 32K
+// positions: one CTA per row, its keys in shared memory). A kernel's dynamic shared-memory limit is
+// one setting per kernel and device, so a call that set it for its own size and then launched
+// could find it lowered by the other thread in between, and its launch refused ("invalid
+// argument"). Every call must succeed and return a correct top-k.
+TEST(GpuThreads, TopkShapesOnTwoThreads) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int k = 2048, iters = 400;
+  const int64_t rows = 128;
+  const int64_t widths[2] = {16384, 32768};
+  Exec probe;
+  cuda::TopkDeviceLimits lim;
+  ASSERT_TRUE(cuda::topk_device_limits(probe, &lim).ok());
+  for (int64_t w : widths) {  // the premise: one kernel, two sizes above the 48 KB default
+    cuda::TopkPlan plan;
+    ASSERT_TRUE(cuda::plan_topk(rows, w, k, lim, &plan).ok());
+    ASSERT_TRUE(plan.direct && plan.small_v == 0 && !plan.filter && !plan.sampled && plan.cluster == 0) << w;
+    ASSERT_GT(plan.smem_final, size_t(48 * 1024)) << w;
+  }
+
+  struct Side {
+    test::DevBuf logits, idx;
+    std::vector<float> host;
+    cudaStream_t stream = nullptr;
+    std::string error;
+  };
+  Side side[2];
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-10.f, 10.f);
+  for (int t = 0; t < 2; ++t) {
+    Side& s = side[t];
+    s.host.resize(size_t(rows * widths[t]));
+    for (float& v : s.host) v = u(rng);
+    s.logits.alloc(s.host.size() * 4);
+    s.idx.alloc(size_t(rows) * k * 4);
+    ASSERT_EQ(cudaMemcpy(s.logits.get(), s.host.data(), s.host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  std::atomic<int> ready{0};
+  auto body = [&](int t) {
+    Side& s = side[t];
+    TopkParams p;
+    p.logits = make_tensor(s.logits.get(), DType::kF32, {rows, widths[t]}, Device::kCuda, 0);
+    p.indices = make_tensor(s.idx.get(), DType::kI32, {rows, k}, Device::kCuda, 0);
+    p.k = k;
+    Exec ex;
+    ex.backend = Backend::kCuda;
+    ex.stream = s.stream;
+    if (cudaSetDevice(0) != cudaSuccess) {
+      s.error = "cudaSetDevice";
+      return;
+    }
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    for (int i = 0; i < iters; ++i) {
+      const Status st = topk(p, ex);
+      if (!st.ok()) {
+        s.error = "call " + std::to_string(i) + ": " + st.message;
+        return;
+      }
+    }
+    if (cudaStreamSynchronize(s.stream) != cudaSuccess) s.error = "cudaStreamSynchronize";
+  };
+  std::thread a(body, 0), b(body, 1);
+  a.join();
+  b.join();
+  for (int t = 0; t < 2; ++t) {
+    Side& s = side[t];
+    EXPECT_EQ(s.error, "") << "thread " << t << " (rows of " << widths[t] << ")";
+    // The last call's result, against the CPU reference's selection on the same keys (distinct
+    // random floats: one correct answer up to order).
+    std::vector<int32_t> got(size_t(rows) * k), want(size_t(rows) * k);
+    ASSERT_EQ(cudaMemcpy(got.data(), s.idx.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    TopkParams p;
+    p.logits = make_tensor(s.host.data(), DType::kF32, {rows, widths[t]}, Device::kCpu, 0);
+    p.indices = make_tensor(want.data(), DType::kI32, {rows, k}, Device::kCpu, 0);
+    p.k = k;
+    Exec cpu;
+    cpu.backend = Backend::kCpu;
+    ASSERT_TRUE(topk(p, cpu).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<int32_t> g(got.begin() + r * k, got.begin() + (r + 1) * k);
+      std::vector<int32_t> w(want.begin() + r * k, want.begin() + (r + 1) * k);
+      std::sort(g.begin(), g.end());
+      std::sort(w.begin(), w.end());
+      ASSERT_EQ(g, w) << "thread " << t << " row " << r;
+    }
+    cudaStreamDestroy(s.stream);
+  }
+}
+
+}  // namespace
+}  // namespace dsattn
