@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/indexer_test_util.h"
@@ -462,6 +463,55 @@ TEST(GpuFusedTopk, LongSingleRequest) {
   c.sorted = true;
   c.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 51);
   run_fused_case(c);
+}
+
+// Two host threads, each on its own stream with its own outputs and workspace, call the op over
+// and over on different shapes at once (one 64K request: the logits route; 12 requests of
+// next_n = 2 on 32-state pages: their own route): every call succeeds, and each thread's last
+// result passes the same checks as a call alone (reference and unfused path).
+TEST(GpuFusedTopk, TwoHostThreads) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FusedCase c[2];
+  c[0].k = 2048;
+  c[0].spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {65536}, 141);
+  c[1].k = 512;
+  c[1].spec = spec(IndexerFormat::kFp8, 12, 2, 32, 128, 32,
+                   {9000, 300, 4000, 12000, 513, 2, 7000, 600, 2048, 5000, 1, 8000}, 142);
+  PagedCase pc[2] = {testutil::make_paged_case(c[0].spec), testutil::make_paged_case(c[1].spec)};
+  GpuInputs g[2];
+  TopkOut unfused[2];
+  FusedCall f[2];
+  cudaStream_t st[2] = {nullptr, nullptr};
+  for (int t = 0; t < 2; ++t) {
+    DSATTN_CUDA_ASSERT(cudaStreamCreateWithFlags(&st[t], cudaStreamNonBlocking));
+    upload_case(pc[t], &g[t]);
+    if (::testing::Test::HasFatalFailure()) return;
+    run_unfused(c[t], pc[t], g[t], &unfused[t]);
+    if (::testing::Test::HasFatalFailure()) return;
+    c[t].stream = st[t];
+    setup_fused(c[t], pc[t], g[t], &f[t], false);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  std::string err[2];
+  auto body = [&](int t) {
+    if (cudaSetDevice(0) != cudaSuccess) return;
+    for (int i = 0; i < 200 && err[t].empty(); ++i) {
+      const Status s = paged_mqa_topk(f[t].p, f[t].ex);
+      if (!s.ok()) err[t] = "call " + std::to_string(i) + ": " + s.to_string();
+    }
+    if (cudaStreamSynchronize(st[t]) != cudaSuccess) err[t] += " cudaStreamSynchronize failed";
+  };
+  std::thread a(body, 0), b(body, 1);
+  a.join();
+  b.join();
+  for (int t = 0; t < 2; ++t) {
+    SCOPED_TRACE("thread " + std::to_string(t));
+    EXPECT_EQ(err[t], "");
+    TopkOut fused;
+    download_fused(f[t], &fused);
+    check_fused(c[t], pc[t], testutil::ref_rows(pc[t]), fused, unfused[t]);
+    cudaStreamDestroy(st[t]);
+  }
 }
 
 TEST(GpuFusedTopk, GraphReplay) {
