@@ -23,6 +23,8 @@ const char* backend_name(Backend b);  // "auto", "cpu", "cuda"
 // Exec::workspace_device values besides a CUDA device ordinal.
 constexpr int kWorkspaceDeviceUnknown = -2;  // not said: not checked (the default)
 constexpr int kWorkspaceDeviceHost = -1;     // host memory (pageable or pinned)
+// A CUDA op's workspace starts at a multiple of this many bytes (cudaMalloc and torch give 256).
+constexpr int kWorkspaceAlignment = 16;
 
 struct Exec {
   // kAuto: CUDA when the tensors live on a CUDA device, else CPU. kCpu with CUDA tensors (or kCuda with host
@@ -31,7 +33,7 @@ struct Exec {
   void* stream = nullptr;           // cudaStream_t; nullptr = legacy default stream. A live stream,
                                     // in workspace queries too: the plans ask the driver which SMs
                                     // it has (cuda_stream_num_sms)
-  void* workspace = nullptr;        // device memory for kCuda, host memory for kCpu (may be unused)
+  void* workspace = nullptr;        // kCuda: device memory, kWorkspaceAlignment-byte aligned; kCpu: unused
   size_t workspace_bytes = 0;
   // Where `workspace` lives, for callers that know (the Python module always says): a CUDA device
   // ordinal or kWorkspaceDeviceHost. A CUDA op whose workspace is said to be anywhere but the

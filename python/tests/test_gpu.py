@@ -274,14 +274,16 @@ def test_gpu_device_mismatch_is_value_error():
 
 @gpu_op
 def test_gpu_host_workspace_is_value_error():
-    """A host array passed as the workspace of a CUDA call: a ValueError naming the op and where
-    the workspace lives, not a kernel writing through a host pointer."""
+    """A host array (or a misaligned slice) passed as the workspace of a CUDA call: a ValueError
+    naming the op and what is wrong, not a kernel writing through a host or misaligned pointer."""
     x = torch.randn(1, 1 << 20, device="cuda")
     n = dsattn.topk_workspace_size(x, 2048, stream=_cur())
     assert n > 0
     with pytest.raises(ValueError, match=r"topk: workspace expected memory of the current device cuda:\d+, "
                                          r"got host memory"):
         dsattn.topk(x, 2048, workspace=torch.empty(n, dtype=torch.uint8), stream=_cur())
+    with pytest.raises(ValueError, match=r"topk: workspace expected 16-byte aligned"):
+        dsattn.topk(x, 2048, workspace=torch.empty(n + 4, dtype=torch.uint8, device="cuda")[4:], stream=_cur())
     got = dsattn.topk(x, 2048, workspace=torch.empty(n, dtype=torch.uint8, device="cuda"), stream=_cur())
     np.testing.assert_array_equal(np.sort(host(got.indices), axis=1),
                                   np.sort(host(torch.topk(x, 2048).indices.to(torch.int32)), axis=1))

@@ -1,5 +1,6 @@
 #include "api/validate.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -190,10 +191,15 @@ Status check_workspace(const char* op, const Exec& ex, size_t needed) {
     return invalid(op, "workspace expected >= %zu bytes, got %zu bytes%s", needed, ex.workspace_bytes,
                    ex.workspace == nullptr ? " (null pointer)" : "");
   }
+  // The kernels carve their buffers at 256-byte offsets from it and read some 16 bytes at a time.
+  if (reinterpret_cast<uintptr_t>(ex.workspace) % kWorkspaceAlignment != 0) {
+    return invalid(op, "workspace expected %d-byte aligned, got address %p", kWorkspaceAlignment, ex.workspace);
+  }
 #if DSATTN_WITH_CUDA
-  // check_workspace runs on the CUDA path only (the CPU ops take no workspace).
-  const int cur = cuda::current_device();
-  if (ex.workspace_device != kWorkspaceDeviceUnknown && ex.workspace_device != cur) {
+  // check_workspace runs on the CUDA path only (the CPU ops take no workspace). Without a current
+  // device (no GPU) the call reports that itself.
+  const int cur = ex.workspace_device == kWorkspaceDeviceUnknown ? -1 : cuda::current_device();
+  if (cur >= 0 && ex.workspace_device != cur) {
     const std::string got = ex.workspace_device == kWorkspaceDeviceHost
                                 ? std::string("host memory")
                                 : "memory of cuda:" + std::to_string(ex.workspace_device);

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+
 #include "api/validate.h"
 #include "dsattn/dsattn.h"
 
@@ -61,6 +64,36 @@ TEST(Validate, BackendResolution) {
   ex.backend = Backend::kCpu;
   s = detail::resolve_backend("op", ex, {&d}, &b);
   EXPECT_EQ(s.message, "op: backend cpu expected host tensors, got tensors on cuda:0");
+}
+
+// The workspace checks every CUDA op makes before it plans a launch (detail::check_workspace):
+// size, alignment, and where the caller says it lives. Host code; on a machine without a GPU the
+// "where" check has no current device to compare with and leaves it to the call.
+TEST(Validate, WorkspaceChecks) {
+  alignas(256) static uint8_t buf[1024];
+  Exec ex;
+  EXPECT_TRUE(detail::check_workspace("topk", ex, 0).ok());  // none needed: anything goes
+  Status s = detail::check_workspace("topk", ex, 512);
+  EXPECT_EQ(s.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.message, "topk: workspace expected >= 512 bytes, got 0 bytes (null pointer)");
+  ex.workspace = buf;
+  ex.workspace_bytes = 256;
+  EXPECT_EQ(detail::check_workspace("topk", ex, 512).message, "topk: workspace expected >= 512 bytes, got 256 bytes");
+  ex.workspace_bytes = 1000;
+  EXPECT_TRUE(detail::check_workspace("topk", ex, 512).ok());
+  for (int off : {4, 8, 12}) {
+    ex.workspace = buf + off;
+    s = detail::check_workspace("paged_mqa_topk", ex, 512);
+    EXPECT_EQ(s.code, Code::kInvalidArgument);
+    EXPECT_NE(s.message.find("paged_mqa_topk: workspace expected 16-byte aligned, got address 0x"), std::string::npos)
+        << s.message;
+  }
+  ex.workspace = buf + 16;
+  EXPECT_TRUE(detail::check_workspace("topk", ex, 512).ok());
+  if (!cuda_available()) {
+    ex.workspace_device = kWorkspaceDeviceHost;
+    EXPECT_TRUE(detail::check_workspace("topk", ex, 512).ok());
+  }
 }
 
 TEST(Status, ToStringAndCheck) {

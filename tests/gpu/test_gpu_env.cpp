@@ -54,7 +54,8 @@ TEST(GpuEnv, TensorsOfAnotherDeviceAreRefused) {
 }
 
 // A workspace said to live elsewhere than the current device (host memory, another GPU) is
-// refused before any launch, naming both; said to be on the current device (or not said) it runs.
+// refused before any launch, naming both, and so is a misaligned one; said to be on the current
+// device (or not said) it runs.
 TEST(GpuEnv, WorkspaceElsewhereIsRefused) {
   if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -84,6 +85,13 @@ TEST(GpuEnv, WorkspaceElsewhereIsRefused) {
   s = dsattn::topk(p, ex);
   EXPECT_EQ(s.code, dsattn::Code::kInvalidArgument);
   EXPECT_NE(s.message.find("got memory of cuda:3"), std::string::npos) << s.message;
+  dsattn::test::DevBuf wider(bytes + 16);
+  ex.workspace = static_cast<uint8_t*>(wider.get()) + 4;  // the current device's memory, misaligned
+  ex.workspace_device = 0;
+  s = dsattn::topk(p, ex);
+  EXPECT_EQ(s.code, dsattn::Code::kInvalidArgument);
+  EXPECT_NE(s.message.find("topk: workspace expected 16-byte aligned"), std::string::npos) << s.message;
+  ex.workspace = ws.get();
   for (int where : {0, dsattn::kWorkspaceDeviceUnknown}) {
     ex.workspace_device = where;
     EXPECT_TRUE(dsattn::topk(p, ex).ok()) << where;

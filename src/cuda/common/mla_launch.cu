@@ -324,10 +324,7 @@ Status run_mma(const char* op, const MlaDecodeArgs& a, MlaSrc src, int64_t rows,
   sp.splits = plan.splits;
   sp.tiles_per_split = plan.tiles_per_split;
   sp.hq = static_cast<int>(heads);
-  if (plan.splits > 1) {
-    if (!aligned16(ex.workspace)) {
-      return detail::invalid(op, "workspace expected 16-byte aligned for the tensor-core kernel's split");
-    }
+  if (plan.splits > 1) {  // check_workspace: the workspace is kWorkspaceAlignment (16) byte aligned
     sp.part_o = static_cast<float*>(ex.workspace);
     sp.part_ml = reinterpret_cast<float2*>(sp.part_o + size_t(rows * heads) * plan.splits * kLatentDv);
   }
