@@ -1,5 +1,7 @@
-// Calls from several host threads at once, on their own streams: what a serving engine does when
-// it runs two batches (or two models) side by side on one GPU from different threads.
+// Calls that share a kernel's launch settings: from several host threads at once, on their own
+// streams (what a serving engine does when it runs two batches, or two models, side by side on one
+// GPU from different threads), and CUDA graphs captured for different shapes, replayed in any order
+// (what an engine's graph runner does for each of its batch sizes).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -108,6 +110,72 @@ TEST(GpuThreads, TopkShapesOnTwoThreads) {
     }
     cudaStreamDestroy(s.stream);
   }
+}
+
+// Graphs captured for a large plan, then for a smaller plan of the same kernel (rows of 32K, then
+// 16K positions), replayed large, small, large: a capture that set the kernel's shared-memory limit
+// to its own smaller size must not leave the earlier graph's launch above the limit. Both results
+// against the CPU reference.
+TEST(GpuThreads, GraphsOfTwoSizesReplayInAnyOrder) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int k = 2048;
+  const int64_t rows = 128;
+  const int64_t widths[2] = {32768, 16384};
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-10.f, 10.f);
+  std::vector<float> host[2];
+  test::DevBuf logits[2], idx[2];
+  cudaGraph_t graph[2] = {nullptr, nullptr};
+  cudaGraphExec_t exec[2] = {nullptr, nullptr};
+  for (int g = 0; g < 2; ++g) {
+    host[g].resize(size_t(rows * widths[g]));
+    for (float& v : host[g]) v = u(rng);
+    logits[g].alloc(host[g].size() * 4);
+    idx[g].alloc(size_t(rows) * k * 4);
+    ASSERT_EQ(cudaMemcpy(logits[g].get(), host[g].data(), host[g].size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    TopkParams p;
+    p.logits = make_tensor(logits[g].get(), DType::kF32, {rows, widths[g]}, Device::kCuda, 0);
+    p.indices = make_tensor(idx[g].get(), DType::kI32, {rows, k}, Device::kCuda, 0);
+    p.k = k;
+    Exec ex;
+    ex.backend = Backend::kCuda;
+    ex.stream = st;
+    ASSERT_TRUE(topk(p, ex).ok());  // warm-up outside the capture
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const Status s = topk(p, ex);
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph[g]), cudaSuccess);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_EQ(cudaGraphInstantiate(&exec[g], graph[g], 0), cudaSuccess);
+  }
+  for (int g : {0, 1, 0}) {
+    ASSERT_EQ(cudaMemsetAsync(idx[g].get(), 0xff, size_t(rows) * k * 4, st), cudaSuccess);
+    EXPECT_EQ(cudaGraphLaunch(exec[g], st), cudaSuccess) << "graph of rows " << widths[g];
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess) << "graph of rows " << widths[g];
+  }
+  for (int g = 0; g < 2; ++g) {
+    std::vector<int32_t> got(size_t(rows) * k), want(size_t(rows) * k);
+    ASSERT_EQ(cudaMemcpy(got.data(), idx[g].get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    TopkParams p;
+    p.logits = make_tensor(host[g].data(), DType::kF32, {rows, widths[g]}, Device::kCpu, 0);
+    p.indices = make_tensor(want.data(), DType::kI32, {rows, k}, Device::kCpu, 0);
+    p.k = k;
+    Exec cpu;
+    cpu.backend = Backend::kCpu;
+    ASSERT_TRUE(topk(p, cpu).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<int32_t> a(got.begin() + r * k, got.begin() + (r + 1) * k);
+      std::vector<int32_t> b(want.begin() + r * k, want.begin() + (r + 1) * k);
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      ASSERT_EQ(a, b) << "graph of rows " << widths[g] << ", row " << r;
+    }
+    cudaGraphExecDestroy(exec[g]);
+    cudaGraphDestroy(graph[g]);
+  }
+  cudaStreamDestroy(st);
 }
 
 }  // namespace
