@@ -20,6 +20,57 @@
 namespace dsattn {
 namespace {
 
+// Random rows of distinct-enough floats (one correct top-k up to order) on the host and the
+// device, and the device indices [rows, k] the calls write.
+struct TopkRows {
+  int64_t rows = 0, width = 0;
+  int k = 0;
+  std::vector<float> host;
+  test::DevBuf logits, idx;
+  // topk's parameters over the device rows.
+  TopkParams params() const {
+    TopkParams p;
+    p.logits = make_tensor(logits.get(), DType::kF32, {rows, width}, Device::kCuda, 0);
+    p.indices = make_tensor(idx.get(), DType::kI32, {rows, k}, Device::kCuda, 0);
+    p.k = k;
+    return p;
+  }
+};
+
+void make_rows(std::mt19937* rng, int64_t rows, int64_t width, int k, TopkRows* r) {
+  std::uniform_real_distribution<float> u(-10.f, 10.f);
+  r->rows = rows;
+  r->width = width;
+  r->k = k;
+  r->host.resize(size_t(rows * width));
+  for (float& v : r->host) v = u(*rng);
+  r->logits.alloc(r->host.size() * 4);
+  r->idx.alloc(size_t(rows) * k * 4);
+  ASSERT_EQ(cudaMemcpy(r->logits.get(), r->host.data(), r->host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+// The device indices against the CPU reference's selection on the same keys, as sets per row.
+void expect_cpu_topk(const TopkRows& r, const std::string& what) {
+  const int64_t rows = r.rows;
+  const int k = r.k;
+  std::vector<int32_t> got(size_t(rows) * k), want(size_t(rows) * k);
+  ASSERT_EQ(cudaMemcpy(got.data(), r.idx.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  TopkParams p;
+  p.logits = make_tensor(const_cast<float*>(r.host.data()), DType::kF32, {rows, r.width}, Device::kCpu, 0);
+  p.indices = make_tensor(want.data(), DType::kI32, {rows, k}, Device::kCpu, 0);
+  p.k = k;
+  Exec cpu;
+  cpu.backend = Backend::kCpu;
+  ASSERT_TRUE(topk(p, cpu).ok());
+  for (int64_t row = 0; row < rows; ++row) {
+    std::vector<int32_t> a(got.begin() + row * k, got.begin() + (row + 1) * k);
+    std::vector<int32_t> b(want.begin() + row * k, want.begin() + (row + 1) * k);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(a, b) << what << ", row " << row;
+  }
+}
+
 // Two threads run the same top-k kernel with different shared-memory sizes (rows of 16K and 32K
 // positions: one CTA per row, its keys in shared memory). A kernel's dynamic shared-memory limit is
 // one setting per kernel and device, so a call that set it for its own size and then launched
@@ -41,30 +92,21 @@ TEST(GpuThreads, TopkShapesOnTwoThreads) {
   }
 
   struct Side {
-    test::DevBuf logits, idx;
-    std::vector<float> host;
+    TopkRows r;
     cudaStream_t stream = nullptr;
     std::string error;
   };
   Side side[2];
   std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-10.f, 10.f);
   for (int t = 0; t < 2; ++t) {
-    Side& s = side[t];
-    s.host.resize(size_t(rows * widths[t]));
-    for (float& v : s.host) v = u(rng);
-    s.logits.alloc(s.host.size() * 4);
-    s.idx.alloc(size_t(rows) * k * 4);
-    ASSERT_EQ(cudaMemcpy(s.logits.get(), s.host.data(), s.host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), cudaSuccess);
+    make_rows(&rng, rows, widths[t], k, &side[t].r);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&side[t].stream, cudaStreamNonBlocking), cudaSuccess);
   }
   std::atomic<int> ready{0};
   auto body = [&](int t) {
     Side& s = side[t];
-    TopkParams p;
-    p.logits = make_tensor(s.logits.get(), DType::kF32, {rows, widths[t]}, Device::kCuda, 0);
-    p.indices = make_tensor(s.idx.get(), DType::kI32, {rows, k}, Device::kCuda, 0);
-    p.k = k;
+    const TopkParams p = s.r.params();
     Exec ex;
     ex.backend = Backend::kCuda;
     ex.stream = s.stream;
@@ -88,27 +130,10 @@ TEST(GpuThreads, TopkShapesOnTwoThreads) {
   a.join();
   b.join();
   for (int t = 0; t < 2; ++t) {
-    Side& s = side[t];
-    EXPECT_EQ(s.error, "") << "thread " << t << " (rows of " << widths[t] << ")";
-    // The last call's result, against the CPU reference's selection on the same keys (distinct
-    // random floats: one correct answer up to order).
-    std::vector<int32_t> got(size_t(rows) * k), want(size_t(rows) * k);
-    ASSERT_EQ(cudaMemcpy(got.data(), s.idx.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    TopkParams p;
-    p.logits = make_tensor(s.host.data(), DType::kF32, {rows, widths[t]}, Device::kCpu, 0);
-    p.indices = make_tensor(want.data(), DType::kI32, {rows, k}, Device::kCpu, 0);
-    p.k = k;
-    Exec cpu;
-    cpu.backend = Backend::kCpu;
-    ASSERT_TRUE(topk(p, cpu).ok());
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<int32_t> g(got.begin() + r * k, got.begin() + (r + 1) * k);
-      std::vector<int32_t> w(want.begin() + r * k, want.begin() + (r + 1) * k);
-      std::sort(g.begin(), g.end());
-      std::sort(w.begin(), w.end());
-      ASSERT_EQ(g, w) << "thread " << t << " row " << r;
-    }
-    cudaStreamDestroy(s.stream);
+    EXPECT_EQ(side[t].error, "") << "thread " << t << " (rows of " << widths[t] << ")";
+    // The last call's result.
+    expect_cpu_topk(side[t].r, "thread " + std::to_string(t));
+    cudaStreamDestroy(side[t].stream);
   }
 }
 
@@ -124,21 +149,13 @@ TEST(GpuThreads, GraphsOfTwoSizesReplayInAnyOrder) {
   cudaStream_t st = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
   std::mt19937 rng(9);
-  std::uniform_real_distribution<float> u(-10.f, 10.f);
-  std::vector<float> host[2];
-  test::DevBuf logits[2], idx[2];
+  TopkRows r[2];
   cudaGraph_t graph[2] = {nullptr, nullptr};
   cudaGraphExec_t exec[2] = {nullptr, nullptr};
   for (int g = 0; g < 2; ++g) {
-    host[g].resize(size_t(rows * widths[g]));
-    for (float& v : host[g]) v = u(rng);
-    logits[g].alloc(host[g].size() * 4);
-    idx[g].alloc(size_t(rows) * k * 4);
-    ASSERT_EQ(cudaMemcpy(logits[g].get(), host[g].data(), host[g].size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    TopkParams p;
-    p.logits = make_tensor(logits[g].get(), DType::kF32, {rows, widths[g]}, Device::kCuda, 0);
-    p.indices = make_tensor(idx[g].get(), DType::kI32, {rows, k}, Device::kCuda, 0);
-    p.k = k;
+    make_rows(&rng, rows, widths[g], k, &r[g]);
+    if (::testing::Test::HasFatalFailure()) return;
+    const TopkParams p = r[g].params();
     Exec ex;
     ex.backend = Backend::kCuda;
     ex.stream = st;
@@ -151,27 +168,12 @@ TEST(GpuThreads, GraphsOfTwoSizesReplayInAnyOrder) {
     ASSERT_EQ(cudaGraphInstantiate(&exec[g], graph[g], 0), cudaSuccess);
   }
   for (int g : {0, 1, 0}) {
-    ASSERT_EQ(cudaMemsetAsync(idx[g].get(), 0xff, size_t(rows) * k * 4, st), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(r[g].idx.get(), 0xff, size_t(rows) * k * 4, st), cudaSuccess);
     EXPECT_EQ(cudaGraphLaunch(exec[g], st), cudaSuccess) << "graph of rows " << widths[g];
     EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess) << "graph of rows " << widths[g];
   }
   for (int g = 0; g < 2; ++g) {
-    std::vector<int32_t> got(size_t(rows) * k), want(size_t(rows) * k);
-    ASSERT_EQ(cudaMemcpy(got.data(), idx[g].get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    TopkParams p;
-    p.logits = make_tensor(host[g].data(), DType::kF32, {rows, widths[g]}, Device::kCpu, 0);
-    p.indices = make_tensor(want.data(), DType::kI32, {rows, k}, Device::kCpu, 0);
-    p.k = k;
-    Exec cpu;
-    cpu.backend = Backend::kCpu;
-    ASSERT_TRUE(topk(p, cpu).ok());
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<int32_t> a(got.begin() + r * k, got.begin() + (r + 1) * k);
-      std::vector<int32_t> b(want.begin() + r * k, want.begin() + (r + 1) * k);
-      std::sort(a.begin(), a.end());
-      std::sort(b.begin(), b.end());
-      ASSERT_EQ(a, b) << "graph of rows " << widths[g] << ", row " << r;
-    }
+    expect_cpu_topk(r[g], "graph of rows " + std::to_string(widths[g]));
     cudaGraphExecDestroy(exec[g]);
     cudaGraphDestroy(graph[g]);
   }
