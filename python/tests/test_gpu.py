@@ -279,8 +279,9 @@ def test_gpu_host_workspace_is_value_error():
     x = torch.randn(1, 1 << 20, device="cuda")
     n = dsattn.topk_workspace_size(x, 2048, stream=_cur())
     assert n > 0
-    with pytest.raises(ValueError, match=r"topk: workspace expected memory of the current device cuda:\d+, "
-                                         r"got host memory"):
+    # The Python layer refuses it before the extension is called (it knows both arrays' devices);
+    # the library's own check (check_workspace) is GpuEnv.WorkspaceElsewhereIsRefused's.
+    with pytest.raises(ValueError, match=r"topk: workspace device expected cuda:\d+, got cpu"):
         dsattn.topk(x, 2048, workspace=torch.empty(n, dtype=torch.uint8), stream=_cur())
     with pytest.raises(ValueError, match=r"topk: workspace expected 16-byte aligned"):
         dsattn.topk(x, 2048, workspace=torch.empty(n + 4, dtype=torch.uint8, device="cuda")[4:], stream=_cur())
