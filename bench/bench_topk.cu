@@ -30,7 +30,7 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L] [--grid G]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L] [--grid G] [--spread]\n"
       "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--cluster-v4-max N] [--cluster-gather 0|1]\n"
@@ -58,6 +58,8 @@ int topk_usage(int rc = 2) {
       "  --quick: 1x8192 1x65536 128x32768\n"
       "  --runs L: neighbouring values alike (runs of L share a component, correlation 0.64; default 1: independent)\n"
       "  --grid G: values rounded to multiples of G (heavy ties; e.g. 1: a few distinct values above the k-th)\n"
+      "  --spread: random finite floats of every exponent instead (keys spread evenly over the first radix\n"
+      "            digit's bins: few same-bin atomics, a small bin at the k-th key; a diagnostic)\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
   return rc;
 }
@@ -124,6 +126,7 @@ int run_topk(const std::vector<std::string>& args) {
   bool sorted = false, bf16 = false, flush = true;
   long long runs = 1;
   float grid = 0.0f;
+  bool spread = false;
   std::vector<TopkShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -149,6 +152,8 @@ int run_topk(const std::vector<std::string>& args) {
     } else if (a == "--runs" && has_next) {
       runs = std::atoll(args[++i].c_str());
       if (runs < 1) return topk_usage();
+    } else if (a == "--spread") {
+      spread = true;
     } else if (a == "--grid" && has_next) {
       grid = std::strtof(args[++i].c_str(), nullptr);
       if (!(grid > 0.0f)) return topk_usage();
@@ -175,6 +180,7 @@ int run_topk(const std::vector<std::string>& args) {
               sorted ? " sorted" : "", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
   if (runs > 1) std::printf("values: runs of %lld neighbours share a component (correlation 0.64)\n", runs);
   if (grid > 0.0f) std::printf("values: rounded to multiples of %g (ties)\n", grid);
+  if (spread) std::printf("values: random finite floats of every exponent (--spread)\n");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%10s %9s %12s %10s %10s %8s %9s %12s  %s\n", "rows", "width", "logits MB", "eager us", "graph us",
               "GB/s", "% copy", "workspace MB", "plan");
@@ -186,7 +192,7 @@ int run_topk(const std::vector<std::string>& args) {
       std::fprintf(stderr, "out of memory for %lldx%lld\n", static_cast<long long>(s.rows), static_cast<long long>(s.width));
       return 1;
     }
-    fill_random(logits.p, n, bf16, 1234, runs, grid);
+    fill_random(logits.p, n, bf16, 1234, runs, grid, spread);
     TopkParams p;
     p.logits = make_tensor(logits.p, bf16 ? DType::kBF16 : DType::kF32, {s.rows, s.width}, Device::kCuda);
     p.indices = make_tensor(idx.p, DType::kI32, {s.rows, k}, Device::kCuda);

@@ -46,11 +46,23 @@ __device__ inline float bench_normal(uint64_t i, uint64_t seed) {
 // Approximately normal values. run > 1: neighbours alike, as scores of nearby states can be: each
 // run of `run` consecutive values shares a component (0.8 shared + 0.6 own, correlation 0.64).
 // grid > 0: every value rounded to a multiple of grid (ties: a few distinct values near the top).
-__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed, int64_t run, float grid) {
+// spread: finite floats of random sign, exponent and mantissa instead, so that the radix top-k's
+// first digit (sign, exponent and three mantissa bits) puts about as many keys in each of its bins:
+// few same-bin shared-memory atomics and a small bin at the k-th key (a diagnostic, not scores).
+__global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed, int64_t run, float grid,
+                                  bool spread = false) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     float v = bench_normal(i, seed);
     if (run > 1) v = 0.8f * bench_normal(i / static_cast<uint64_t>(run), seed ^ 0x5bd1e995ull) + 0.6f * v;
     if (grid > 0.0f) v = rintf(v / grid) * grid;
+    if (spread) {
+      uint64_t z = (i + 1) * 0xD1B54A32D192ED03ull + seed;
+      z ^= z >> 31;
+      z *= 0xBF58476D1CE4E5B9ull;
+      z ^= z >> 29;
+      const uint32_t e = 1u + static_cast<uint32_t>((z >> 32) % 254u);  // 1..254: finite, normal
+      v = __uint_as_float(static_cast<uint32_t>(z >> 63) << 31 | e << 23 | static_cast<uint32_t>(z & 0x7fffffu));
+    }
     if (bf16) {
       static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(v);
     } else {
@@ -59,9 +71,10 @@ __global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed,
   }
 }
 
-inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234, int64_t run = 1, float grid = 0.0f) {
+inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234, int64_t run = 1, float grid = 0.0f,
+                        bool spread = false) {
   if (n == 0) return;
-  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed, run, grid);
+  bench_fill_kernel<<<1024, 256>>>(p, n, bf16, seed, run, grid, spread);
 }
 
 __global__ void bench_empty_kernel() {}
