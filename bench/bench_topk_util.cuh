@@ -30,17 +30,29 @@ struct DevMem {
   bool ok() const { return bytes == 0 || p != nullptr; }
 };
 
+// One mixing round of the fill's hash.
+__device__ inline uint64_t bench_mix(uint64_t z) {
+  z ^= z >> 31;
+  z *= 0xBF58476D1CE4E5B9ull;
+  return z ^ (z >> 29);
+}
+
 // Approximately normal value (sum of 4 uniforms, centered, variance ~1), deterministic per index.
 __device__ inline float bench_normal(uint64_t i, uint64_t seed) {
   uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
   float acc = 0.0f;
   for (int j = 0; j < 4; ++j) {
-    z ^= z >> 31;
-    z *= 0xBF58476D1CE4E5B9ull;
-    z ^= z >> 29;
+    z = bench_mix(z);
     acc += static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
   }
   return (acc - 2.0f) * 1.7f;
+}
+
+// A finite normal float of random sign, exponent (1..254) and mantissa, deterministic per index.
+__device__ inline float bench_spread(uint64_t i, uint64_t seed) {
+  const uint64_t z = bench_mix((i + 1) * 0xD1B54A32D192ED03ull + seed);
+  const uint32_t e = 1u + static_cast<uint32_t>((z >> 32) % 254u);
+  return __uint_as_float(static_cast<uint32_t>(z >> 63) << 31 | e << 23 | static_cast<uint32_t>(z & 0x7fffffu));
 }
 
 // Approximately normal values. run > 1: neighbours alike, as scores of nearby states can be: each
@@ -52,16 +64,13 @@ __device__ inline float bench_normal(uint64_t i, uint64_t seed) {
 __global__ void bench_fill_kernel(void* out, size_t n, bool bf16, uint64_t seed, int64_t run, float grid,
                                   bool spread = false) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    float v = bench_normal(i, seed);
-    if (run > 1) v = 0.8f * bench_normal(i / static_cast<uint64_t>(run), seed ^ 0x5bd1e995ull) + 0.6f * v;
-    if (grid > 0.0f) v = rintf(v / grid) * grid;
+    float v;
     if (spread) {
-      uint64_t z = (i + 1) * 0xD1B54A32D192ED03ull + seed;
-      z ^= z >> 31;
-      z *= 0xBF58476D1CE4E5B9ull;
-      z ^= z >> 29;
-      const uint32_t e = 1u + static_cast<uint32_t>((z >> 32) % 254u);  // 1..254: finite, normal
-      v = __uint_as_float(static_cast<uint32_t>(z >> 63) << 31 | e << 23 | static_cast<uint32_t>(z & 0x7fffffu));
+      v = bench_spread(i, seed);
+    } else {
+      v = bench_normal(i, seed);
+      if (run > 1) v = 0.8f * bench_normal(i / static_cast<uint64_t>(run), seed ^ 0x5bd1e995ull) + 0.6f * v;
+      if (grid > 0.0f) v = rintf(v / grid) * grid;
     }
     if (bf16) {
       static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(v);
