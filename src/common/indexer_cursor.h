@@ -19,6 +19,15 @@ namespace cuda {
 
 // 32-bit: the schedule metadata holds groups and units as int32, and states are < 2^31 (windows
 // are int32); 32-bit bookkeeping keeps the registers for the MMA fragments.
+// A partition's two boundary pairs (its own first (group, unit) and the next partition's, as in
+// the metadata), held by value: computed by the kernel itself (IndexerParams::inline_schedule),
+// they stay in registers (a pointer to them would put them, and with them the kernel's parameters,
+// in local memory).
+struct IdxBounds {
+  int32_t g = 0, u = 0, ge = 0, ue = 0;
+  bool set = false;  // false: none (the cursor reads p.meta, or splits one group itself)
+};
+
 struct IdxTile {
   int32_t g;
   int32_t t0;
@@ -36,14 +45,18 @@ struct IdxCursor {
   int32_t limit;
   int split, sub, rot;  // this CTA takes the tiles whose position mod split is sub
 
+  // own (optional): the partition's boundary pairs computed by the kernel itself
+  // (IndexerParams::inline_schedule); else p.meta's.
   template <class P>
-  DSATTN_CURSOR_FN void init(const P& p, int part, int sub_) {
+  DSATTN_CURSOR_FN void init(const P& p, int part, int sub_, IdxBounds own = IdxBounds{}) {
     split = p.split > 1 ? p.split : 1;
     sub = sub_;
     rot = 0;
     const int64_t G = p.work.groups;
     bool ranged = false;  // glo / ghi of group 0 known here (no schedule)
-    if (p.meta != nullptr) {
+    if (own.set) {
+      g = own.g; u = own.u; ge = own.ge; ue = own.ue;
+    } else if (p.meta != nullptr) {
       const int32_t* m = p.meta + detail::kIndexerMetaHeader + 2 * part;
       g = m[0]; u = m[1]; ge = m[2]; ue = m[3];
     } else {

@@ -190,6 +190,43 @@ DSATTN_HD void indexer_meta_fill_group(int32_t* meta, int partitions, int64_t to
   }
 }
 
+// A schedule computed by the scoring kernel's CTA for its own partition (ws_inline_schedule): the
+// block's threads each take a run of consecutive groups [g_lo, g_hi); indexer_run_units is a run's
+// virtual units (lead included, as in indexer_meta_fill_group); after a block scan gives the run's
+// first virtual unit `pre` of `total`, indexer_run_pairs writes into pair[0..1] / pair[2..3] the
+// metadata pairs of partitions q / q + 1 (of P) that start inside the run, and leaves the others:
+// the caller starts them at (G, 0), which is every pair when total = 0 and pair P. Together the
+// runs give exactly the schedule's pairs (tests/cpu/test_indexer_cursor.cpp).
+DSATTN_HD int64_t indexer_run_units(const IndexerWork& w, int64_t g_lo, int64_t g_hi, int64_t cost) {
+  int64_t v = 0;
+  for (int64_t g = g_lo; g < g_hi; ++g) {
+    const int64_t u = indexer_group_units(w, g);
+    v += u + indexer_group_lead(g, u, cost);
+  }
+  return v;
+}
+DSATTN_HD void indexer_run_pairs(const IndexerWork& w, int64_t g_lo, int64_t g_hi, int64_t cost, int64_t pre,
+                                 int64_t v, int64_t total, int64_t P, int64_t q, int32_t* pair) {
+  if (total <= 0 || v <= 0) return;
+  for (int i = 0; i < 2; ++i) {
+    if (q + i >= P) break;
+    const int64_t target = indexer_partition_start(q + i, total, P);
+    if (target < pre || target >= pre + v) continue;  // in another run
+    int64_t acc = pre;
+    for (int64_t g = g_lo; g < g_hi; ++g) {
+      const int64_t u = indexer_group_units(w, g);
+      const int64_t lead = indexer_group_lead(g, u, cost);
+      if (u > 0 && target < acc + lead + u) {  // the non-empty group whose virtual units hold it
+        const int64_t off = target - acc - lead;
+        pair[2 * i] = static_cast<int32_t>(g);
+        pair[2 * i + 1] = static_cast<int32_t>(off > 0 ? off : 0);
+        break;
+      }
+      acc += lead + u;
+    }
+  }
+}
+
 DSATTN_HD void indexer_meta_header(int32_t* meta, int partitions, int64_t groups) {
   meta[0] = partitions;
   meta[1] = static_cast<int32_t>(groups);

@@ -9,6 +9,7 @@
 // group's end).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -283,6 +284,69 @@ TEST(IndexerCursor, OneGroupRoundRobinEqualsTheWalk) {
 // The partition formulas the host schedule, the schedule kernel and IdxCursor::init share:
 // indexer_first_partition_from(x) is the first partition whose start is at or after unit x, and
 // the starts are non-decreasing from 0 to `total`.
+// The warp-specialized kernels' own schedule (ws_inline_schedule, IndexerParams::inline_schedule):
+// each thread of a CTA of nt threads takes a run of consecutive groups, a block scan gives the
+// runs' first virtual units, and indexer_run_pairs fills the CTA's two pairs from the runs that
+// hold them. Simulated here thread by thread for every partition, it must give exactly the host
+// schedule's pairs (the schedule kernel's, which GpuIndexer.GraphReplayRequestsOwnSchedule checks
+// bitwise on the GPU): fewer and more groups than threads, empty groups, all groups empty, several
+// rows per group, more partitions than groups.
+TEST(IndexerCursor, RunPairsEqualTheSchedule) {
+  std::mt19937_64 rng(31);
+  struct SC {
+    int B, N, parts, maxlen;
+  };
+  const int64_t cost = detail::indexer_group_cost();
+  int64_t checked = 0;
+  for (const SC& sc : {SC{2, 1, 132, 65536}, SC{32, 1, 132, 32768}, SC{37, 2, 132, 9000}, SC{5, 3, 7, 70000},
+                       SC{128, 1, 132, 2048}, SC{600, 1, 132, 300}, SC{1500, 2, 264, 100}, SC{9, 4, 260, 1500}}) {
+    for (int rep = 0; rep < 4; ++rep) {
+      std::vector<int32_t> lens(size_t(sc.B) * sc.N);
+      for (auto& l : lens) {
+        const uint64_t r = rng() % 10;
+        l = rep == 3 ? 0 : r == 0 ? 0 : r == 1 ? int32_t(rng() % 64) : int32_t(rng() % (sc.maxlen + 1));
+      }
+      const std::vector<int32_t> meta = host_schedule(lens, sc.B, sc.N, sc.parts);
+      if (::testing::Test::HasFailure()) return;
+      detail::IndexerWork w;
+      w.mode = detail::IndexerMode::kPaged;
+      w.rows_per_group = sc.N;
+      w.next_n = sc.N;
+      w.lens_per_row = 1;
+      w.rows = int64_t(sc.B) * sc.N;
+      w.groups = sc.B;
+      w.batch = sc.B;
+      w.lens = lens.data();
+      w.lens_s0 = sc.N;
+      w.lens_s1 = 1;
+      const int64_t G = sc.B, P = sc.parts;
+      for (int nt : {32, 480, 512}) {
+        const int64_t per = (G + nt - 1) / nt;
+        std::vector<int64_t> lo(nt), hi(nt), v(nt), pre(nt);
+        int64_t total = 0;
+        for (int t = 0; t < nt; ++t) {
+          lo[t] = std::min(G, per * t);
+          hi[t] = std::min(G, lo[t] + per);
+          v[t] = detail::indexer_run_units(w, lo[t], hi[t], cost);
+          pre[t] = total;
+          total += v[t];
+        }
+        for (int64_t q = 0; q < P; ++q) {
+          int32_t pair[4] = {int32_t(G), 0, int32_t(G), 0};
+          for (int t = 0; t < nt; ++t) detail::indexer_run_pairs(w, lo[t], hi[t], cost, pre[t], v[t], total, P, q, pair);
+          const int32_t* want = meta.data() + detail::kIndexerMetaHeader + 2 * q;
+          for (int i = 0; i < 4; ++i) {
+            ASSERT_EQ(pair[i], want[i]) << "B " << sc.B << " N " << sc.N << " parts " << P << " rep " << rep << " threads "
+                                        << nt << " partition " << q << " word " << i;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(IndexerCursor, PartitionStartsAndFirstPartitionFrom) {
   std::mt19937_64 rng(11);
   for (int it = 0; it < 400; ++it) {

@@ -1129,6 +1129,27 @@ TEST(GpuIndexer, GraphReplayOneRequestOwnSchedule) {
   }
 }
 
+// Several requests without a caller schedule: on the warp-specialized kernels each CTA computes
+// its own partition's boundaries (ws_inline_schedule; no schedule kernel), elsewhere the schedule
+// kernel runs. Captured once and replayed with new lengths (random, every third request empty, all
+// empty, the longest), against the reference and, bitwise, against the op with its schedule kernel
+// (DSATTN_INDEXER_SCHEDULE=kernel): the same partitions, so the same logits.
+void graph_replay_requests(const IdxCase& c);
+
+TEST(GpuIndexer, GraphReplayRequestsOwnSchedule) {
+  SKIP_WITHOUT_GPU();
+  struct Shape { int B, N, H, max_ctx; LensMode lens; };
+  // Fewer groups than partitions, next_n = 2, more groups than a CTA's threads (runs of two), varlen
+  // rows (a group per row).
+  for (const Shape sh : {Shape{3, 1, 64, 3000, LensMode::k2D}, Shape{2, 2, 64, 5000, LensMode::k2D},
+                         Shape{200, 1, 32, 700, LensMode::k1D}, Shape{130, 2, 16, 400, LensMode::k2D},
+                         Shape{600, 1, 16, 200, LensMode::k2D}, Shape{40, 1, 32, 900, LensMode::kVarlen}}) {
+    IdxCase c;
+    c.B = sh.B; c.N = sh.N; c.H = sh.H; c.max_ctx = sh.max_ctx; c.lens = sh.lens; c.seed = 91 + sh.B;
+    on_each_kernel(c, graph_replay_requests);
+  }
+}
+
 TEST(GpuIndexer, GraphReplay) {
   SKIP_WITHOUT_GPU();
   IdxCase c;
@@ -1147,6 +1168,21 @@ void replay_new_inputs(const IdxCase& c, HostIdx& h, DevIdx& d, cudaGraphExec_t 
   ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
   *got = download_logits(c, h, d);
+}
+
+// The call of `got` run again with the schedule kernel (DSATTN_INDEXER_SCHEDULE=kernel): the same
+// partitions, so the same logits, bit for bit.
+void same_as_schedule_kernel(const IdxCase& c, const HostIdx& h, DevIdx& d, const PagedMqaLogitsParams& p,
+                             cudaStream_t st, const std::vector<float>& got, int round) {
+  setenv("DSATTN_INDEXER_SCHEDULE", "kernel", 1);
+  ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
+  const Status s2 = run_paged(c, h, d, p, st);
+  unsetenv("DSATTN_INDEXER_SCHEDULE");
+  ASSERT_TRUE(s2.ok()) << s2.to_string();
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  const std::vector<float> with_kernel = download_logits(c, h, d);
+  ASSERT_EQ(got.size(), with_kernel.size());
+  EXPECT_EQ(std::memcmp(got.data(), with_kernel.data(), got.size() * sizeof(float)), 0) << "round " << round;
 }
 
 void graph_replay_one_request(const IdxCase& c0) {
@@ -1187,16 +1223,60 @@ void graph_replay_one_request(const IdxCase& c0) {
     replay_new_inputs(c, h, d, exec, st, rng, &got);
     if (::testing::Test::HasFatalFailure()) break;
     check_logits(c, h, got, reference(c, h));
-    // The same call with the schedule kernel: the same partitions, so the same logits, bit for bit.
-    setenv("DSATTN_INDEXER_SCHEDULE", "kernel", 1);
-    ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
-    const Status s2 = run_paged(c, h, d, p, st);
-    unsetenv("DSATTN_INDEXER_SCHEDULE");
-    ASSERT_TRUE(s2.ok()) << s2.to_string();
-    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    const std::vector<float> with_kernel = download_logits(c, h, d);
-    ASSERT_EQ(got.size(), with_kernel.size());
-    EXPECT_EQ(std::memcmp(got.data(), with_kernel.data(), got.size() * sizeof(float)), 0) << "round " << round;
+    same_as_schedule_kernel(c, h, d, p, st, got, round);
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+void graph_replay_requests(const IdxCase& c0) {
+  IdxCase c = c0;
+  SCOPED_TRACE(std::string("kernel ") + (c.kernel ? c.kernel : "default") + ", B " + std::to_string(c.B) + ", N " +
+               std::to_string(c.N));
+  HostIdx h;
+  build_case(c, &h);
+  DevIdx d;
+  upload(h, d, false);
+  ASSERT_TRUE(c.lens != LensMode::k1D || c.N == 1);  // the rounds below set a length per row
+  ASSERT_EQ(h.lens.size(), h.row_ctx.size());
+  PagedMqaLogitsParams p = make_params(c, h, d);
+  ASSERT_FALSE(p.schedule.defined());
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+  // The CTAs' own partitions wherever the kernel computes them (the default; forced in case the
+  // default changes), the schedule kernel elsewhere.
+  setenv("DSATTN_INDEXER_SCHEDULE", "inline", 1);
+  ASSERT_TRUE(run_paged(c, h, d, p, st).ok());  // sizes the workspace, outside the capture
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status s1 = run_paged(c, h, d, p, st);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  unsetenv("DSATTN_INDEXER_SCHEDULE");
+  ASSERT_TRUE(s1.ok()) << s1.to_string();
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_TRUE(nodes == 1 || nodes == 2) << nodes;  // the scoring kernel, after the schedule kernel or not
+  std::printf("[ own schedule ] kernel %s, B %d, N %d: %zu graph node(s)\n", c.kernel ? c.kernel : "default", c.B, c.N,
+              nodes);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::mt19937_64 rng(103);
+  const int cap = std::min<int>((h.max_pages - 1) * c.S, int(h.width) - 1);
+  for (int round = 0; round < 4; ++round) {
+    for (size_t i = 0; i < h.row_ctx.size(); ++i) {  // a length per row (1D: N = 1, so per row too)
+      const int L = round == 2 ? 0 : round == 3 ? cap : (round == 1 && (i / c.N) % 3 == 0) ? 0 : int(rng() % (cap + 1));
+      h.row_ctx[i] = L;
+      h.lens[i] = L;
+    }
+    std::vector<float> got;
+    replay_new_inputs(c, h, d, exec, st, rng, &got);
+    if (::testing::Test::HasFatalFailure()) break;
+    check_logits(c, h, got, reference(c, h));
+    same_as_schedule_kernel(c, h, d, p, st, got, round);
+    if (::testing::Test::HasFatalFailure()) break;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

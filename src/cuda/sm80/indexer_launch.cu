@@ -66,10 +66,28 @@ struct LogitsPlan {
 };
 
 // DSATTN_INDEXER_SCHEDULE=kernel: paged_mqa_logits computes its own schedule with the schedule
-// kernel for one request too (A/B against the schedule-free launch; tests switch it per call).
+// kernel for one request too, and for several on the warp-specialized kernels, which otherwise
+// compute their partitions themselves (A/B against the schedule-free launch; tests switch it per
+// call).
+// The most groups (requests; varlen: rows) whose partitions a warp-specialized CTA computes itself
+// (ws_inline_schedule: each of its threads sums the lengths of groups / threads of them); above,
+// the schedule kernel runs.
+constexpr int64_t kInlineScheduleMaxGroups = 16384;
+
 bool schedule_kernel_always() {
   const char* e = std::getenv("DSATTN_INDEXER_SCHEDULE");
   return e != nullptr && std::strcmp(e, "kernel") == 0;
+}
+
+// Several requests without a caller schedule on the warp-specialized kernels: the CTAs compute
+// their partitions themselves (kInlineScheduleDefault), unless DSATTN_INDEXER_SCHEDULE=kernel;
+// DSATTN_INDEXER_SCHEDULE=inline turns it on where the default is off.
+constexpr bool kInlineScheduleDefault = true;
+bool inline_schedule_on() {
+  const char* e = std::getenv("DSATTN_INDEXER_SCHEDULE");
+  if (e != nullptr && std::strcmp(e, "kernel") == 0) return false;
+  if (e != nullptr && std::strcmp(e, "inline") == 0) return true;
+  return kInlineScheduleDefault;
 }
 
 // Common planning for the logits ops: config, partitions, workspace.
@@ -452,6 +470,16 @@ Status paged_mqa_logits(const PagedMqaLogitsParams& a, const detail::PagedIndexe
         p.partitions = 1;
         p.split = plan.grid;
       }
+    } else if (plan.wg.ws_stages > 0 && !plan.wg.ws_mma && p.split == 1 &&
+               p.work.groups <= kInlineScheduleMaxGroups && inline_schedule_on()) {
+      // Several requests on the warp-specialized wgmma kernel: each CTA computes its own
+      // partition's boundaries at its start (ws_inline_schedule), the same ones the schedule kernel
+      // would write, so that kernel and the scoring kernel's wait for it leave the call. Not on the
+      // mma.sync consumers' kernel (sm_100's default): there the same code cost ptxas ~90 more
+      // bytes of spills per thread, unmeasured on its hardware.
+      p.meta = nullptr;
+      p.inline_schedule = 1;
+      p.inline_cost = detail::indexer_group_cost();
     } else {
       int32_t* meta = static_cast<int32_t*>(ex.workspace);
       DSATTN_RETURN_IF_ERROR(cuda_status(

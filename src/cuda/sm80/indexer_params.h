@@ -57,6 +57,12 @@ struct IndexerParams {
   const int32_t* meta = nullptr;  // schedule metadata; null: one group (work.groups == 1) split
                                   // into `partitions` without it (IdxCursor::init)
   int partitions = 0;
+  // Without meta (null) and with several groups: the warp-specialized wgmma kernel computes its CTA's
+  // partition boundaries themselves at their start (ws_inline_schedule, indexer_ws.cuh; the same
+  // pairs the schedule kernel writes, with group cost `inline_cost`), so no schedule kernel runs in
+  // front of it. 0: off (meta, or one group split by IdxCursor::init).
+  int inline_schedule = 0;
+  int inline_cost = 0;
   // Pipeline shape (chosen by the launcher).
   int warps = 8, tile_states = 256, stages = 3;
   // CTAs per schedule partition: CTA b works on partition b / split and takes every split-th tile

@@ -215,12 +215,50 @@ __device__ __forceinline__ WsInfo ws_wait_full(const WsInfo* info, uint32_t full
   return WsInfo{static_cast<int32_t>(v.x), static_cast<int32_t>(v.y), static_cast<int32_t>(v.z), v.w};
 }
 
-// The group of the first tile of consumer warpgroup wg's partition (from the schedule; group 0
-// without one), or -1 when there is none.
+// The group of the first tile of consumer warpgroup wg's partition (from the schedule, or the
+// pairs the kernel computed itself: own; group 0 without either), or -1 when there is none.
 template <class Epi>
-__device__ __forceinline__ int32_t ws_first_group(const IndexerParams& p, int wg) {
-  const int32_t g0 = p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)] : 0;
+__device__ __forceinline__ int32_t ws_first_group(const IndexerParams& p, int wg, IdxBounds own = IdxBounds{}) {
+  const int32_t g0 = own.set             ? own.g
+                     : p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)]
+                                         : 0;
   return g0 >= 0 && g0 < p.work.groups ? g0 : -1;
+}
+
+// IndexerParams::inline_schedule: the boundary pairs of this CTA's partition q = blockIdx.x (the
+// launcher sets split 1, so the grid is the P partitions): pair[0..1] its own, pair[2..3] the next
+// one's, the values indexer_schedule_kernel writes at meta pairs q and q + 1. Every thread sums a
+// run of consecutive groups (indexer_run_units: their lengths, one round trip, all CTAs alike), a
+// block scan gives each run its first virtual unit, and the thread whose run holds a boundary walks
+// it again (indexer_run_pairs). This replaces the schedule kernel in front of a call (~4.5 us on its
+// own under ncu at 128 requests, and the scoring kernel waiting for it). Block-wide (every thread
+// of the CTA; blockDim a multiple of 32); ends synced. s_scan: >= 32 int64 of shared memory.
+// Inlined, and its results kept by value (IdxBounds): as a call taking p by reference, and with a
+// pointer to the pairs in the epilogue, it put the parameter block in local memory (ptxas: 570-810
+// bytes of stack and 240-1300 bytes of spills on every WsLogits kernel), and the scoring kernel ran
+// 15-40 % slower with or without a caller schedule (H100, 2026-12-06).
+static __device__ __forceinline__ void ws_inline_schedule(const IndexerParams& p, int32_t* pair, int64_t* s_scan) {
+  const int nt = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+  const int lane = t & 31, warp = t >> 5, nw = nt >> 5;
+  const int64_t G = p.work.groups, P = p.partitions > 0 ? p.partitions : 1, cost = p.inline_cost;
+  const int64_t per = (G + nt - 1) / nt, g_lo = per * t < G ? per * t : G, g_hi = g_lo + per < G ? g_lo + per : G;
+  const int64_t v = detail::indexer_run_units(p.work, g_lo, g_hi, cost);
+  const int64_t x = warp_inclusive_scan(v);  // block exclusive scan of v
+  if (lane == 31) s_scan[warp] = x;
+  if (t == 0) {  // the default of every pair: (G, 0)
+    pair[0] = pair[2] = static_cast<int32_t>(G);
+    pair[1] = pair[3] = 0;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int64_t y = warp_inclusive_scan(lane < nw ? s_scan[lane] : int64_t(0));
+    if (lane < nw) s_scan[lane] = y;
+  }
+  __syncthreads();
+  const int64_t total = s_scan[nw - 1];
+  const int64_t pre = (warp > 0 ? s_scan[warp - 1] : 0) + x - v;
+  detail::indexer_run_pairs(p.work, g_lo, g_hi, cost, pre, v, total, P, blockIdx.x, pair);
+  __syncthreads();
 }
 
 // kWsOneGroupWalk: a lane's box of its tile (tile i of its ring) from the parameters alone: the
@@ -473,11 +511,11 @@ struct WsLogits {
   static constexpr bool kTouch = true;  // its scratch: kWsTouchScratch
   __host__ __device__ static size_t smem_bytes(const IndexerParams&, int) { return kWsTouchScratch; }
   __device__ static int partition(const IndexerParams& p, int) { return blockIdx.x / (p.split > 1 ? p.split : 1); }
-  __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc) {
+  __device__ static void cursor(const IndexerParams& p, int w, IdxCursor* lc, IdxBounds own = IdxBounds{}) {
     const int split = p.split > 1 ? p.split : 1;
     IndexerParams pq = p;
     pq.split = split * kWsConsumers;  // CTA c takes tiles c, c + split, ...; ring w every third of those
-    lc->init(pq, blockIdx.x / split, blockIdx.x % split + w * split);
+    lc->init(pq, blockIdx.x / split, blockIdx.x % split + w * split, own);
   }
   __device__ void begin(const IndexerParams&, uint8_t*, int, int, int) {}
   __device__ void group_begin(int32_t, int) {}
@@ -671,7 +709,8 @@ struct WsTopkT {
 // release and head sums in four chains were slower too.
 template <int HP, int NW, int kStage, bool kFp4, class Epi>
 __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaShape& s, int stages, uint8_t* smem,
-                                           const WsSmemLayout& L, Epi& epi, int wg, int wq, int lane) {
+                                           const WsSmemLayout& L, Epi& epi, int wg, int wq, int lane,
+                                           IdxBounds own = IdxBounds{}) {
   const WsInfo* info = reinterpret_cast<const WsInfo*>(smem + L.info);
   const uint32_t full0 = smem_u32(smem + L.full), empty0 = smem_u32(smem + L.empty);
   uint8_t* qs = smem + L.q + wg * L.q_bytes;
@@ -705,8 +744,8 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     // The Q of the first group of this warpgroup's partition, loaded while the producer starts
     // the pipeline (at batch 1 it would otherwise wait for the first stage's keys): usually the
     // group of the first tile; if not, the loop reloads.
-    const int32_t g0 = p.meta != nullptr ? p.meta[detail::kIndexerMetaHeader + 2 * Epi::partition(p, wg)] : 0;
-    if (g0 >= 0 && g0 < p.work.groups) load_group(g0);
+    const int32_t g0 = ws_first_group<Epi>(p, wg, own);
+    if (g0 >= 0) load_group(g0);
   }
   for (;;) {
     mbar_wait(full0 + 8 * st, ph);
@@ -771,10 +810,14 @@ __device__ __forceinline__ bool ws_one_group_walk(const IndexerParams& p, const 
 }
 
 // kRr: kWsOneGroupWalk's instantiations (WsLogits, 64-state stages); the other kernels' code is
-// what it was before the option (same SASS).
-template <int HP, int NW, int kStage, class Epi, bool kFp4 = false, bool kRr = false>
+// what it was before the option (same SASS). kOwn: IndexerParams::inline_schedule's instantiations
+// (WsLogits): the CTA computes its partition's boundaries itself; in the others `own` is a
+// constant with set = false, so their code stays that of the kernels before the option (a run-time
+// test in every WsLogits kernel cost caller-schedule calls 2-4 % at 32 x 32K on an H100).
+template <int HP, int NW, int kStage, class Epi, bool kFp4 = false, bool kRr = false, bool kOwn = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     indexer_ws_kernel(const __grid_constant__ WgmmaMaps maps, IndexerParams p, WgmmaShape s, Epi epi) {
+  static_assert(!kOwn || (std::is_same<Epi, WsLogits>::value && !kRr), "kOwn: WsLogits, several groups");
 #if DSATTN_SM90A_DEVICE
   extern __shared__ __align__(1024) uint8_t ws_smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws_smem_raw) + 1023) & ~uintptr_t(1023));
@@ -802,15 +845,34 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
   }
   pdl_wait();  // the barriers above are shared memory only; everything below reads global memory
+  IdxBounds own{};  // kOwn: this CTA's partition boundaries
+  if constexpr (kOwn) {
+    // Scratch: stage 0's key buffer, which nothing uses before the producer's first copy (no
+    // static shared memory: the ring is sized to the dynamic budget). The pairs are kept in
+    // registers, and the fence orders these generic writes before that copy's async-proxy ones.
+    if (p.inline_schedule != 0 && p.meta == nullptr) {  // uniform
+      int32_t* sp = reinterpret_cast<int32_t*>(smem + L.keys);
+      ws_inline_schedule(p, sp, reinterpret_cast<int64_t*>(smem + L.keys + 16));
+      own = IdxBounds{sp[0], sp[1], sp[2], sp[3], true};
+      fence_proxy_async_smem();
+      __syncthreads();
+    }
+  }
   if (warp >= kWsProducerWarp) {
     const int w = warp - kWsProducerWarp;
     IdxCursor lc;
-    if (!rr) Epi::cursor(p, w, &lc);
+    if (!rr) {
+      if constexpr (std::is_same<Epi, WsLogits>::value) {
+        Epi::cursor(p, w, &lc, own);
+      } else {
+        Epi::cursor(p, w, &lc);
+      }
+    }
     ws_produce<kStage, Epi::kTouch, kFp4, kRr>(maps, p, s, stages, smem, L, lc, w, lane, rr, start);
   } else {
     const int w = warp >> 2;
     epi.begin(p, smem + L.epi + w * L.epi_bytes, w, kStage, p.work.rows_per_group);
-    ws_consume<HP, NW, kStage, kFp4>(p, s, stages, smem, L, epi, w, warp & 3, lane);
+    ws_consume<HP, NW, kStage, kFp4>(p, s, stages, smem, L, epi, w, warp & 3, lane, own);
   }
   epi.finish(p, smem, L);
 #else

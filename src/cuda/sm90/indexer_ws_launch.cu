@@ -131,48 +131,57 @@ bool plan_wgmma_ws_resident(int budget, int grid, int rows, int cap, bool multi,
 
 namespace {
 // rr: kWsOneGroupWalk's kernels (WsLogits with short stages; the caller checked the call).
-template <class Epi, bool kFp4, class Fn>
+// kOwn: IndexerParams::inline_schedule's kernels (WsLogits).
+template <class Epi, bool kFp4, bool kOwn, class Fn>
 cudaError_t with_ws_kernel_fmt(const WgmmaPlan& plan, Fn&& fn, bool rr) {
   const int hp = plan.shape.hp;
   // ws_stage(): NW = 64 exactly when the stage is longer than 128 states.
   constexpr int kStage64 = ws_stage(1, 64, Epi::kStaged);
+  constexpr bool kRr = false;
   if constexpr (std::is_same_v<Epi, WsLogits>) {  // short stages (ws_short_stage)
-    if (plan.nw == 64 && plan.ws_stage == kWsShortStage && rr) {
+    if (plan.nw == 64 && plan.ws_stage == kWsShortStage && rr && !kOwn) {
       if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4, true>);
       if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4, true>);
       return cudaErrorInvalidValue;
     }
     if (plan.nw == 64 && plan.ws_stage == kWsShortStage) {
-      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4>);
-      if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4>);
+      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kWsShortStage, Epi, kFp4, kRr, kOwn>);
+      if (hp == 64) return fn(indexer_ws_kernel<64, 64, kWsShortStage, Epi, kFp4, kRr, kOwn>);
       return cudaErrorInvalidValue;
     }
   }
   if (plan.nw == 64 && plan.ws_stage == kStage64) {
     if constexpr (Epi::kHpMin <= 16) {
-      if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi, kFp4>);
+      if (hp == 16) return fn(indexer_ws_kernel<16, 64, kStage64, Epi, kFp4, kRr, kOwn>);
     }
     if constexpr (Epi::kHpMin <= 32) {
-      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi, kFp4>);
+      if (hp == 32) return fn(indexer_ws_kernel<32, 64, kStage64, Epi, kFp4, kRr, kOwn>);
     }
-    if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi, kFp4>);
+    if (hp == 64) return fn(indexer_ws_kernel<64, 64, kStage64, Epi, kFp4, kRr, kOwn>);
   } else if (plan.nw == 128 && plan.ws_stage == 128) {
     if constexpr (!Epi::kNw64Only) {
       if constexpr (Epi::kHpMin <= 16) {
-        if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi, kFp4>);
+        if (hp == 16) return fn(indexer_ws_kernel<16, 128, 128, Epi, kFp4, kRr, kOwn>);
       }
       if constexpr (Epi::kHpMin <= 32) {
-        if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi, kFp4>);
+        if (hp == 32) return fn(indexer_ws_kernel<32, 128, 128, Epi, kFp4, kRr, kOwn>);
       }
-      if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi, kFp4>);
+      if (hp == 64) return fn(indexer_ws_kernel<64, 128, 128, Epi, kFp4, kRr, kOwn>);
     }
   }
   return cudaErrorInvalidValue;
 }
 // FP8 or MXFP4 (WgmmaShape::fp4) keys.
 template <class Epi, class Fn>
-cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn, bool rr = false) {
-  return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true>(plan, fn, rr) : with_ws_kernel_fmt<Epi, false>(plan, fn, rr);
+cudaError_t with_ws_kernel(const WgmmaPlan& plan, Fn&& fn, bool rr = false, bool own = false) {
+  if constexpr (std::is_same_v<Epi, WsLogits>) {
+    if (own) {
+      return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true, true>(plan, fn, false)
+                            : with_ws_kernel_fmt<Epi, false, true>(plan, fn, false);
+    }
+  }
+  return plan.shape.fp4 ? with_ws_kernel_fmt<Epi, true, false>(plan, fn, rr)
+                        : with_ws_kernel_fmt<Epi, false, false>(plan, fn, rr);
 }
 
 // The warp-specialized kernels' shape argument for `plan`: its ring, and the producer's options
@@ -188,7 +197,8 @@ WgmmaShape ws_shape(const WgmmaPlan& plan, int extra) {
 // opt: PDL as the epilogue says (EpiPdl), no cooperative launch, unless given. extra: see ws_shape.
 template <class Epi>
 cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, cudaStream_t stream,
-                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0, bool rr = false) {
+                      LaunchOpt opt = LaunchOpt{0, EpiPdl<Epi>::value}, int extra = 0, bool rr = false,
+                      bool own = false) {
   const WgmmaShape s = ws_shape(plan, extra);
   return with_ws_kernel<Epi>(
       plan,
@@ -197,7 +207,7 @@ cudaError_t launch_ws(const WgmmaPlan& plan, const IndexerParams& p, const Epi& 
         if (e != cudaSuccess) return e;
         return launch_pdl(kern, dim3(grid), dim3(kWsThreads), plan.ws_smem, stream, opt, plan.maps, p, s, epi);
       },
-      rr);
+      rr, own);
 }
 }  // namespace
 
@@ -248,7 +258,9 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
   }
   // kWsOneGroupWalk where the caller set the call up for it (paged_mqa_logits, indexer_launch.cu).
   const bool rr = ws_one_group_walk(plan, p) && p.meta == nullptr && p.partitions == 1 && p.split == grid;
-  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra, rr);
+  // IndexerParams::inline_schedule: the kernels that compute their partitions themselves.
+  const bool own = p.inline_schedule != 0 && p.meta == nullptr;
+  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra, rr && !own, own);
 }
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
