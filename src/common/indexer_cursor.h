@@ -17,8 +17,6 @@
 namespace dsattn {
 namespace cuda {
 
-// 32-bit: the schedule metadata holds groups and units as int32, and states are < 2^31 (windows
-// are int32); 32-bit bookkeeping keeps the registers for the MMA fragments.
 // A partition's two boundary pairs (its own first (group, unit) and the next partition's, as in
 // the metadata), held by value: computed by the kernel itself (IndexerParams::inline_schedule),
 // they stay in registers (a pointer to them would put them, and with them the kernel's parameters,
@@ -28,6 +26,8 @@ struct IdxBounds {
   bool set = false;  // false: none (the cursor reads p.meta, or splits one group itself)
 };
 
+// 32-bit: the schedule metadata holds groups and units as int32, and states are < 2^31 (windows
+// are int32); 32-bit bookkeeping keeps the registers for the MMA fragments.
 struct IdxTile {
   int32_t g;
   int32_t t0;

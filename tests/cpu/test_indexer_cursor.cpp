@@ -281,10 +281,7 @@ TEST(IndexerCursor, OneGroupRoundRobinEqualsTheWalk) {
   EXPECT_GT(tiles, 10000);
 }
 
-// The partition formulas the host schedule, the schedule kernel and IdxCursor::init share:
-// indexer_first_partition_from(x) is the first partition whose start is at or after unit x, and
-// the starts are non-decreasing from 0 to `total`.
-// The warp-specialized kernels' own schedule (ws_inline_schedule, IndexerParams::inline_schedule):
+// The warp-specialized wgmma kernel's own schedule (ws_inline_schedule, IndexerParams::inline_schedule):
 // each thread of a CTA of nt threads takes a run of consecutive groups, a block scan gives the
 // runs' first virtual units, and indexer_run_pairs fills the CTA's two pairs from the runs that
 // hold them. Simulated here thread by thread for every partition, it must give exactly the host
@@ -347,6 +344,9 @@ TEST(IndexerCursor, RunPairsEqualTheSchedule) {
   EXPECT_GT(checked, 0);
 }
 
+// The partition formulas the host schedule, the schedule kernel and IdxCursor::init share:
+// indexer_first_partition_from(x) is the first partition whose start is at or after unit x, and
+// the starts are non-decreasing from 0 to `total`.
 TEST(IndexerCursor, PartitionStartsAndFirstPartitionFrom) {
   std::mt19937_64 rng(11);
   for (int it = 0; it < 400; ++it) {

@@ -1129,7 +1129,7 @@ TEST(GpuIndexer, GraphReplayOneRequestOwnSchedule) {
   }
 }
 
-// Several requests without a caller schedule: on the warp-specialized kernels each CTA computes
+// Several requests without a caller schedule: on the warp-specialized wgmma kernel each CTA computes
 // its own partition's boundaries (ws_inline_schedule; no schedule kernel), elsewhere the schedule
 // kernel runs. Captured once and replayed with new lengths (random, every third request empty, all
 // empty, the longest), against the reference and, bitwise, against the op with its schedule kernel

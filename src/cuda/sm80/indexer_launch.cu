@@ -66,10 +66,10 @@ struct LogitsPlan {
 };
 
 // DSATTN_INDEXER_SCHEDULE=kernel: paged_mqa_logits computes its own schedule with the schedule
-// kernel for one request too, and for several on the warp-specialized kernels, which otherwise
-// compute their partitions themselves (A/B against the schedule-free launch; tests switch it per
-// call).
-// The most groups (requests; varlen: rows) whose partitions a warp-specialized CTA computes itself
+// kernel for one request too, and for several on the warp-specialized wgmma kernel, which
+// otherwise computes its partitions itself (A/B against the schedule-free launch; tests switch it
+// per call).
+// The most groups (requests; varlen: rows) whose partitions a warp-specialized wgmma CTA computes itself
 // (ws_inline_schedule: each of its threads sums the lengths of groups / threads of them); above,
 // the schedule kernel runs.
 constexpr int64_t kInlineScheduleMaxGroups = 16384;
@@ -79,15 +79,14 @@ bool schedule_kernel_always() {
   return e != nullptr && std::strcmp(e, "kernel") == 0;
 }
 
-// Several requests without a caller schedule on the warp-specialized kernels: the CTAs compute
-// their partitions themselves (kInlineScheduleDefault), unless DSATTN_INDEXER_SCHEDULE=kernel;
-// DSATTN_INDEXER_SCHEDULE=inline turns it on where the default is off.
+// Several requests without a caller schedule on the warp-specialized wgmma kernel: the CTAs
+// compute their partitions themselves (kInlineScheduleDefault), unless DSATTN_INDEXER_SCHEDULE=
+// kernel; DSATTN_INDEXER_SCHEDULE=inline turns it on where the default is off.
 constexpr bool kInlineScheduleDefault = true;
 bool inline_schedule_on() {
+  if (schedule_kernel_always()) return false;
   const char* e = std::getenv("DSATTN_INDEXER_SCHEDULE");
-  if (e != nullptr && std::strcmp(e, "kernel") == 0) return false;
-  if (e != nullptr && std::strcmp(e, "inline") == 0) return true;
-  return kInlineScheduleDefault;
+  return (e != nullptr && std::strcmp(e, "inline") == 0) || kInlineScheduleDefault;
 }
 
 // Common planning for the logits ops: config, partitions, workspace.
