@@ -645,7 +645,7 @@ TEST(GpuIndexer, OneGroupRoundRobin) {
     const PagedMqaLogitsParams p = make_params(c, h, d);
     std::vector<float> got[2];
     for (int off = 0; off < 2; ++off) {
-      testutil::EnvScope prod("DSATTN_WS_PRODUCER", off ? "95" : nullptr);  // 95: the default bits but 256
+      testutil::EnvScope prod("DSATTN_WS_PRODUCER", off ? "31" : nullptr);  // the default bits but 256
       ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
       const Status s = run_paged(c, h, d, p);
       ASSERT_TRUE(s.ok()) << c.name() << ": " << s.to_string();

@@ -104,10 +104,10 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
   return L;
 }
 
-// The producer's options (WgmmaShape::producer; all on by default, DSATTN_WS_PRODUCER=<bits> for
-// A/B). Options 1, 2 and 4 together on an H200 (bench indexer, N = 1, H = 64, S = 64, one call,
-// us, off -> on): 32 x 32K 57.2 -> 48.6, 128 x 8K 54.1 -> 47.0, 256 x 8K 99.6 -> 84.3, 128 x 32K
-// 172.4 -> 151.6 (BENCHMARKS.md). globaltimer stamps at 32 x 32K had shown the first copy issued 8 us
+// The producer's options (WgmmaShape::producer; all on by default but kWsTouchGroup,
+// DSATTN_WS_PRODUCER=<bits> for A/B). Options 1, 2 and 4 together on an H200 (bench indexer,
+// N = 1, H = 64, S = 64, one call, us, off -> on): 32 x 32K 57.2 -> 48.6, 128 x 8K 54.1 -> 47.0,
+// 256 x 8K 99.6 -> 84.3, 128 x 32K 172.4 -> 151.6 (BENCHMARKS.md). globaltimer stamps at 32 x 32K had shown the first copy issued 8 us
 // after the CTA started, 5.4 us of it the first batch's cursor walk (8 tiles, 24 next_any calls on
 // one warp, cold), and the slowest ring ending 12 us after the median one.
 //   kWsFastCursor: every lane computes its own tile of the batch (IdxCursor::fast_tile) while the
@@ -144,6 +144,18 @@ constexpr int kWsBatchedGroupLoad = 16;
 //       states at 64 heads (1,216 bytes spare), and 4-byte ld.global.ca loads into registers
 //       (22345d5, reverted) cost 256 x 1K 21.1 -> 21.8 us, 4 x 64K 15.6 -> 15.8, and the mma.sync
 //       consumers' kernel 2-3.6 % (BENCHMARKS.md, 2026-12-05).
+//       Off by default since 2026-12-06 (not in ws_producer_flags' default bits): its gain was
+//       measured with the kernel's code in the instruction caches (calls back to back), and a
+//       serving engine runs other kernels between two calls. The touch runs only at a group
+//       change, so its code is then fetched cold, mid-kernel, by the CTAs whose partition enters
+//       another request, and they end last. H100, 32 x 32K, paged_mqa_logits after a top-k (or
+//       after any kernel of 256 KB of code on one SM), us, touch on -> off: 70.5-70.9 -> 61.6-62.0
+//       (61.1-62.0 without the kernel before it), L2 flushed 77.0-78.2 -> 69.4-69.5 (66.9-67.7);
+//       paged_mqa_topk (bench indexer --fused, whose top-k runs before each next scoring kernel)
+//       32 x 32K 91.1-92.6 -> 82.8-83.0, 128 x 32K 240.7-241.9 -> 236.6-237.6, the other shapes
+//       level. Touching the first tile's group as well, so that the code has run before a group
+//       change, halved that cost (65.1-65.5; fused 32 x 32K 86.2) but added ~2 us at 1 x 64K and
+//       ~0.8 us at 8 x 8K (not kept).
 constexpr int kWsTouchGroup = 64;
 constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer lane, never read
 //   kWsEarlyTrigger (not in the default bits; a launch adds it: launch_indexer_ws' trigger_next):
@@ -413,6 +425,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
     first_batch = false;
   };
   Batch cur, nxt;
+  bool fetched = false;  // cur holds the first batch
   if (rr) {
     // The block-table entry's load is issued before the lengths', so both latencies overlap.
     const int32_t raw = ws_rr_raw(p, start.box);
@@ -420,8 +433,7 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
     detail::indexer_group_range(p.work, 0, &glo, &ghi);
     rr_end = idx_round_robin_end(ghi, p.state_limit);
     rr_fill(cur, start.box, raw);
-  } else {
-    fetch(cur);
+    fetched = true;
   }
   int st = w;
   uint32_t ph = 0;
@@ -432,9 +444,34 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
       ph ^= 1u;
     }
   };
-  while (cur.n > 0) {
-    if (!late) fetch(nxt);  // its block-table loads fly while this batch is issued
-    for (int k = 0; k < cur.n; ++k) {
+  // One call site of fetch() (the first batch, then each next one): inlined at several sites,
+  // its group-change code (the cursor's next group, its block-table span) had a copy that only
+  // CTAs whose partition enters another request ever ran, mid-kernel and with its instructions
+  // out of every cache. Those CTAs then ended ~10 us after the others whenever other code had run
+  // on the GPU in between (a top-k, any kernel of 256 KB of code on one SM): H100, 32 x 32K,
+  // BENCHMARKS.md 2026-12-06. Likewise load_group in ws_consume.
+  int k = 0;             // the next tile of cur to issue
+  bool nxt_ready = false;  // nxt holds the batch after cur
+  for (;;) {
+    if (fetched && cur.n == 0) break;  // the batch before was the last (or the first is empty)
+    // The next batch: before cur's first copy, or (kWsLateFetch) once it is on its way, so that
+    // its block-table loads fly while this batch is issued.
+    if (!fetched || (!nxt_ready && k == (late ? 1 : 0))) {
+      fetch(nxt);
+      if (!fetched) {
+        cur = nxt;
+        fetched = true;
+        continue;
+      }
+      nxt_ready = true;
+    }
+    if (k == cur.n) {  // cur.n > 0: nxt was fetched at k = 0 or 1
+      cur = nxt;
+      nxt_ready = false;
+      k = 0;
+      continue;
+    }
+    {
       const uint32_t full = full0 + 8 * st, empty = empty0 + 8 * st;
       mbar_wait(empty, ph ^ 1u);  // a fresh barrier counts as released (first pass over the ring)
       const bool mine = cur.mine && lane / nb == k;
@@ -474,9 +511,8 @@ __device__ __forceinline__ void ws_produce(const WgmmaMaps& maps, const IndexerP
       if (touch && last_tg >= 0 && tg != last_tg) ws_touch_group(p, tg, dummy + 16 * lane, lane);
       last_tg = tg;
       advance();
-      if (late && k == 0) fetch(nxt);  // the batch's first copy is on its way before this walk
+      ++k;
     }
-    cur = nxt;
   }
   if (touch) cp_async_wait<0>();  // the touches' copies are complete before the CTA can exit
   mbar_wait(empty0 + 8 * st, ph ^ 1u);
@@ -740,25 +776,28 @@ __device__ __forceinline__ void ws_consume(const IndexerParams& p, const WgmmaSh
     grp.sync();
     epi.group_begin(g, rows);
   };
-  {
-    // The Q of the first group of this warpgroup's partition, loaded while the producer starts
-    // the pipeline (at batch 1 it would otherwise wait for the first stage's keys): usually the
-    // group of the first tile; if not, the loop reloads.
-    const int32_t g0 = ws_first_group<Epi>(p, wg, own);
-    if (g0 >= 0) load_group(g0);
-  }
+  // The group to load before the next wait: first the first group of this warpgroup's partition,
+  // loaded while the producer starts the pipeline (at batch 1 it would otherwise wait for the
+  // first stage's keys), usually the group of the first tile (if not, the loop reloads); then
+  // each group a tile enters. One call site of load_group (see ws_produce's fetch).
+  int32_t pending = ws_first_group<Epi>(p, wg, own);
   for (;;) {
-    mbar_wait(full0 + 8 * st, ph);
+    if (pending >= 0) {
+      if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
+      grp.sync();  // every thread is done with the previous group's weights / windows
+      load_group(pending);
+      pending = -1;
+    }
+    mbar_wait(full0 + 8 * st, ph);  // again after a group load: a completed phase, at once
     WsInfo in;
     {
       const uint4 v = lds128(smem_u32(info + st));
       in = WsInfo{static_cast<int32_t>(v.x), static_cast<int32_t>(v.y), static_cast<int32_t>(v.z), v.w};
     }
     if (in.g < 0) break;  // uniform
-    if (in.g != cur_g) {
-      if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
-      grp.sync();  // every thread is done with the previous group's weights / windows
-      load_group(in.g);
+    if (in.g != cur_g) {  // uniform
+      pending = in.g;
+      continue;
     }
     epi.tile_begin(rows, in.t0, in.count);
 #pragma unroll 1

@@ -13,12 +13,13 @@ namespace dsattn {
 namespace cuda {
 
 namespace {
-// The producer's options (WgmmaShape::producer): all on unless DSATTN_WS_PRODUCER gives the bits
-// (0: the producer before them; bench A/B in one binary), or "-BITS": all but those (the GPU
-// check's racecheck pass runs with -64, see kWsTouchGroup).
+// The producer's options (WgmmaShape::producer): the default bits (all but kWsTouchGroup, off
+// since 2026-12-06: see there) unless DSATTN_WS_PRODUCER gives the bits (0: the producer before
+// them; bench A/B in one binary; 351 the default with the touch), or "-BITS": the default but those
+// (the GPU check's racecheck pass runs with -64, see kWsTouchGroup).
 int ws_producer_flags() {
   constexpr int kAll = kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad |
-                       kWsTouchGroup | kWsOneGroupWalk;
+                       kWsOneGroupWalk;
   const char* env = std::getenv("DSATTN_WS_PRODUCER");
   if (env == nullptr) return kAll;
   return env[0] == '-' ? kAll & ~std::atoi(env + 1) : std::atoi(env);
