@@ -84,8 +84,9 @@ if [ $SAN -eq 1 ]; then
   if command -v compute-sanitizer >/dev/null; then
     step memcheck memcheck.log compute-sanitizer --tool memcheck --error-exitcode 97 \
       "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
-    # Without the indexer producer's L1 touch (kWsTouchGroup, indexer_ws.cuh): its cp.async.ca
-    # copies into a never-read 16-byte scratch per lane are WAW hazards to racecheck by design.
+    # Without the indexer producer's L1 touch (kWsTouchGroup, indexer_ws.cuh; off by default since
+    # 2026-12-06, -64 keeps it off where DSATTN_WS_PRODUCER's default would have it): its
+    # cp.async.ca copies into a never-read 16-byte scratch per lane are WAW hazards to racecheck.
     step racecheck racecheck.log env DSATTN_WS_PRODUCER=-64 compute-sanitizer --tool racecheck \
       --racecheck-report all --error-exitcode 97 "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
   else
