@@ -107,9 +107,10 @@ __host__ __device__ inline WsSmemLayout ws_smem_layout(int stages, int stage, in
 // The producer's options (WgmmaShape::producer; all on by default but kWsTouchGroup,
 // DSATTN_WS_PRODUCER=<bits> for A/B). Options 1, 2 and 4 together on an H200 (bench indexer,
 // N = 1, H = 64, S = 64, one call, us, off -> on): 32 x 32K 57.2 -> 48.6, 128 x 8K 54.1 -> 47.0,
-// 256 x 8K 99.6 -> 84.3, 128 x 32K 172.4 -> 151.6 (BENCHMARKS.md). globaltimer stamps at 32 x 32K had shown the first copy issued 8 us
-// after the CTA started, 5.4 us of it the first batch's cursor walk (8 tiles, 24 next_any calls on
-// one warp, cold), and the slowest ring ending 12 us after the median one.
+// 256 x 8K 99.6 -> 84.3, 128 x 32K 172.4 -> 151.6 (BENCHMARKS.md). globaltimer stamps at
+// 32 x 32K had shown the first copy issued 8 us after the CTA started, 5.4 us of it the first
+// batch's cursor walk (8 tiles, 24 next_any calls on one warp, cold), and the slowest ring ending
+// 12 us after the median one.
 //   kWsFastCursor: every lane computes its own tile of the batch (IdxCursor::fast_tile) while the
 //       batch stays inside the current group; next() only at group changes. First copy at ~3.5 us.
 //   kWsLateFetch: the next batch's walk and block-table loads after the batch's first copy.

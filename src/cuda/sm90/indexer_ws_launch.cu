@@ -261,7 +261,7 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
   const bool rr = ws_one_group_walk(plan, p) && p.meta == nullptr && p.partitions == 1 && p.split == grid;
   // IndexerParams::inline_schedule: the kernels that compute their partitions themselves.
   const bool own = p.inline_schedule != 0 && p.meta == nullptr;
-  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra, rr && !own, own);
+  return launch_ws(plan, p, WsLogits{}, grid, stream, LaunchOpt{0, EpiPdl<WsLogits>::value}, extra, rr, own);
 }
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
