@@ -30,7 +30,8 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--sms N] [--runs L] [--grid G] [--spread]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--cold] [--sms N] [--runs L] [--grid G]\n"
+      "                         [--spread]\n"
       "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
       "                         [--cluster-max N] [--cluster-v4-max N] [--cluster-gather 0|1]\n"
@@ -60,7 +61,10 @@ int topk_usage(int rc = 2) {
       "  --grid G: values rounded to multiples of G (heavy ties; e.g. 1: a few distinct values above the k-th)\n"
       "  --spread: random finite floats of every exponent instead (keys spread evenly over the first radix\n"
       "            digit's bins: few same-bin atomics, a small bin at the k-th key; a diagnostic)\n"
-      "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n");
+      "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
+      "  --cold: before each timed call (after the flush), 225 KiB of other code run on every SM, so the\n"
+      "          op's instructions are fetched cold, as where an engine runs other kernels between its\n"
+      "          calls (the launch floor is timed the same way)\n");
   return rc;
 }
 
@@ -123,7 +127,7 @@ int parse_topk_tuning(const std::vector<std::string>& args, size_t* i) {
 int run_topk(const std::vector<std::string>& args) {
   int k = 2048, iters = 50;
   long sms = 0;
-  bool sorted = false, bf16 = false, flush = true;
+  bool sorted = false, bf16 = false, flush = true, cold = false;
   long long runs = 1;
   float grid = 0.0f;
   bool spread = false;
@@ -143,6 +147,8 @@ int run_topk(const std::vector<std::string>& args) {
       sorted = true;
     } else if (a == "--no-flush") {
       flush = false;
+    } else if (a == "--cold") {
+      cold = true;
     } else if (int t = parse_topk_tuning(args, &i); t != 0) {
       if (t < 0) return topk_usage();
     } else if (a == "--sms" && has_next) {
@@ -174,10 +180,11 @@ int run_topk(const std::vector<std::string>& args) {
   BenchContext ctx;
   if (!ctx.init()) return 1;
   ctx.flush_l2 = flush;
+  ctx.cold_code = cold;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
   std::printf("topk k=%d %s%s, %s, median of %d; GB/s and %% copy from the graph time\n", k, bf16 ? "bf16" : "f32",
-              sorted ? " sorted" : "", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+              sorted ? " sorted" : "", ctx.conditions(), iters);
   if (runs > 1) std::printf("values: runs of %lld neighbours share a component (correlation 0.64)\n", runs);
   if (grid > 0.0f) std::printf("values: rounded to multiples of %g (ties)\n", grid);
   if (spread) std::printf("values: random finite floats of every exponent (--spread)\n");
@@ -301,10 +308,14 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 
 int fused_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--b2b] [--sms N] [--seed N]\n"
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--cold] [--b2b] [--sms N]\n"
+      "                                    [--seed N]\n"
       "                                    [--len N] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
+      "  --cold: before each timed call (after the flush), 225 KiB of other code run on every SM, so the\n"
+      "    ops' instructions are fetched cold, as where an engine runs other kernels between their calls\n"
+      "    (all three per-call columns and the launch floor; not the --b2b columns)\n"
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
       "    the context, so the best states crowd at its end (start); default random\n"
@@ -330,7 +341,8 @@ int run_fused(const std::vector<std::string>& args) {
   float ramp = 0.0f;  // --order
   int smem = 0;       // --smem
   bool flush = true;
-  bool b2b = false;  // --b2b
+  bool cold = false;  // --cold
+  bool b2b = false;   // --b2b
   bool fp4 = false;  // --fp4
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -346,6 +358,8 @@ int run_fused(const std::vector<std::string>& args) {
       iters = std::max(1, std::atoi(args[++i].c_str()));
     } else if (a == "--no-flush") {
       flush = false;
+    } else if (a == "--cold") {
+      cold = true;
     } else if (a == "--b2b") {
       b2b = true;
     } else if (a == "--fp4") {
@@ -399,12 +413,13 @@ int run_fused(const std::vector<std::string>& args) {
   BenchContext ctx;
   if (!ctx.init()) return 1;
   ctx.flush_l2 = flush;
+  ctx.cold_code = cold;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
   std::printf("indexer + top-k, k=%d, %s cache, %s, median of %d CUDA-graph replays\n"
               "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
               "and the logits for the unfused path)\n",
-              k, fp4 ? "MXFP4" : "FP8", flush ? "L2 flushed before each call" : "L2 not flushed", iters);
+              k, fp4 ? "MXFP4" : "FP8", ctx.conditions(), iters);
   std::printf("shared-memory budget: %s\n", smem ? std::to_string(smem).c_str() : "device max");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s%s\n", "B x ctx x N x S x H x D", "logits us",

@@ -88,6 +88,24 @@ inline void fill_random(void* p, size_t n, bool bf16, uint64_t seed = 1234, int6
 
 __global__ void bench_empty_kernel() {}
 
+// --cold: straight-line code of 2 x kN FFMAs (225 KiB of sm_90a code at kN = 8192), one CTA per SM,
+// run before every timed call after the flush. It evicts the timed op's instructions from the
+// instruction caches, as the other kernels of a serving engine's step do between two calls of one
+// op. (Before 9637e5c, a single CTA of this kernel before each call slowed the Hopper scoring
+// kernel by 10-15 us at 32 x 32K on an H100, as the fused op's own top-k did: BENCHMARKS.md,
+// 2026-12-06. Timing calls back to back, or after a flush alone, hides such costs.)
+constexpr int kBenchColdCodeN = 8192;
+template <int kN>
+__global__ void bench_cold_code_kernel(float* out, float seed) {
+  float a = seed + static_cast<float>(threadIdx.x), b = seed * 0.5f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    a = fmaf(a, 1.0000001f + static_cast<float>(i) * 1e-9f, static_cast<float>(i) * 0.37f);
+    b = fmaf(b, a, static_cast<float>(i) * 0.11f + 1.0f);
+  }
+  if (a + b == 1.2345f) out[threadIdx.x] = a + b;  // never true in practice; keeps the chain live
+}
+
 struct BenchContext {
   std::string device_name;
   int num_sms = 0;
@@ -96,9 +114,12 @@ struct BenchContext {
   void* flush = nullptr;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   bool flush_l2 = true;     // flush L2 before every timed call (--no-flush clears it)
+  bool cold_code = false;   // bench_cold_code_kernel before every timed call (--cold)
+  float* cold_sink = nullptr;
 
   ~BenchContext() {
     if (flush) cudaFree(flush);
+    if (cold_sink) cudaFree(cold_sink);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
   }
@@ -111,6 +132,7 @@ struct BenchContext {
     num_sms = prop.multiProcessorCount;
     flush_bytes = std::max<size_t>(size_t(prop.l2CacheSize) * 4, 256u << 20);
     if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) return false;
+    if (cudaMalloc(&cold_sink, 32 * sizeof(float)) != cudaSuccess) return false;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     // Copy ceiling: 1 GiB device-to-device, median of 10.
@@ -135,8 +157,14 @@ struct BenchContext {
     return cudaGetLastError() == cudaSuccess;
   }
 
+  // The conditions each timed call starts from, for the bench's header line.
+  const char* conditions() const {
+    if (cold_code) return flush_l2 ? "L2 flushed and instructions evicted before each call" : "instructions evicted before each call, L2 not flushed";
+    return flush_l2 ? "L2 flushed before each call" : "L2 not flushed";
+  }
+
   // Median time of fn(stream) in microseconds; L2 flushed (a memset larger than L2) before each
-  // call. graph = true: fn is captured once into a CUDA graph and the replays are timed (no host
+  // call, and with cold_code other code run on every SM after it. graph = true: fn is captured once into a CUDA graph and the replays are timed (no host
   // launch overhead, as in a serving engine's decode graph).
   template <typename Fn>
   float time_median_us(int iters, Fn fn, bool graph = true) {
@@ -155,6 +183,7 @@ struct BenchContext {
     std::vector<float> t;
     for (int i = 0; i < iters; ++i) {
       if (flush_l2) cudaMemsetAsync(flush, i & 0xff, flush_bytes, st);
+      if (cold_code) bench_cold_code_kernel<kBenchColdCodeN><<<num_sms, 32, 0, st>>>(cold_sink, static_cast<float>(i));
       cudaEventRecord(e0, st);
       if (graph) {
         cudaGraphLaunch(ge, st);
