@@ -266,6 +266,7 @@ TEST(GpuTopkPlan, FusedRouteSwitch) {
 
 TEST(GpuTopkPlan, LogitsRouteEarlyTrigger) {
   // paged_mqa_topk's logits route lets its top-k be scheduled at the scoring kernel's start only
+  // with DSATTN_FUSED_EARLY_TRIGGER=1 (off by default, and for any other value), and then only
   // where the top-k's first launch has 1..8 CTAs (fused_route.h). Plans as the route makes them
   // (rows in L2), with cluster launch: 1 x 64K a cluster of 8 CTAs (8 keys per thread), 1 x 32K
   // one of 8 (4 keys per thread, a CTA per 4096 positions), 1 x 8K one CTA (keys in registers);
@@ -277,29 +278,32 @@ TEST(GpuTopkPlan, LogitsRouteEarlyTrigger) {
   ASSERT_TRUE(plan_topk(1, 65536, 2048, kH200Cluster, &p, true).ok());
   EXPECT_EQ(p.cluster, 8);
   EXPECT_EQ(topk_first_ctas(p, 1), 8);
-  EXPECT_TRUE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  EXPECT_TRUE(logits_route_early_trigger("1", topk_first_ctas(p, 1)));
+  EXPECT_FALSE(logits_route_early_trigger(nullptr, topk_first_ctas(p, 1)));  // the default
+  EXPECT_FALSE(logits_route_early_trigger("0", topk_first_ctas(p, 1)));
+  EXPECT_FALSE(logits_route_early_trigger("", topk_first_ctas(p, 1)));
   ASSERT_TRUE(plan_topk(1, 32768, 2048, kH200Cluster, &p, true).ok());
   EXPECT_EQ(p.cluster, 8);
   EXPECT_EQ(topk_first_ctas(p, 1), 8);
-  EXPECT_TRUE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  EXPECT_TRUE(logits_route_early_trigger("1", topk_first_ctas(p, 1)));
   ASSERT_TRUE(plan_topk(1, 8192, 2048, kH200Cluster, &p, true).ok());
   EXPECT_TRUE(p.direct);
   EXPECT_EQ(p.cluster, 0);
   EXPECT_EQ(topk_first_ctas(p, 1), 1);
-  EXPECT_TRUE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+  EXPECT_TRUE(logits_route_early_trigger("1", topk_first_ctas(p, 1)));
   ASSERT_TRUE(plan_topk(2, 65536, 2048, kH200Cluster, &p, true).ok());
   EXPECT_EQ(topk_first_ctas(p, 2), 16);
-  EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 2)));
+  EXPECT_FALSE(logits_route_early_trigger("1", topk_first_ctas(p, 2)));
   ASSERT_TRUE(plan_topk(4, 16384, 2048, kH200Cluster, &p, true).ok());
   EXPECT_EQ(p.cluster, 4);
   EXPECT_EQ(topk_first_ctas(p, 4), 16);
-  EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 4)));
+  EXPECT_FALSE(logits_route_early_trigger("1", topk_first_ctas(p, 4)));
   {
     FilterMinWidth on(262144);
     ASSERT_TRUE(plan_topk(1, 4194304, 2048, kH200Cluster, &p, true).ok());
     EXPECT_TRUE(p.filter);
     EXPECT_EQ(topk_first_ctas(p, 1), 0);
-    EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+    EXPECT_FALSE(logits_route_early_trigger("1", topk_first_ctas(p, 1)));
   }
   {
     FilterMinWidth off(0);
@@ -307,11 +311,12 @@ TEST(GpuTopkPlan, LogitsRouteEarlyTrigger) {
     EXPECT_FALSE(p.filter);
     EXPECT_EQ(p.chunks, 93);
     EXPECT_EQ(topk_first_ctas(p, 1), 93);
-    EXPECT_FALSE(logits_route_early_trigger(topk_first_ctas(p, 1)));
+    EXPECT_FALSE(logits_route_early_trigger("1", topk_first_ctas(p, 1)));
   }
-  EXPECT_FALSE(logits_route_early_trigger(0));
-  EXPECT_TRUE(logits_route_early_trigger(cuda::kEarlyTriggerMaxTopkCtas));
-  EXPECT_FALSE(logits_route_early_trigger(cuda::kEarlyTriggerMaxTopkCtas + 1));
+  EXPECT_FALSE(logits_route_early_trigger("1", 0));
+  EXPECT_TRUE(logits_route_early_trigger("1", cuda::kEarlyTriggerMaxTopkCtas));
+  EXPECT_FALSE(logits_route_early_trigger("1", cuda::kEarlyTriggerMaxTopkCtas + 1));
+  EXPECT_FALSE(logits_route_early_trigger(nullptr, cuda::kEarlyTriggerMaxTopkCtas));
 }
 
 TEST(GpuTopkPlan, RejectsOutOfRangeK) {

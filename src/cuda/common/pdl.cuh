@@ -16,8 +16,9 @@
 //     thing; the scoring kernels do not call it by default, because the top-k kernels after the
 //     logits were then placed on the SMs as they freed up, two CTAs on each of the first (H200,
 //     32 x 32K logits + topk: 86 -> 93 us). The fused op's logits route asks the warp-specialized
-//     scoring kernel for it where its top-k is a launch of at most 8 CTAs (kWsEarlyTrigger,
-//     fused_route.h).
+//     scoring kernel for it where its top-k is a launch of at most 8 CTAs only with
+//     DSATTN_FUSED_EARLY_TRIGGER=1 (kWsEarlyTrigger; off by default since it costs 1.5-6 us per
+//     call when other code ran before the call, fused_route.h).
 // A PDL launch after something other than a kernel (a memset, a copy, an event) is ordinary
 // stream order; so is any launch when DSATTN_PDL=0 (benchmarks compare both) or before sm_90.
 #pragma once

@@ -534,7 +534,8 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   Exec lex = ex;
   lex.workspace = ws;
   lex.workspace_bytes = f.logits_ws;
-  const bool trigger = logits_route_early_trigger(topk_first_ctas(f.tp, pb.rows));
+  const bool trigger =
+      logits_route_early_trigger(std::getenv("DSATTN_FUSED_EARLY_TRIGGER"), topk_first_ctas(f.tp, pb.rows));
   DSATTN_RETURN_IF_ERROR(paged_mqa_logits(lp, lpb, lex, trigger));
   topk_detail::TopkRowBounds rb;
   rb.width = static_cast<int>(f.width);

@@ -162,7 +162,8 @@ constexpr size_t kWsTouchScratch = 32 * 16;  // per ring: 16 bytes per producer 
 //   kWsEarlyTrigger (not in the default bits; a launch adds it: launch_indexer_ws' trigger_next):
 //       the kernel calls pdl_trigger() first thing, so the next PDL launch is scheduled at once and
 //       its CTAs are placed as the scoring CTAs free their SMs (the fused logits route's top-k of
-//       at most 8 CTAs; fused_route.h has the measurements).
+//       at most 8 CTAs with DSATTN_FUSED_EARLY_TRIGGER=1; off by default: fused_route.h has the
+//       measurements).
 constexpr int kWsEarlyTrigger = 128;
 //   kWsOneGroupWalk: one request without schedule metadata (paged_mqa_logits at batch 1; the host
 //       sets it up, ws_one_group_walk in indexer_ws_launch.cu, where the stage is kWsShortStage):
