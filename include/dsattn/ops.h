@@ -172,14 +172,16 @@ Status topk(const TopkParams& p, const Exec& ex);
 // that route wherever the rows fit, also where longer pieces would have dropped states (128 x 64K
 // 423 -> 325 us); DSATTN_FUSED_LOGITS=0 never takes it. paged_mqa_topk_route says which route a
 // call takes.
-// On sm_90 a call for up to six requests with N = 1 whose block table holds more than 64K states
+// On sm_90 a call for up to six requests with N = 1 whose block table holds more than 128K states
 // (unsorted, without `schedule`) takes the resident route instead: the scoring kernel keeps its
 // scores in shared memory and its CTAs, all resident (cooperative launch), select the top k
 // together, the CTAs of each request with that request's histograms; same results, same memory
-// bound (its workspace holds histograms and suffix sums, not scores). Up to 64K states such calls
-// (and one request with N = 2 of up to 32K) take the logits route: there its two launches are
-// faster (H200, k = 2048: 1 x 8K 23.5 -> 20.4 us, 1 x 64K 34.1 -> 29.2, 4 x 64K 50.8 -> 40.0, one
-// request with N = 2 at 32K 36.8 -> 26.7), and its rows are at most 64K states (256 KB) each.
+// bound (its workspace holds histograms and suffix sums, not scores). Up to 128K states such calls
+// (and one request with N = 2 of up to 32K) take the logits route where it fits: there its
+// launches are faster (H200, k = 2048: 1 x 8K 23.5 -> 20.4 us, 1 x 64K 34.1 -> 29.2, 4 x 64K
+// 50.8 -> 40.0, one request with N = 2 at 32K 36.8 -> 26.7; H100 with other kernels run before
+// each call, as in a serving engine: 1 x 96K 46.3 -> 42.0, 1 x 128K 52.9 -> 47.5, 4 x 128K 76.3 ->
+// 72.0), and its rows are at most 128K states (512 KB) each.
 // DSATTN_FUSED_RESIDENT=0 turns the resident route off, =force takes it at any width.
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one

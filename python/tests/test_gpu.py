@@ -112,9 +112,9 @@ def test_gpu_fused_topk_matches_reference():
 
 @gpu_op
 def test_gpu_fused_topk_resident_route_switch():
-    # Two requests with next_n = 1 on a block table of more than 64K states take the resident route
-    # on Hopper by default; resident_route=False keeps the call off it with the same outputs.
-    c = indexer_case(seed=7, B=2, N=1, H=64, D=128, S=64, lens=(70000, 3000), mode="per_request")
+    # Two requests with next_n = 1 on a block table of more than 128K states take the resident
+    # route on Hopper by default; resident_route=False keeps the call off it with the same outputs.
+    c = indexer_case(seed=7, B=2, N=1, H=64, D=128, S=64, lens=(140000, 3000), mode="per_request")
     cache = dsattn.IndexerCache(cu(c.pages), 64, 128)
     k = 2048
     args = (cu(c.q, "fp8"), cu(c.weights), cache, cu(c.block_table), cu(c.context_lens), k)

@@ -727,16 +727,24 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
   DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
   DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   if (major == 9) {
-    // The resident route (sm_90a) keeps one request on a block table of more than 64K states;
-    // off, its pieces are short. Up to 64K states the logits route takes it (N = 1 and N = 2),
+    // The resident route (sm_90a) keeps one request on a block table of more than 128K states;
+    // off, its pieces are short. Up to 128K states the logits route takes it (N = 1 and N = 2),
     // unless DSATTN_FUSED_RESIDENT=force or DSATTN_FUSED_LOGITS=0.
     FusedCase one;
     one.k = 2048;
-    one.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 160);
+    one.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {140000}, 160);
     EXPECT_EQ(route_of(one, false), "resident");
     EXPECT_EQ(route_of(one, true), "resident");
     one.resident_route = false;
     EXPECT_EQ(route_of(one, false), "logits");
+    FusedCase mid = one;  // 64K..128K states: the logits route since 2026-12-06
+    mid.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {70000}, 162);
+    mid.resident_route = true;
+    EXPECT_EQ(route_of(mid, false), "logits");
+    {
+      EnvScope streaming("DSATTN_FUSED_LOGITS", "0");
+      EXPECT_EQ(route_of(mid, false), "resident");
+    }
     for (int n : {1, 2}) {
       FusedCase narrow;
       narrow.k = 2048;
@@ -1016,14 +1024,14 @@ TEST(GpuFusedTopk, ResidentFastSelectPaths) {
 // The call's own switch (PagedMqaTopkParams::resident_route = false, e.g. under MPS with a reduced
 // SM share, where the resident route's cooperative launch fails): the call plans without the
 // route, so its workspace is the one DSATTN_FUSED_RESIDENT=0 gives (on Hopper, where two requests
-// on a block table of more than 64K states take the route by default, larger than the route's),
+// on a block table of more than 128K states take the route by default, larger than the route's),
 // DSATTN_FUSED_RESIDENT=force still takes the route, and the outputs equal the default's.
 TEST(GpuFusedTopk, ResidentRouteCallSwitch) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(std::getenv("DSATTN_FUSED_RESIDENT"), nullptr);
   FusedCase c;
   c.k = 2048;
-  c.spec = spec(IndexerFormat::kFp8, 2, 1, 64, 128, 64, {70000, 12000}, 241);
+  c.spec = spec(IndexerFormat::kFp8, 2, 1, 64, 128, 64, {140000, 12000}, 241);
   PagedCase pc = testutil::make_paged_case(c.spec);
   GpuInputs g;
   upload_case(pc, &g);
@@ -1080,9 +1088,10 @@ TEST(GpuFusedTopk, GreenContextSmShare) {
     int next_n;
   };
   // One request (the one-request resident kernel), three (several requests, shared CTAs), both on
-  // block tables of more than 64K states; one with N = 2 and a row of 64K states for topk's
+  // block tables of more than 128K states; one with N = 2 and a row of 64K states for topk's
   // few-long-rows plans (the logits route by default).
-  for (const Shape& sh : {Shape{{70000}, 1}, Shape{{30000, 9000, 70000}, 1}, Shape{{20000}, 2}, Shape{{65536}, 1}}) {
+  for (const Shape& sh :
+       {Shape{{140000}, 1}, Shape{{30000, 9000, 140000}, 1}, Shape{{20000}, 2}, Shape{{65536}, 1}}) {
     FusedCase c;
     c.k = 2048;
     const int batch = static_cast<int>(sh.lens.size());

@@ -9,7 +9,7 @@
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): wherever the rows fit the scratch,
 // which writes scores that streaming would have dropped. Up to six requests with N = 1 on Hopper
 // (one with N = 2) take the resident route (plan_resident, indexer_ws_resident.cuh) when their
-// block table holds more than 64K states (up to that the logits route is faster): the scoring
+// block table holds more than 128K states (up to that the logits route is faster): the scoring
 // kernel keeps its scores in shared memory and its CTAs select together, after the schedule
 // kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
@@ -81,18 +81,33 @@ size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 // (8 x 128K: 110.4 / 126.5). So by default from 8 rows on; DSATTN_FUSED_CLUSTER=1 takes it from 1
 // row (tests), =0 never.
 constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
-// Widest block table (states) at which a call that could take the resident route takes the
-// logits route instead (by default where its pieces are short, per call where it fits; see
-// plan_fused_routes): up to 64K states the top-k of the score rows is one small, cluster or direct
-// kernel, and the two launches beat the resident kernel's grid-wide select. H200, k = 2048, same
-// binary and call, two data seeds, us (resident / logits route): 1 x 4K 20.9-21.5 / 17.4-17.5,
+// Widest block table (states) at which a call that could take the resident route takes the logits
+// route instead (by default where its pieces are short, per call where it fits; see
+// plan_fused_routes). 131072 since 2026-12-06, measured with other code run on every SM before each
+// call (bench indexer --fused --cold), as a serving engine's other kernels do between two calls:
+// the resident kernel's phases are then fetched cold, 7.5-12 us more per call, the logits route's
+// kernels 4-5.5 us more. H100, k = 2048, FP8, H = 64, S = 64, us per call, L2 flushed, same call, two
+// rounds, resident / logits route, cold (warm): 1 x 96K 46.2-46.4 / 41.9-42.2
+// (35.4-35.5 / 36.5-36.7), 1 x 128K 52.9 / 47.5 (43.6-43.8 / 42.1-42.2), 2 x 96K 61.0 / 53.7-54.1
+// (49.3 / 48.7-48.8), 2 x 128K 61.9-62.2 / 57.8-57.9 (51.0-51.2 / 53.1-53.3), 4 x 128K
+// 76.0-76.5 / 72.0-72.1 (66.3-66.5 / 67.8-68.3), 6 x 128K 88.6 / 85.3-86.0 (80.6-81.3 / 80.9-81.3).
+// Wider block tables keep the resident route: 1 x 192K 53.5-53.9 / 60.5-60.7
+// (43.5-43.8 / 61.6-61.8), 5 x 192K 107.5-107.6 / 107.8-108.0 (98.7-100.4 / 105.3-105.7); but
+// 6 x 256K 133.8-137.9 / 127.6-128.0 (128.9-129.3 / 122.3-122.6) would gain (not taken: one shape).
+// Beyond the rows that fit the logits route's workspace (1 x 256K, 2 x 256K, 4 x 256K, 1 x 512K,
+// 2 x 512K) the alternative is streaming, which the resident route beats cold or warm (1 x 512K
+// cold 70.2-70.8 / 81.7-81.8). The H200 was not measured with this bound.
+// Up to 64K states the top-k of the score rows is one small, cluster or direct kernel, and the two
+// launches beat the resident kernel's grid-wide select even with the code warm. H200, k = 2048,
+// same binary and call, two data seeds, us (resident / logits route): 1 x 4K 20.9-21.5 / 17.4-17.5,
 // 1 x 8K 23.5-24.2 / 20.3-20.4, 1 x 16K 25.4-26.0 / 23.8-25.9, 1 x 32K 29.1-30.7 / 26.3-26.6,
-// 1 x 48K 32.6-35.7 / 28.4-30.1, 1 x 64K 34.1-37.6 / 29.2-30.8; N = 2: 1 x 8K 29.2-30.2 / 20.9-21.3,
-// 1 x 32K 36.8-38.0 / 26.6-26.7; 2 x 16K 35.9-38.8 / 25.9-27.2, 4 x 64K 49.5-50.8 / 40.0, 6 x 64K
-// 55.8-56.2 / 44.7-45.2; an 8K request in a 64K table 24.5 / 25.0 (30000: 28.7 / 27.0). Beyond it
-// the top-k of one wide row is a split plan and the resident route wins: 1 x 96K 36.5-36.9 /
-// 42.3-42.8, 1 x 128K 38.3-42.3 / 47.3-49.3.
-constexpr int64_t kLogitsOverResidentMaxWidth = 65536;
+// 1 x 48K 32.6-35.7 / 28.4-30.1, 1 x 64K 34.1-37.6 / 29.2-30.8; N = 2: 1 x 8K
+// 29.2-30.2 / 20.9-21.3, 1 x 32K 36.8-38.0 / 26.6-26.7; 2 x 16K 35.9-38.8 / 25.9-27.2, 4 x 64K
+// 49.5-50.8 / 40.0, 6 x 64K 55.8-56.2 / 44.7-45.2; an 8K request in a 64K table 24.5 / 25.0 (30000:
+// 28.7 / 27.0). Beyond it the top-k of one wide row is a split plan and the resident route won with
+// the code warm (H200, 2026-12-01: 1 x 96K 36.5-36.9 / 42.3-42.8, 1 x 128K 38.3-42.3 / 47.3-49.3;
+// since then the top-k got faster, see above).
+constexpr int64_t kLogitsOverResidentMaxWidth = 131072;
 
 struct FusedPlan {
   IndexerParams p;
