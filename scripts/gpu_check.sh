@@ -10,8 +10,9 @@
 #      pytest's on a machine without it), else from a wheel built here when scikit-build-core
 #      and nanobind are installed (CXX=/usr/bin/g++: the image's /opt/gcc links libstdc++
 #      statically, and such an extension crashed inside torch),
-#   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused when present), and
-#      after the Python tests bench/torch_ops_overhead.py (host time of the Python entry points)
+#   5. the benchmarks: dsattn bench indexer (+ bench topk, bench indexer --fused and --fused --cold
+#      when present), and after the Python tests bench/torch_ops_overhead.py (host time of the
+#      Python entry points)
 #      and bench/compat_overhead.py (GPU time of dsattn.compat.deep_gemm beside the op),
 #   6. with --native-fp8: the portable indexer's sm_89 / sm_120 code (native e4m3 MMA, E4M3 Q) on
 #      this Hopper GPU, from a build with -DDSATTN_SM90_NATIVE_FP8_MMA=ON (its sm_90 code takes that
@@ -166,6 +167,11 @@ if [ $BENCH -eq 1 ]; then
       SUMMARY+=("$(printf '| %-22s | %-9s |' "bench $b" "absent")")
     fi
   done
+  # The fused op again with other code run on every SM before each call (--cold), as a serving
+  # engine's other kernels do between two calls (BENCHMARKS.md, 2026-12-06).
+  if "$BIN/dsattn" bench indexer --fused --help 2>/dev/null | grep -q -- "--cold"; then
+    step "bench fused --cold" bench_indexerfused_cold.log "$BIN/dsattn" bench indexer --fused --cold $Q
+  fi
   for f in "$OUT"/bench_*.log; do echo "== $f"; tail -n 40 "$f"; done
 fi
 
