@@ -19,6 +19,16 @@
 //     scoring kernel for it where its top-k is a launch of at most 8 CTAs only with
 //     DSATTN_FUSED_EARLY_TRIGGER=1 (kWsEarlyTrigger; off by default since it costs 1.5-6 us per
 //     call when other code ran before the call, fused_route.h).
+// Early triggers and cold code (H100, BENCHMARKS.md 2026-12-06): where a kernel triggers first
+// thing, the next PDL launch's CTAs are placed at once and wait at griddepcontrol.wait through
+// the whole kernel before them. In a CUDA graph whose call starts with its code out of the
+// instruction caches (bench --cold: other code run on every SM before each call, as a serving
+// engine's other kernels do), such a wait cost 3-9 us: the fused logits route's early trigger,
+// the resident route after the schedule kernel, topk's split plan after its chunk kernel. Launched
+// eagerly, or with the code warm, the same launches gained 0.5-1 us. A PDL launch after a kernel
+// that does not trigger (the scoring kernels) cost nothing with cold code. So those three launch
+// without PDL or without the trigger now. Why the wait costs that much was not found. The other
+// top-k kernels still trigger first thing (the filter plan measured faster with PDL, cold too).
 // A PDL launch after something other than a kernel (a memset, a copy, an event) is ordinary
 // stream order; so is any launch when DSATTN_PDL=0 (benchmarks compare both) or before sm_90.
 #pragma once

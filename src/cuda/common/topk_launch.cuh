@@ -85,7 +85,12 @@ Status launch_cluster(void (*kernel)(KArgs...), int cluster, int64_t rows, size_
 }
 
 // Candidates of every row are in buf.key[0] / buf.idx[0] ([rows, plan.level_in_n[0]] or, without
-// merge levels, [rows, plan.final_n]): runs the merge levels, then the final kernel.
+// merge levels, [rows, plan.final_n]): runs the merge levels, then the final kernel. Both without
+// PDL: the chunk and merge kernels trigger their dependents first thing, so with PDL the next
+// kernel's CTAs were placed at once and waited out the whole kernel before them. In a CUDA graph
+// with other code run before each call (bench topk --cold) that cost ~5.5 us (H100, graph us, PDL
+// on -> off for the whole op: 1 x 80K 30.0-30.1 -> 24.6-24.7, 1 x 128K 30.5 -> 25.7-25.8, 4 x 128K
+// 31.9-32.0 -> 28.6-28.7); with the code warm, or launched eagerly, PDL gained 0.5-1 us. pdl.cuh.
 template <typename T>
 Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuffers& buf,
                               const T* logits, int64_t ld, const TopkRowBounds& rb, bool sorted,
@@ -96,17 +101,17 @@ Status launch_merge_and_final(const TopkPlan& plan, int64_t rows, const TopkBuff
     DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_merge[l], op));
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.level_out_chunks[l]));
     DSATTN_RETURN_IF_ERROR(cuda_status(
-        launch_pdl(kern, grid, dim3(kTopkThreads), plan.smem_merge[l], st, LaunchOpt{}, buf.key[cur], buf.idx[cur],
-                   plan.level_in_n[l], plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad, plan.m_cap, buf.key[cur ^ 1],
-                   buf.idx[cur ^ 1]),
+        launch_pdl(kern, grid, dim3(kTopkThreads), plan.smem_merge[l], st, LaunchOpt{0, false}, buf.key[cur],
+                   buf.idx[cur], plan.level_in_n[l], plan.level_fan_n[l], plan.k, plan.kc, plan.k_pad, plan.m_cap,
+                   buf.key[cur ^ 1], buf.idx[cur ^ 1]),
         op, "topk_merge_kernel"));
     cur ^= 1;
   }
   auto kern = topk_final_kernel<T, true>;
   DSATTN_RETURN_IF_ERROR(set_smem(kern, plan.smem_final, op));
-  return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st, LaunchOpt{},
-                                logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, plan.final_n, sorted, buf.key[cur],
-                                buf.idx[cur], plan.final_n, out),
+  return cuda_status(launch_pdl(kern, dim3(static_cast<unsigned>(rows)), dim3(kTopkThreads), plan.smem_final, st,
+                                LaunchOpt{0, false}, logits, ld, rb, plan.k, plan.k_pad, plan.m_cap, plan.final_n,
+                                sorted, buf.key[cur], buf.idx[cur], plan.final_n, out),
                      op, "topk_final_kernel");
 }
 

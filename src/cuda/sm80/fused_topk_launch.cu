@@ -597,7 +597,14 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
     }
     const char* what =
         f.res_multi ? "indexer_ws_kernel<WsResidentMulti> launch" : "indexer_ws_kernel<WsResident> launch";
-    return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, true, stream), kOp, what);
+    // Without PDL: the schedule kernel triggers its dependents first thing, so with PDL the
+    // resident CTAs were placed at once and waited out the schedule kernel. In a CUDA graph with
+    // other code run before each call (bench --cold) that cost 3-9 us (H100, us per call, PDL on ->
+    // off: 1 x 192K 53.2-53.6 -> 46.1-46.4, 1 x 256K 55.9-57.1 -> 48.6-48.7, 1 x 1M 101.5-102.1 ->
+    // 94.8-95.6, 2 x 256K 74.3-74.7 -> 65.8, 6 x 256K 137.4-138.9 -> 131.7-132.0); with the code
+    // warm it gained 0.2-1.4 us (1 x 192K 42.5-42.9 -> 43.3-43.5, 2 x 256K 63.4-64.2 -> 64.9-65.5).
+    // BENCHMARKS.md, 2026-12-06; pdl.cuh.
+    return cuda_status(launch_indexer_ws_resident(f.wg, p, epi, f.ws_grid, false, stream), kOp, what);
   };
   return f.res_multi ? launch(WsResidentMulti{}) : launch(WsResident{});
 }
