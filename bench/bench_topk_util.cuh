@@ -159,13 +159,17 @@ struct BenchContext {
 
   // The conditions each timed call starts from, for the bench's header line.
   const char* conditions() const {
-    if (cold_code) return flush_l2 ? "L2 flushed and instructions evicted before each call" : "instructions evicted before each call, L2 not flushed";
+    if (cold_code) {
+      return flush_l2 ? "L2 flushed and instructions evicted before each call"
+                      : "instructions evicted before each call, L2 not flushed";
+    }
     return flush_l2 ? "L2 flushed before each call" : "L2 not flushed";
   }
 
   // Median time of fn(stream) in microseconds; L2 flushed (a memset larger than L2) before each
-  // call, and with cold_code other code run on every SM after it. graph = true: fn is captured once into a CUDA graph and the replays are timed (no host
-  // launch overhead, as in a serving engine's decode graph).
+  // call, and with cold_code other code run on every SM after it. graph = true: fn is captured
+  // once into a CUDA graph and the replays are timed (no host launch overhead, as in a serving
+  // engine's decode graph).
   template <typename Fn>
   float time_median_us(int iters, Fn fn, bool graph = true) {
     cudaStream_t st = nullptr;

@@ -177,11 +177,12 @@ Status topk(const TopkParams& p, const Exec& ex);
 // scores in shared memory and its CTAs, all resident (cooperative launch), select the top k
 // together, the CTAs of each request with that request's histograms; same results, same memory
 // bound (its workspace holds histograms and suffix sums, not scores). Up to 128K states such calls
-// (and one request with N = 2 of up to 32K) take the logits route where it fits: there its
-// launches are faster (H200, k = 2048: 1 x 8K 23.5 -> 20.4 us, 1 x 64K 34.1 -> 29.2, 4 x 64K
-// 50.8 -> 40.0, one request with N = 2 at 32K 36.8 -> 26.7; H100 with other kernels run before
-// each call, as in a serving engine: 1 x 96K 46.3 -> 42.0, 1 x 128K 52.9 -> 47.5, 4 x 128K 76.3 ->
-// 72.0), and its rows are at most 128K states (512 KB) each.
+// (and one request with N = 2 of up to 32K) take the logits route where it fits. Up to 64K states
+// its launches are faster (H200, k = 2048: 1 x 8K 23.5 -> 20.4 us, 1 x 64K 34.1 -> 29.2, 4 x 64K
+// 50.8 -> 40.0, one request with N = 2 at 32K 36.8 -> 26.7). At 64K-128K, on an H100 with other
+// kernels run before each call as in a serving engine, the two routes are within ~3 us of each
+// other: one request is faster on the logits route (1 x 128K 44.0 -> 42.1), several requests on
+// the resident one (4 x 128K 67.9 against 69.5). Its rows are at most 128K states (512 KB) each.
 // DSATTN_FUSED_RESIDENT=0 turns the resident route off, =force takes it at any width.
 // Performance note (sm_90): without `schedule` the call computes its own, sized for the
 // warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one

@@ -225,8 +225,9 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
     memory. logits_route=True takes that route wherever the rows fit the workspace, also where
     streaming would have dropped states (see ops.h). resident_route=False
     (CUDA, sm_90) keeps the call off the resident route (up to six requests on a block table of
-    more than 128K states, or wider ones the logits route does not take), a cooperative launch of one CTA per SM the stream can use (see
-    cuda_stream_num_sms); same results."""
+    more than 128K states, or of more than 64K where the logits route does not take the call), a
+    cooperative launch of one CTA per SM the stream can use (see cuda_stream_num_sms); same
+    results."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
                            indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,
                            resident_route, False)

@@ -9,9 +9,9 @@
 // (PagedMqaTopkParams::logits_route, or DSATTN_FUSED_LOGITS=1): wherever the rows fit the scratch,
 // which writes scores that streaming would have dropped. Up to six requests with N = 1 on Hopper
 // (one with N = 2) take the resident route (plan_resident, indexer_ws_resident.cuh) when their
-// block table holds more than 128K states (up to that the logits route is faster): the scoring
-// kernel keeps its scores in shared memory and its CTAs select together, after the schedule
-// kernel, with no merges.
+// block table holds more than 128K states (up to that the logits route takes them where it fits):
+// the scoring kernel keeps its scores in shared memory and its CTAs select together, after the
+// schedule kernel, with no merges.
 // No host synchronization: capturable in CUDA graphs.
 #include <cuda_runtime.h>
 
@@ -96,7 +96,11 @@ constexpr int64_t kClusterMergeMinRows = 8, kClusterMergeMaxRows = 16;
 // 6 x 256K 133.8-137.9 / 127.6-128.0 (128.9-129.3 / 122.3-122.6) would gain (not taken: one shape).
 // Beyond the rows that fit the logits route's workspace (1 x 256K, 2 x 256K, 4 x 256K, 1 x 512K,
 // 2 x 512K) the alternative is streaming, which the resident route beats cold or warm (1 x 512K
-// cold 70.2-70.8 / 81.7-81.8). The H200 was not measured with this bound.
+// cold 70.2-70.8 / 81.7-81.8). The H200 was not measured with this bound. Since 6a27007 the
+// resident kernel launches without PDL, which took 3-9 us of its cold cost away; against it the
+// logits route stays ahead on one request (cold: 1 x 80K 39.8-40.1 / 37.6-37.7, 1 x 128K
+// 43.9-44.2 / 42.1-42.2, 2 x 96K 52.4-52.6 / 49.0-49.3) and falls behind by up to 2.5 us on several
+// (2 x 128K 52.7 / 54.9-55.2, 4 x 128K 67.7-68.1 / 69.4-69.6): BENCHMARKS.md, 2026-12-06.
 // Up to 64K states the top-k of the score rows is one small, cluster or direct kernel, and the two
 // launches beat the resident kernel's grid-wide select even with the code warm. H200, k = 2048,
 // same binary and call, two data seeds, us (resident / logits route): 1 x 4K 20.9-21.5 / 17.4-17.5,
