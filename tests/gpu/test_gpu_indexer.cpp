@@ -645,7 +645,8 @@ TEST(GpuIndexer, OneGroupRoundRobin) {
     const PagedMqaLogitsParams p = make_params(c, h, d);
     std::vector<float> got[2];
     for (int off = 0; off < 2; ++off) {
-      testutil::EnvScope prod("DSATTN_WS_PRODUCER", off ? "31" : nullptr);  // the default bits but 256
+      // "-256": the default bits but kWsOneGroupWalk (the cursor's walk), whatever the default is.
+      testutil::EnvScope prod("DSATTN_WS_PRODUCER", off ? "-256" : nullptr);
       ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
       const Status s = run_paged(c, h, d, p);
       ASSERT_TRUE(s.ok()) << c.name() << ": " << s.to_string();
