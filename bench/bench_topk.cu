@@ -30,7 +30,8 @@ struct TopkShape {
 
 int topk_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--cold] [--sms N] [--runs L] [--grid G]\n"
+      "usage: dsattn bench topk [--k K] [--iters N] [--sorted] [--bf16] [--no-flush] [--cold] [--follower plain|pdl]\n"
+      "                         [--sms N] [--runs L] [--grid G]\n"
       "                         [--spread]\n"
       "                         [--shape ROWSxWIDTH ...]\n"
       "                         [--max-direct N] [--min-chunk N] [--filter-min N] [--small-max N]\n"
@@ -64,8 +65,24 @@ int topk_usage(int rc = 2) {
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
       "  --cold: before each timed call (after the flush), 225 KiB of other code run on every SM, so the\n"
       "          op's instructions are fetched cold, as where an engine runs other kernels between its\n"
-      "          calls (the launch floor is timed the same way)\n");
+      "          calls (the launch floor is timed the same way)\n"
+      "  --follower plain|pdl: after each call, in the same graph, a kernel of one CTA per SM that reads\n"
+      "          the op's output, launched in plain stream order or with PDL (griddepcontrol.wait first),\n"
+      "          as an engine's next kernel may be (the launch floor too)\n");
   return rc;
+}
+
+// --follower's value; false when it is neither plain nor pdl.
+bool parse_follower(const std::string& v, Follower* f) {
+  if (v == "plain") {
+    *f = Follower::kPlain;
+  } else if (v == "pdl") {
+    *f = Follower::kPdl;
+  } else {
+    std::fprintf(stderr, "bench: --follower expects plain or pdl, got %s\n", v.c_str());
+    return false;
+  }
+  return true;
 }
 
 // The top-k plan flags (topk_usage), shared by bench topk and bench indexer --fused (whose logits
@@ -128,6 +145,7 @@ int run_topk(const std::vector<std::string>& args) {
   int k = 2048, iters = 50;
   long sms = 0;
   bool sorted = false, bf16 = false, flush = true, cold = false;
+  Follower follower = Follower::kNone;
   long long runs = 1;
   float grid = 0.0f;
   bool spread = false;
@@ -149,6 +167,8 @@ int run_topk(const std::vector<std::string>& args) {
       flush = false;
     } else if (a == "--cold") {
       cold = true;
+    } else if (a == "--follower" && has_next) {
+      if (!parse_follower(args[++i], &follower)) return topk_usage();
     } else if (int t = parse_topk_tuning(args, &i); t != 0) {
       if (t < 0) return topk_usage();
     } else if (a == "--sms" && has_next) {
@@ -181,10 +201,11 @@ int run_topk(const std::vector<std::string>& args) {
   if (!ctx.init()) return 1;
   ctx.flush_l2 = flush;
   ctx.cold_code = cold;
+  ctx.follower = follower;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
-  std::printf("topk k=%d %s%s, %s, median of %d; GB/s and %% copy from the graph time\n", k, bf16 ? "bf16" : "f32",
-              sorted ? " sorted" : "", ctx.conditions(), iters);
+  std::printf("topk k=%d %s%s, %s%s, median of %d; GB/s and %% copy from the graph time\n", k, bf16 ? "bf16" : "f32",
+              sorted ? " sorted" : "", ctx.conditions(), ctx.follower_name(), iters);
   if (runs > 1) std::printf("values: runs of %lld neighbours share a component (correlation 0.64)\n", runs);
   if (grid > 0.0f) std::printf("values: rounded to multiples of %g (ties)\n", grid);
   if (spread) std::printf("values: random finite floats of every exponent (--spread)\n");
@@ -215,6 +236,8 @@ int run_topk(const std::vector<std::string>& args) {
     DevMem ws(ws_bytes);
     ex.workspace = ws.p;
     ex.workspace_bytes = ws_bytes;
+    ctx.follow_src = idx.p;
+    ctx.follow_bytes = idx.bytes;
     auto call = [&](cudaStream_t stream) {
       ex.stream = stream;
       const Status s2 = topk(p, ex);
@@ -308,7 +331,8 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 
 int fused_usage(int rc = 2) {
   std::printf(
-      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--cold] [--b2b] [--sms N]\n"
+      "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--cold] [--follower plain|pdl]\n"
+      "                                    [--b2b] [--sms N]\n"
       "                                    [--seed N]\n"
       "                                    [--len N] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
@@ -316,6 +340,9 @@ int fused_usage(int rc = 2) {
       "  --cold: before each timed call (after the flush), 225 KiB of other code run on every SM, so the\n"
       "    ops' instructions are fetched cold, as where an engine runs other kernels between their calls\n"
       "    (all three per-call columns and the launch floor; not the --b2b columns)\n"
+      "  --follower plain|pdl: after each call, in the same graph, a kernel of one CTA per SM that reads\n"
+      "    [B x N, k] indices, launched in plain stream order or with PDL (griddepcontrol.wait first),\n"
+      "    as an engine's next kernel may be (all three per-call columns and the launch floor)\n"
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
       "    the context, so the best states crowd at its end (start); default random\n"
@@ -342,6 +369,7 @@ int run_fused(const std::vector<std::string>& args) {
   int smem = 0;       // --smem
   bool flush = true;
   bool cold = false;  // --cold
+  Follower follower = Follower::kNone;  // --follower
   bool b2b = false;   // --b2b
   bool fp4 = false;  // --fp4
   std::vector<FusedShape> shapes;
@@ -360,6 +388,8 @@ int run_fused(const std::vector<std::string>& args) {
       flush = false;
     } else if (a == "--cold") {
       cold = true;
+    } else if (a == "--follower" && has_next) {
+      if (!parse_follower(args[++i], &follower)) return fused_usage();
     } else if (a == "--b2b") {
       b2b = true;
     } else if (a == "--fp4") {
@@ -414,12 +444,13 @@ int run_fused(const std::vector<std::string>& args) {
   if (!ctx.init()) return 1;
   ctx.flush_l2 = flush;
   ctx.cold_code = cold;
+  ctx.follower = follower;
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", ctx.device_name.c_str(), ctx.num_sms,
               ctx.copy_gbps);
-  std::printf("indexer + top-k, k=%d, %s cache, %s, median of %d CUDA-graph replays\n"
+  std::printf("indexer + top-k, k=%d, %s cache, %s%s, median of %d CUDA-graph replays\n"
               "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
               "and the logits for the unfused path)\n",
-              k, fp4 ? "MXFP4" : "FP8", ctx.conditions(), iters);
+              k, fp4 ? "MXFP4" : "FP8", ctx.conditions(), ctx.follower_name(), iters);
   std::printf("shared-memory budget: %s\n", smem ? std::to_string(smem).c_str() : "device max");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s%s\n", "B x ctx x N x S x H x D", "logits us",
@@ -504,6 +535,8 @@ int run_fused(const std::vector<std::string>& args) {
     auto keep = [&](const Status& s2) {
       if (!s2.ok() && st.ok()) st = s2;
     };
+    ctx.follow_src = idx_f.p;  // the same follower in all three columns: it reads [R, k] indices
+    ctx.follow_bytes = idx_f.bytes;
     const float logits_us = ctx.time_median_us(iters, [&](cudaStream_t s) {
       lex.stream = s;
       keep(paged_mqa_logits(lp, lex));

@@ -106,6 +106,24 @@ __global__ void bench_cold_code_kernel(float* out, float seed) {
   if (a + b == 1.2345f) out[threadIdx.x] = a + b;  // never true in practice; keeps the chain live
 }
 
+// --follower: a kernel of the kind a serving engine launches after the timed op (one CTA per SM,
+// reads the op's output), captured after it in the same graph, launched either in plain stream
+// order or with programmatic dependent launch (PDL; it then waits at griddepcontrol.wait before
+// its first read). The op's last kernel decides when a PDL follower's CTAs may be placed: at its
+// pdl_trigger() (the top-k kernels trigger first thing), else at its exit.
+enum class Follower { kNone, kPlain, kPdl };
+__global__ void bench_follower_kernel(const uint32_t* __restrict__ src, size_t n, uint32_t* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    acc ^= src[i];
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if ((threadIdx.x & 31) == 0 && acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // keeps the loads live
+}
+
 struct BenchContext {
   std::string device_name;
   int num_sms = 0;
@@ -116,6 +134,31 @@ struct BenchContext {
   bool flush_l2 = true;     // flush L2 before every timed call (--no-flush clears it)
   bool cold_code = false;   // bench_cold_code_kernel before every timed call (--cold)
   float* cold_sink = nullptr;
+  Follower follower = Follower::kNone;  // --follower
+  const void* follow_src = nullptr;     // what the follower reads (the op's output; set per shape)
+  size_t follow_bytes = 0;
+
+  // The follower after fn's work in `st` (nothing when follower is kNone).
+  void launch_follower(cudaStream_t st) {
+    if (follower == Follower::kNone) return;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(num_sms));
+    cfg.blockDim = dim3(256);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = follower == Follower::kPdl ? 1 : 0;
+    const uint32_t* src = static_cast<const uint32_t*>(follow_src != nullptr ? follow_src : cold_sink);
+    const size_t n = follow_src != nullptr ? follow_bytes / 4 : 32;
+    cudaLaunchKernelEx(&cfg, bench_follower_kernel, src, n, reinterpret_cast<uint32_t*>(cold_sink));
+  }
+  const char* follower_name() const {
+    return follower == Follower::kPdl ? "; a follower kernel after each call, launched with PDL"
+           : follower == Follower::kPlain ? "; a follower kernel after each call, plain stream order"
+                                          : "";
+  }
 
   ~BenchContext() {
     if (flush) cudaFree(flush);
@@ -132,7 +175,8 @@ struct BenchContext {
     num_sms = prop.multiProcessorCount;
     flush_bytes = std::max<size_t>(size_t(prop.l2CacheSize) * 4, 256u << 20);
     if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) return false;
-    if (cudaMalloc(&cold_sink, 32 * sizeof(float)) != cudaSuccess) return false;
+    if (cudaMalloc(&cold_sink, std::max(32, num_sms) * sizeof(float)) != cudaSuccess) return false;
+    cudaMemset(cold_sink, 0, std::max(32, num_sms) * sizeof(float));
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     // Copy ceiling: 1 GiB device-to-device, median of 10.
@@ -175,12 +219,14 @@ struct BenchContext {
     cudaStream_t st = nullptr;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     fn(st);  // warm-up (module load, smem attributes)
+    launch_follower(st);
     cudaStreamSynchronize(st);
     cudaGraph_t g = nullptr;
     cudaGraphExec_t ge = nullptr;
     if (graph) {
       cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
       fn(st);
+      launch_follower(st);
       cudaStreamEndCapture(st, &g);
       cudaGraphInstantiate(&ge, g, 0);
     }
@@ -193,6 +239,7 @@ struct BenchContext {
         cudaGraphLaunch(ge, st);
       } else {
         fn(st);
+        launch_follower(st);
       }
       cudaEventRecord(e1, st);
       cudaEventSynchronize(e1);
