@@ -29,6 +29,11 @@
 // that does not trigger (the scoring kernels) cost nothing with cold code. So those three launch
 // without PDL or without the trigger now. Why the wait costs that much was not found. The other
 // top-k kernels still trigger first thing (the filter plan measured faster with PDL, cold too).
+// An op's last kernel triggering first thing helps a kernel an engine launches after it with PDL:
+// that kernel's CTAs, placed at once on the SMs the top-k leaves idle, waited through it at no
+// cost, and the call gained 0.8-1.5 us cold or warm against the same kernel launched plainly;
+// moving the trigger after the selection gained nothing (bench --follower, H100, BENCHMARKS.md
+// 2026-12-06 10:00).
 // A PDL launch after something other than a kernel (a memset, a copy, an event) is ordinary
 // stream order; so is any launch when DSATTN_PDL=0 (benchmarks compare both) or before sm_90.
 #pragma once
