@@ -165,6 +165,60 @@ TEST(GpuTopkPlan, ClusterPolicy) {
   EXPECT_EQ(p.cluster, 0);
 }
 
+TEST(GpuTopkPlan, ClusterOneWave) {
+  // 4 keys per thread only where those clusters all run at once on the stream's SMs
+  // (TopkDeviceLimits::cluster_slots), else 8 (half the CTAs); the cluster kernel stays where even
+  // that takes two waves (still faster than the split plan). Slots of a green context of 72 SMs on
+  // an H100 (cudaOccupancyMaxActiveClusters).
+  TopkDeviceLimits lim{72, 232448 - 1024, true};
+  const int green72[9] = {0, 0, 36, 18, 18, 9, 9, 9, 9};
+  std::copy(green72, green72 + 9, lim.cluster_slots);
+  TopkPlan p;
+  ASSERT_TRUE(plan_topk(9, 32768, 2048, lim, &p).ok());  // 9 clusters of 8: one wave
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(p.small_v, 4);
+  ASSERT_TRUE(plan_topk(10, 32768, 2048, lim, &p).ok());  // 10 of 8 would not fit: 10 of 4
+  EXPECT_EQ(p.cluster, 4);
+  EXPECT_EQ(p.small_v, 8);
+  ASSERT_TRUE(plan_topk(18, 16384, 2048, lim, &p).ok());  // 18 clusters of 4 at 4 keys per thread
+  EXPECT_EQ(p.cluster, 4);
+  EXPECT_EQ(p.small_v, 4);
+  ASSERT_TRUE(plan_topk(19, 16384, 2048, lim, &p).ok());  // 19 would not: 19 of 2
+  EXPECT_EQ(p.cluster, 2);
+  EXPECT_EQ(p.small_v, 8);
+  ASSERT_TRUE(plan_topk(10, 65536, 2048, lim, &p).ok());  // two waves at 8 keys: still the cluster
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(p.small_v, 8);
+  ASSERT_TRUE(plan_topk(10, 40000, 2048, lim, &p).ok());
+  EXPECT_EQ(p.cluster, 5);
+  // Unknown slots (0) cap nothing: the CTA budget alone decides, as on kH200Cluster.
+  TopkDeviceLimits unknown{72, 232448 - 1024, true};
+  ASSERT_TRUE(plan_topk(10, 32768, 2048, unknown, &p).ok());
+  EXPECT_EQ(p.cluster, 8);
+  EXPECT_EQ(p.small_v, 4);
+  EXPECT_TRUE(cuda::topk_cluster_one_wave(unknown, 1000, 8));
+  EXPECT_TRUE(cuda::topk_cluster_one_wave(lim, 9, 8));
+  EXPECT_FALSE(cuda::topk_cluster_one_wave(lim, 10, 8));
+  EXPECT_TRUE(cuda::topk_cluster_one_wave(lim, 1000, 1));
+}
+
+TEST(GpuTopkPlan, ClusterSlotsOfThisDevice) {
+  // topk_device_limits asks the driver how many clusters of each size run at once: on a device
+  // with cluster launch every size 2..8 has at least one slot, no more than the SMs allow, and
+  // fewer clusters fit as they grow.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  TopkDeviceLimits lim;
+  ASSERT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
+  if (!lim.cluster) GTEST_SKIP() << "no cluster launch on this device";
+  for (int c = 2; c <= 8; ++c) {
+    EXPECT_GE(lim.cluster_slots[c], 1) << "clusters of " << c;
+    EXPECT_LE(lim.cluster_slots[c] * c, lim.num_sms) << "clusters of " << c;
+    if (c > 2) {
+      EXPECT_LE(lim.cluster_slots[c], lim.cluster_slots[c - 1]) << "clusters of " << c;
+    }
+  }
+}
+
 TEST(GpuTopkPlan, SampledPolicy) {
   // Default: rows the split plan would chunk, 16K..256K wide (and >= 8 kc), at least 16 of them
   // up to 64K positions and 20 per 64K of width beyond.

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "api/validate.h"
 #include "cuda/common/topk_cluster.cuh"
@@ -17,6 +19,58 @@ namespace cuda {
 
 using namespace topk_detail;
 
+namespace {
+// TopkDeviceLimits::cluster_slots of device `dev` for `stream` (whose SMs number `sms`), asked of
+// the driver once per (device, SM count) and kept: every CTA of topk_cluster_kernel and of the
+// fused cluster merge is alone on its SM (1,024 threads), so any of them answers for all. A query
+// that fails leaves 0 (unknown).
+void cluster_slots(int dev, void* stream, int sms, int* slots) {
+  struct Entry {
+    int dev = -1, sms = 0;
+    int slots[9] = {};
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Entry& e : cache) {
+      if (e.dev == dev && e.sms == sms) {
+        std::copy(e.slots, e.slots + 9, slots);
+        return;
+      }
+    }
+  }
+  Entry e;
+  e.dev = dev;
+  e.sms = sms;
+  auto kern = topk_cluster_kernel<float, kClusterV, false, true, true>;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kClusterKernelSmemBytes)) == cudaSuccess) {
+    for (int c = 2; c <= kClusterMaxCtas; ++c) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(c));
+      cfg.blockDim = dim3(kTopkThreads);
+      cfg.dynamicSmemBytes = kClusterKernelSmemBytes;
+      cfg.stream = static_cast<cudaStream_t>(stream);
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(c);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) == cudaSuccess && n > 0) e.slots[c] = n;
+    }
+  }
+  cudaGetLastError();  // a failed query is not the op's error
+  std::copy(e.slots, e.slots + 9, slots);
+  std::lock_guard<std::mutex> lock(mu);
+  cache.push_back(e);
+}
+}  // namespace
+static_assert(kClusterMaxCtas == 8, "TopkDeviceLimits::cluster_slots holds c = 2 .. 8");
+
 Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out) {
   int dev = 0;
   DSATTN_CUDA_RETURN("topk", cudaGetDevice(&dev));
@@ -26,6 +80,7 @@ Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out) {
   int cluster = 0;
   DSATTN_CUDA_RETURN("topk", cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, dev));
   out->cluster = cluster != 0;
+  if (out->cluster) cluster_slots(dev, ex.stream, out->num_sms, out->cluster_slots);
   // Room for the kernels' static shared memory (TopkShared) and the runtime's reserve.
   out->smem_max -= 1024;
   if (ex.smem_budget_bytes > 0) out->smem_max = std::min(out->smem_max, ex.smem_budget_bytes - 1024);
@@ -152,10 +207,16 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
     return Status::Ok();
   }
   const int64_t small_max = std::min<int64_t>(tune.small_max_width, int64_t(kSmallMaxV) * kTopkThreads);
-  // 4 keys per thread (twice the CTAs) where that still fits a cluster and the call's CTA budget.
+  // 4 keys per thread (twice the CTAs) where that still fits a cluster and the call's CTA budget,
+  // and where those clusters all run at once (TopkDeviceLimits::cluster_slots): else 8 keys per
+  // thread in half the CTAs. H100, a green context of 72 SMs, `bench topk --cold --sms 66`, us,
+  // before -> after: 10 x 32K 22.7 -> 13.9 (10 clusters of 8, 9 at once -> 10 of 4), 12 x 32K
+  // 23.7-23.8 -> 14.9, 20 x 16K 21.8 -> 14.3. Not a reason to leave the cluster kernel: where even 8
+  // keys per thread would take two waves, they still beat the split plan (10 x 64K 25.4-25.5
+  // against 32.4-32.5, 10 x 40000 15.3-15.4 against 24.6-24.8; BENCHMARKS.md, 2026-12-06 10:12).
   const int64_t span4 = int64_t(kClusterV4) * kTopkThreads;
   const bool v4 = W <= tune.cluster_v4_max_width && W <= kClusterMaxCtas * span4 &&
-                  rows * ceil_div(W, span4) <= tune.cluster_max_ctas;
+                  rows * ceil_div(W, span4) <= tune.cluster_max_ctas && topk_cluster_one_wave(lim, rows, ceil_div(W, span4));
   const int cluster_v = v4 ? kClusterV4 : kClusterV;
   const int64_t cluster_span = int64_t(cluster_v) * kTopkThreads;
   if (lim.cluster && rows > 0 && rows <= 65535 && W > small_max && W > int64_t(kClusterV) * kTopkThreads &&

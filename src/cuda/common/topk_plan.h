@@ -15,9 +15,24 @@ struct TopkDeviceLimits {
   int num_sms = 0;
   int smem_max = 0;  // dynamic shared memory per block usable by the top-k kernels (bytes)
   bool cluster = false;  // thread-block cluster launch (sm_90 and newer): topk_cluster_kernel
+  // cluster_slots[c] (c = 2 .. 8): how many clusters of c CTAs of topk_cluster_kernel (1,024
+  // threads, one CTA per SM) can run at once on the stream's SMs (cudaOccupancyMaxActiveClusters,
+  // which knows green contexts); 0: unknown. A cluster must fit in one GPC, so this is less than
+  // the SMs / c: H100, all 132 SMs: 66 clusters of 2, 39 of 3, 30 of 4, 22 of 5, 17 of 6, 15 of 7
+  // and of 8 (120 CTAs); a green context of 72 SMs: 36 / 18 / 18 / 9 / 9 / 9 / 9 (10 clusters of 5
+  // measured as fast as 9 there, so the sizes that are not powers of two may be low). Clusters
+  // beyond it wait for a second wave: plan_topk takes 4 keys per thread only within it.
+  int cluster_slots[9] = {};
 };
-// Limits of the current device, capped by ex.smem_budget_bytes when set.
+// Limits of the current device (the stream's SMs), capped by ex.smem_budget_bytes when set.
 Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out);
+
+// Whether `rows` clusters of `c` CTAs (one per row) all run at once under `lim` (cluster_slots;
+// true where unknown or c is out of 2 .. 8).
+inline bool topk_cluster_one_wave(const TopkDeviceLimits& lim, int64_t rows, int64_t c) {
+  if (c < 2 || c > 8 || lim.cluster_slots[c] <= 0) return true;
+  return rows <= lim.cluster_slots[c];
+}
 
 struct TopkPlan {
   int k = 0, kc = 0, k_pad = 0;
@@ -81,8 +96,10 @@ struct TopkTuning {
   // against 18.0, so wider rows stay on the shared-memory kernel.
   int small_max_width = 8192;
   // Rows wider than that and at most kClusterMaxCtas x 8192 wide go to the cluster kernel
-  // (topk_cluster.cuh, one CTA per 8192 positions) when the device has cluster launch and the call
-  // needs at most cluster_max_ctas CTAs; 0 disables it. H200, k = 2048 (cluster / other plans, us):
+  // (topk_cluster.cuh, one CTA per 8192 positions) when the device has cluster launch, the call
+  // needs at most cluster_max_ctas CTAs (the H200 figures below that lost at 128 CTAs were likely
+  // second waves: 30 clusters of 4 and 15 of 8 run at once on an H100's 132 SMs, TopkDeviceLimits::
+  // cluster_slots); 0 disables it. H200, k = 2048 (cluster / other plans, us):
   // 1 x 16K 12.8 / 20.1, 1 x 64K 17.4 / 22.0, 9 x 64K 22.5 / 24.7 (72 CTAs), 24 x 32K 18.3 / 24.1
   // (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs), but at 128 CTAs in clusters of 4 and 8 the split
   // plans win: 32 x 32K 29.6 / 24.7, 16 x 64K 33.2 / 25.8.
