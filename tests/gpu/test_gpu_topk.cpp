@@ -742,6 +742,31 @@ TEST_P(GpuTopkCluster, KernelRows) {
   }
 }
 
+// Past the plan's CTA budget (96), fewer rows than the sampled kernel takes run the cluster kernel
+// where their clusters all fit one wave (TopkDeviceLimits::cluster_slots; an H100 or H200 runs 15
+// clusters of 8): every such call's rows against the reference, with bounds, ties and values.
+TEST(GpuTopkClusterOneWave, PastTheCtaBudget) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cluster_launch()) GTEST_SKIP() << "no thread-block cluster launch on this device";
+  cuda::TopkDeviceLimits lim;
+  ASSERT_TRUE(cuda::topk_device_limits(Exec{}, &lim).ok());
+  const int64_t rows = std::min<int64_t>(lim.cluster_slots[8], cuda::topk_tuning().sampled_min_rows - 1);
+  if (rows * 8 <= cuda::topk_tuning().cluster_max_ctas) {
+    GTEST_SKIP() << "this device runs only " << lim.cluster_slots[8] << " clusters of 8 at once";
+  }
+  Rng rng(43);
+  Case c;
+  c.rows = rows;
+  c.width = 65536;
+  c.k = 2048;
+  c.bounds = true;
+  c.values = true;
+  ASSERT_EQ(device_plan(c.rows, c.width, c.k).cluster, 8);
+  std::vector<int32_t> lens;
+  for (int64_t r = 0; r < rows; ++r) lens.push_back(static_cast<int32_t>(r == 0 ? 2047 : r == 1 ? 2049 : 65536 - 977 * r));
+  run_case(c, coarse(rng, c.rows * c.width, 50), lens, 4120);
+}
+
 // Below its first digit the cluster kernel gathers the keys of the chosen bin (at most 4096 in the
 // cluster, at most 4096 / C rounded down to a power of two from each CTA) into every CTA, which then finds the threshold and its
 // winners' places alone; otherwise, or with TopkTuning::cluster_gather off, two more cluster-wide

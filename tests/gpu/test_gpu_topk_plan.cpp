@@ -191,6 +191,26 @@ TEST(GpuTopkPlan, ClusterOneWave) {
   EXPECT_EQ(p.small_v, 8);
   ASSERT_TRUE(plan_topk(10, 40000, 2048, lim, &p).ok());
   EXPECT_EQ(p.cluster, 5);
+  // Past the CTA budget (96), fewer rows than the sampled kernel takes (16) keep the cluster kernel
+  // where their clusters all run at once: a whole H100's counts.
+  TopkDeviceLimits h100{132, 232448 - 1024, true};
+  const int h100_slots[9] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
+  std::copy(h100_slots, h100_slots + 9, h100.cluster_slots);
+  ASSERT_TRUE(plan_topk(13, 65536, 2048, h100, &p).ok());  // 104 CTAs
+  EXPECT_EQ(p.cluster, 8);
+  ASSERT_TRUE(plan_topk(15, 65536, 2048, h100, &p).ok());  // 120 CTAs
+  EXPECT_EQ(p.cluster, 8);
+  ASSERT_TRUE(plan_topk(16, 65536, 2048, h100, &p).ok());  // the sampled kernel's
+  EXPECT_EQ(p.cluster, 0);
+  EXPECT_TRUE(p.sampled);
+  ASSERT_TRUE(plan_topk(13, 65536, 2048, kH200Cluster, &p).ok());  // unknown slots: the budget alone
+  EXPECT_EQ(p.cluster, 0);
+  {
+    testing_gpu::TopkTuningScope scope;
+    cuda::topk_tuning().cluster_max_ctas = 0;  // off stays off
+    ASSERT_TRUE(plan_topk(13, 65536, 2048, h100, &p).ok());
+    EXPECT_EQ(p.cluster, 0);
+  }
   // Unknown slots (0) cap nothing: the CTA budget alone decides, as on kH200Cluster.
   TopkDeviceLimits unknown{72, 232448 - 1024, true};
   ASSERT_TRUE(plan_topk(10, 32768, 2048, unknown, &p).ok());

@@ -219,11 +219,22 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
                   rows * ceil_div(W, span4) <= tune.cluster_max_ctas && topk_cluster_one_wave(lim, rows, ceil_div(W, span4));
   const int cluster_v = v4 ? kClusterV4 : kClusterV;
   const int64_t cluster_span = int64_t(cluster_v) * kTopkThreads;
+  const int64_t cluster_c = ceil_div(W, cluster_span);
+  // Past cluster_max_ctas, a call of fewer rows than the sampled kernel takes (which would take the
+  // split plan instead) still runs the cluster kernel where its clusters all run at once (known
+  // cluster_slots). H100, k = 2048, f32, cold code, us, split -> cluster: 13 x 64K 25.8-26.1 ->
+  // 16.6-16.8 (104 CTAs), 15 x 64K 26.0-26.3 -> 16.9-17.2 (120); paged_mqa_topk 13 x 64K
+  // 84.2-84.3 -> 74.5-74.6, 15 x 64K 91.6-93.0 -> 82.7-82.8. Where the sampled kernel takes the
+  // call it stays (64 x 16K 13.7-13.9 against 15.7-16.1 in clusters of 2, 30 x 32K 15.5-15.7
+  // against 16.1-16.4), and so do two waves (16 x 64K: 19.6-19.8 sampled, 25.9-26.1 clusters).
+  const bool cluster_ctas =
+      rows * cluster_c <= tune.cluster_max_ctas ||
+      (tune.cluster_max_ctas > 0 && rows < tune.sampled_min_rows && cluster_c >= 2 && cluster_c <= kClusterMaxCtas &&
+       lim.cluster_slots[cluster_c] > 0 && rows <= lim.cluster_slots[cluster_c]);
   if (lim.cluster && rows > 0 && rows <= 65535 && W > small_max && W > int64_t(kClusterV) * kTopkThreads &&
-      W <= kClusterMaxCtas * cluster_span && rows * ceil_div(W, cluster_span) <= tune.cluster_max_ctas &&
-      lim.smem_max >= static_cast<int>(kClusterKernelSmemBytes)) {
+      W <= kClusterMaxCtas * cluster_span && cluster_ctas && lim.smem_max >= static_cast<int>(kClusterKernelSmemBytes)) {
     plan->direct = false;
-    plan->cluster = static_cast<int>(ceil_div(W, cluster_span));
+    plan->cluster = static_cast<int>(cluster_c);
     plan->small_v = cluster_v;
     plan->chunks = plan->cluster;
     plan->chunk_len = static_cast<int>(cluster_span);

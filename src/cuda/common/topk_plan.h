@@ -99,7 +99,8 @@ struct TopkTuning {
   // (topk_cluster.cuh, one CTA per 8192 positions) when the device has cluster launch, the call
   // needs at most cluster_max_ctas CTAs (the H200 figures below that lost at 128 CTAs were likely
   // second waves: 30 clusters of 4 and 15 of 8 run at once on an H100's 132 SMs, TopkDeviceLimits::
-  // cluster_slots); 0 disables it. H200, k = 2048 (cluster / other plans, us):
+  // cluster_slots), or more where its clusters all run at once and it has fewer rows than the
+  // sampled kernel takes (13-15 x 64K on an H100: plan_topk); 0 disables it. H200, k = 2048 (cluster / other plans, us):
   // 1 x 16K 12.8 / 20.1, 1 x 64K 17.4 / 22.0, 9 x 64K 22.5 / 24.7 (72 CTAs), 24 x 32K 18.3 / 24.1
   // (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs), but at 128 CTAs in clusters of 4 and 8 the split
   // plans win: 32 x 32K 29.6 / 24.7, 16 x 64K 33.2 / 25.8.
