@@ -21,9 +21,9 @@ using namespace topk_detail;
 
 namespace {
 // TopkDeviceLimits::cluster_slots of device `dev` for `stream` (whose SMs number `sms`), asked of
-// the driver once per (device, SM count) and kept: every CTA of topk_cluster_kernel and of the
-// fused cluster merge is alone on its SM (1,024 threads), so any of them answers for all. A query
-// that fails leaves 0 (unknown).
+// the driver once per (device, SM count) and kept: every instantiation of topk_cluster_kernel is
+// alone on its SM (1,024 threads), so any of them answers for all. A query that fails leaves 0
+// (unknown). Safe inside a CUDA-graph capture (BENCHMARKS.md, 2026-12-06 10:48).
 void cluster_slots(int dev, void* stream, int sms, int* slots) {
   struct Entry {
     int dev = -1, sms = 0;
@@ -216,7 +216,8 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   // against 32.4-32.5, 10 x 40000 15.3-15.4 against 24.6-24.8; BENCHMARKS.md, 2026-12-06 10:12).
   const int64_t span4 = int64_t(kClusterV4) * kTopkThreads;
   const bool v4 = W <= tune.cluster_v4_max_width && W <= kClusterMaxCtas * span4 &&
-                  rows * ceil_div(W, span4) <= tune.cluster_max_ctas && topk_cluster_one_wave(lim, rows, ceil_div(W, span4));
+                  rows * ceil_div(W, span4) <= tune.cluster_max_ctas &&
+                  topk_cluster_one_wave(lim, rows, ceil_div(W, span4));
   const int cluster_v = v4 ? kClusterV4 : kClusterV;
   const int64_t cluster_span = int64_t(cluster_v) * kTopkThreads;
   const int64_t cluster_c = ceil_div(W, cluster_span);

@@ -100,10 +100,11 @@ struct TopkTuning {
   // needs at most cluster_max_ctas CTAs (the H200 figures below that lost at 128 CTAs were likely
   // second waves: 30 clusters of 4 and 15 of 8 run at once on an H100's 132 SMs, TopkDeviceLimits::
   // cluster_slots), or more where its clusters all run at once and it has fewer rows than the
-  // sampled kernel takes (13-15 x 64K on an H100: plan_topk); 0 disables it. H200, k = 2048 (cluster / other plans, us):
-  // 1 x 16K 12.8 / 20.1, 1 x 64K 17.4 / 22.0, 9 x 64K 22.5 / 24.7 (72 CTAs), 24 x 32K 18.3 / 24.1
-  // (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs), but at 128 CTAs in clusters of 4 and 8 the split
-  // plans win: 32 x 32K 29.6 / 24.7, 16 x 64K 33.2 / 25.8.
+  // sampled kernel takes (13-15 x 64K on an H100: plan_topk); 0 disables it. H200, k = 2048
+  // (cluster / other plans, us): 1 x 16K 12.8 / 20.1, 1 x 64K 17.4 / 22.0, 9 x 64K 22.5 / 24.7
+  // (72 CTAs), 24 x 32K 18.3 / 24.1 (96 CTAs), 64 x 16K 16.6 / 24.0 (128 CTAs in clusters of 2,
+  // one wave), but at 128 CTAs in clusters of 4 and 8 the split plans win: 32 x 32K 29.6 / 24.7,
+  // 16 x 64K 33.2 / 25.8.
   int cluster_max_ctas = 96;
   // Rows at most this wide take the cluster kernel at 4 keys per thread (a CTA per 4096 positions,
   // still at most kClusterMaxCtas, and within cluster_max_ctas) instead of 8; 0: always 8. H200,
