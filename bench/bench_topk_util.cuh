@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/pdl.cuh"
+
 namespace dsattn {
 namespace bench {
 
@@ -113,9 +115,7 @@ __global__ void bench_cold_code_kernel(float* out, float seed) {
 // pdl_trigger() (the top-k kernels trigger first thing), else at its exit.
 enum class Follower { kNone, kPlain, kPdl };
 __global__ void bench_follower_kernel(const uint32_t* __restrict__ src, size_t n, uint32_t* out) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  cuda::pdl_wait();
   uint32_t acc = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     acc ^= src[i];

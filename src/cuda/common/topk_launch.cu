@@ -44,8 +44,7 @@ void cluster_slots(int dev, void* stream, int sms, int* slots) {
   e.dev = dev;
   e.sms = sms;
   auto kern = topk_cluster_kernel<float, kClusterV, false, true, true>;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kClusterKernelSmemBytes)) == cudaSuccess) {
+  if (raise_dynamic_smem(kern, kClusterKernelSmemBytes) == cudaSuccess) {
     for (int c = 2; c <= kClusterMaxCtas; ++c) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(static_cast<unsigned>(c));
@@ -228,10 +227,9 @@ Status plan_topk(int64_t rows, int64_t width, int k, const TopkDeviceLimits& lim
   // 84.2-84.3 -> 74.5-74.6, 15 x 64K 91.6-93.0 -> 82.7-82.8. Where the sampled kernel takes the
   // call it stays (64 x 16K 13.7-13.9 against 15.7-16.1 in clusters of 2, 30 x 32K 15.5-15.7
   // against 16.1-16.4), and so do two waves (16 x 64K: 19.6-19.8 sampled, 25.9-26.1 clusters).
-  const bool cluster_ctas =
-      rows * cluster_c <= tune.cluster_max_ctas ||
-      (tune.cluster_max_ctas > 0 && rows < tune.sampled_min_rows && cluster_c >= 2 && cluster_c <= kClusterMaxCtas &&
-       lim.cluster_slots[cluster_c] > 0 && rows <= lim.cluster_slots[cluster_c]);
+  const int slots = topk_cluster_slots(lim, cluster_c);
+  const bool cluster_ctas = rows * cluster_c <= tune.cluster_max_ctas ||
+                            (tune.cluster_max_ctas > 0 && rows < tune.sampled_min_rows && slots > 0 && rows <= slots);
   if (lim.cluster && rows > 0 && rows <= 65535 && W > small_max && W > int64_t(kClusterV) * kTopkThreads &&
       W <= kClusterMaxCtas * cluster_span && cluster_ctas && lim.smem_max >= static_cast<int>(kClusterKernelSmemBytes)) {
     plan->direct = false;

@@ -27,11 +27,15 @@ struct TopkDeviceLimits {
 // Limits of the current device (the stream's SMs), capped by ex.smem_budget_bytes when set.
 Status topk_device_limits(const Exec& ex, TopkDeviceLimits* out);
 
-// Whether `rows` clusters of `c` CTAs (one per row) all run at once under `lim` (cluster_slots;
-// true where unknown or c is out of 2 .. 8).
+// lim.cluster_slots[c], 0 (unknown) where c is out of 2 .. 8.
+inline int topk_cluster_slots(const TopkDeviceLimits& lim, int64_t c) {
+  return c >= 2 && c <= 8 ? lim.cluster_slots[c] : 0;
+}
+// Whether `rows` clusters of `c` CTAs (one per row) all run at once under `lim` (true where the
+// slots are unknown).
 inline bool topk_cluster_one_wave(const TopkDeviceLimits& lim, int64_t rows, int64_t c) {
-  if (c < 2 || c > 8 || lim.cluster_slots[c] <= 0) return true;
-  return rows <= lim.cluster_slots[c];
+  const int slots = topk_cluster_slots(lim, c);
+  return slots <= 0 || rows <= slots;
 }
 
 struct TopkPlan {
