@@ -332,7 +332,7 @@ __global__ void bench_order_scales_kernel(uint8_t* pages, const int32_t* bt, int
 int fused_usage(int rc = 2) {
   std::printf(
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--cold] [--follower plain|pdl]\n"
-      "                                    [--b2b] [--sms N]\n"
+      "                                    [--b2b] [--sms N] [--schedule]\n"
       "                                    [--seed N]\n"
       "                                    [--len N] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
@@ -343,6 +343,9 @@ int fused_usage(int rc = 2) {
       "  --follower plain|pdl: after each call, in the same graph, a kernel of one CTA per SM that reads\n"
       "    [B x N, k] indices, launched in plain stream order or with PDL (griddepcontrol.wait first),\n"
       "    as an engine's next kernel may be (all three per-call columns and the launch floor)\n"
+      "  --schedule: the logits op and the fused op given a caller schedule (schedule_metadata for the\n"
+      "    stream's SMs, made once before the timed calls, as an engine makes one per step for every\n"
+      "    layer); default: none, each op plans its own\n"
       "  --seed N: another instance of the random cache, queries and block table (default 0)\n"
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
       "    the context, so the best states crowd at its end (start); default random\n"
@@ -372,6 +375,7 @@ int run_fused(const std::vector<std::string>& args) {
   Follower follower = Follower::kNone;  // --follower
   bool b2b = false;   // --b2b
   bool fp4 = false;  // --fp4
+  bool caller_schedule = false;  // --schedule
   std::vector<FusedShape> shapes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -394,6 +398,8 @@ int run_fused(const std::vector<std::string>& args) {
       b2b = true;
     } else if (a == "--fp4") {
       fp4 = true;
+    } else if (a == "--schedule") {
+      caller_schedule = true;
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--len" && has_next) {
@@ -451,7 +457,8 @@ int run_fused(const std::vector<std::string>& args) {
               "GB/s: cache bytes read once / time; MB: device memory beyond the inputs (workspace + outputs,\n"
               "and the logits for the unfused path)\n",
               k, fp4 ? "MXFP4" : "FP8", ctx.conditions(), ctx.follower_name(), iters);
-  std::printf("shared-memory budget: %s\n", smem ? std::to_string(smem).c_str() : "device max");
+  std::printf("shared-memory budget: %s; schedule: %s\n", smem ? std::to_string(smem).c_str() : "device max",
+              caller_schedule ? "the caller's (schedule_metadata, made once)" : "each op's own");
   std::printf("launch floor (an empty kernel timed the same way): %.2f us\n\n", ctx.launch_floor_us(iters));
   std::printf("%-24s %10s %10s %10s %8s %8s %10s %10s %8s %8s  %s%s\n", "B x ctx x N x S x H x D", "logits us",
               "unfused us", "fused us", "speedup", "vs logit", "unfused MB", "fused MB", "GB/s", "same",
@@ -503,6 +510,25 @@ int run_fused(const std::vector<std::string>& args) {
     in.block_table = make_tensor(bt.p, DType::kI32, {sh.B, ppr}, Device::kCuda);
     in.context_lens = make_tensor(lens.p, DType::kI32, {sh.B}, Device::kCuda);
 
+    // --schedule: one schedule_metadata for every call, as an engine shares one per step.
+    const int parts = cuda_stream_num_sms(nullptr);
+    DevMem sched(caller_schedule ? size_t(schedule_metadata_size(parts)) * 4 : 0);
+    if (caller_schedule) {
+      in.schedule = make_tensor(sched.p, DType::kI32, {schedule_metadata_size(parts)}, Device::kCuda);
+      ScheduleMetadataParams sp;
+      sp.context_lens = in.context_lens;
+      sp.next_n = sh.N;
+      sp.states_per_page = sh.S;
+      sp.num_sms = parts;
+      sp.metadata = in.schedule;
+      Exec sex;
+      sex.backend = Backend::kCuda;
+      const Status ss = schedule_metadata(sp, sex);
+      if (!ss.ok()) {
+        std::fprintf(stderr, "%s\n", ss.to_string().c_str());
+        return 1;
+      }
+    }
     PagedMqaLogitsParams lp;
     static_cast<PagedIndexerArgs&>(lp) = in;
     lp.logits = make_tensor(logits.p, DType::kF32, {R, sh.ctx}, Device::kCuda);

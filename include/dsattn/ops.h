@@ -184,11 +184,13 @@ Status topk(const TopkParams& p, const Exec& ex);
 // other: one request is faster on the logits route (1 x 128K 44.0 -> 42.1), several requests on
 // the resident one (4 x 128K 67.9 against 69.5). Its rows are at most 128K states (512 KB) each.
 // DSATTN_FUSED_RESIDENT=0 turns the resident route off, =force takes it at any width.
-// Performance note (sm_90): without `schedule` the call computes its own, sized for the
-// warp-specialized scoring kernel (three partitions per SM); a caller-given schedule (one
-// partition per SM) runs the tile kernel instead, same results, slower at large batch (H200,
-// k = 2048: tile kernel forced 303 us at 128 x 32K and 129 us at 32 x 32K when last measured; the
-// warp-specialized call now takes 198 and 87 us).
+// `schedule` (sm_90): the call splits its work its own way (three partitions per SM for the
+// warp-specialized scoring kernel, or per request on the resident route), so where that plan runs
+// the warp-specialized kernel or the resident route, a caller-given schedule is checked but not
+// used: the call is planned, sized and run as without it. A caller schedule (one partition per
+// SM) would put it on the slower tile kernel and off the logits and resident routes (see
+// BENCHMARKS.md, 2026-12-06 13:00); DSATTN_FUSED_SCHEDULE=caller keeps it anyway (tests, A/B).
+// Elsewhere (the portable kernels) the caller's schedule is used. Same results either way.
 struct PagedMqaTopkParams : PagedIndexerArgs {
   int k = 0;
   TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding

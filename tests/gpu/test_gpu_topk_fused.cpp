@@ -577,9 +577,15 @@ TEST(GpuFusedTopk, SmemBudget99KiB) {
 
 // A caller-supplied schedule (schedule_metadata) with partition counts other than the one the op
 // would pick: few partitions (long pieces, many collector compactions), the SM count, and many
-// (short pieces; one row spread over hundreds of slots, split merge).
+// (short pieces; one row spread over hundreds of slots, split merge). On Hopper the op plans its
+// own split where its own plan runs the warp-specialized kernel (plan_call), so these run with
+// DSATTN_FUSED_SCHEDULE=caller, which keeps the caller's; then once more without it (the schedule
+// checked, not used).
 TEST(GpuFusedTopk, CallerSchedule) {
-  for (int parts : {3, cuda_num_sms(), 3 * cuda_num_sms() + 1}) {
+  const int sms = cuda_available() ? cuda_num_sms() : 1;
+  for (int parts : {3, sms, 3 * sms + 1, -sms}) {
+    EnvScope keep("DSATTN_FUSED_SCHEDULE", parts > 0 ? "caller" : nullptr);
+    if (parts < 0) parts = -parts;
     FusedCase c;
     c.schedule_parts = parts;
     c.k = 1024;
@@ -744,6 +750,21 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
     {
       EnvScope streaming("DSATTN_FUSED_LOGITS", "0");
       EXPECT_EQ(route_of(mid, false), "resident");
+    }
+    // A caller schedule (one partition per SM) leaves the route as it is without one; with
+    // DSATTN_FUSED_SCHEDULE=caller the call keeps it, on the tile kernel: 80 rows' pieces too long
+    // for the logits route by default, and no resident route.
+    FusedCase sched = shortc;
+    sched.schedule_parts = cuda_num_sms();
+    EXPECT_EQ(route_of(sched, false), "logits");
+    FusedCase sched_one = one;
+    sched_one.resident_route = true;
+    sched_one.schedule_parts = cuda_num_sms();
+    EXPECT_EQ(route_of(sched_one, false), "resident");
+    {
+      EnvScope keep("DSATTN_FUSED_SCHEDULE", "caller");
+      EXPECT_EQ(route_of(sched, false), "streaming");
+      EXPECT_NE(route_of(sched_one, false), "resident");
     }
     for (int n : {1, 2}) {
       FusedCase narrow;

@@ -361,6 +361,20 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   return true;
 }
 
+// A caller-given schedule: its checks, and its partitions.
+Status check_caller_schedule(const PagedMqaTopkParams& a, int* partitions) {
+  DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "schedule", a.schedule));
+  DSATTN_RETURN_IF_ERROR(detail::check_dtype(kOp, "schedule", a.schedule, DType::kI32));
+  DSATTN_RETURN_IF_ERROR(detail::check_contiguous(kOp, "schedule", a.schedule));
+  const int64_t n = a.schedule.numel();
+  if (a.schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
+    return detail::invalid(kOp, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
+                           shape_str(a.schedule).c_str());
+  }
+  *partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
+  return Status::Ok();
+}
+
 // The streaming plan, or one of the routes that replace it (resident: *resident, when
 // *have_resident is set and the logits route does not take the call).
 Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
@@ -375,15 +389,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
   size_t meta_bytes = 0;
   if (a.schedule.defined()) {
-    DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "schedule", a.schedule));
-    DSATTN_RETURN_IF_ERROR(detail::check_dtype(kOp, "schedule", a.schedule, DType::kI32));
-    DSATTN_RETURN_IF_ERROR(detail::check_contiguous(kOp, "schedule", a.schedule));
-    const int64_t n = a.schedule.numel();
-    if (a.schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
-      return detail::invalid(kOp, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
-                             shape_str(a.schedule).c_str());
-    }
-    f->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
+    DSATTN_RETURN_IF_ERROR(check_caller_schedule(a, &f->partitions));
   } else {
     // The resident route for a few requests, except on block tables of up to
     // kLogitsOverResidentMaxWidth states, where the logits route wins when it is allowed (by
@@ -543,6 +549,37 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   return Status::Ok();
 }
 
+// The plan of a call, and the arguments it runs with (*use: `a`, or *own, a copy without the
+// schedule). A caller schedule (schedule_metadata: one partition per SM, what paged_mqa_logits
+// takes) puts the call on the wgmma tile kernel and keeps it off the logits and resident routes,
+// which all split the work their own way (three partitions per SM, or per request). So on Hopper,
+// where the op's own plan runs the warp-specialized kernel or the resident route, the call is
+// planned and run as if no schedule were given: the schedule is still checked, not read. The
+// results are the same either way (SPEC 3.4 leaves the split to the implementation); an engine
+// that shares one schedule between its indexer ops per step loses nothing by passing it here.
+// DSATTN_FUSED_SCHEDULE=caller keeps the caller's schedule (tests and A/B of those paths).
+bool keep_caller_schedule() {
+  const char* env = std::getenv("DSATTN_FUSED_SCHEDULE");
+  return env != nullptr && std::strcmp(env, "caller") == 0;
+}
+Status plan_call(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                 PagedMqaTopkParams* own, const PagedMqaTopkParams** use, FusedPlan* f) {
+  *use = &a;
+  if (a.schedule.defined() && !keep_caller_schedule()) {
+    int parts = 0;
+    DSATTN_RETURN_IF_ERROR(check_caller_schedule(a, &parts));
+    *own = a;
+    own->schedule = TensorView{};
+    FusedPlan g;
+    if (plan_fused(*own, pb, ex, &g).ok() && (g.resident || g.wg.ws_stages > 0)) {
+      *f = g;
+      *use = own;
+      return Status::Ok();
+    }
+  }
+  return plan_fused(a, pb, ex, f);
+}
+
 // The logits route's launches (see plan_logits_route).
 Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                         const FusedPlan& f, const topk_detail::TopkOutputs& out) {
@@ -617,7 +654,9 @@ Status run_resident(const PagedMqaTopkParams& a, const FusedPlan& f, const topk_
 
 size_t paged_mqa_topk_workspace(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
   FusedPlan f;
-  if (pb.rows == 0 || !plan_fused(a, pb, ex, &f).ok()) return 0;
+  PagedMqaTopkParams own;
+  const PagedMqaTopkParams* use = nullptr;
+  if (pb.rows == 0 || !plan_call(a, pb, ex, &own, &use, &f).ok()) return 0;
   return f.total;
 }
 
@@ -628,18 +667,23 @@ Status paged_mqa_topk_route(const PagedMqaTopkParams& a, const detail::PagedInde
     return Status::Ok();
   }
   FusedPlan f;
-  DSATTN_RETURN_IF_ERROR(plan_fused(a, pb, ex, &f));
+  PagedMqaTopkParams own;
+  const PagedMqaTopkParams* use = nullptr;
+  DSATTN_RETURN_IF_ERROR(plan_call(a, pb, ex, &own, &use, &f));
   *route = f.resident ? "resident" : f.logits_route ? "logits" : "streaming";
   return Status::Ok();
 }
 
-Status paged_mqa_topk(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex) {
+Status paged_mqa_topk(const PagedMqaTopkParams& caller, const detail::PagedIndexerProblem& pb, const Exec& ex) {
   if (pb.rows == 0) return Status::Ok();
-  if (a.k < 1 || a.k > topk_detail::kMaxK) {
-    return detail::not_implemented(kOp, "k expected 1..%d on CUDA, got %d", topk_detail::kMaxK, a.k);
+  if (caller.k < 1 || caller.k > topk_detail::kMaxK) {
+    return detail::not_implemented(kOp, "k expected 1..%d on CUDA, got %d", topk_detail::kMaxK, caller.k);
   }
   FusedPlan f;
-  DSATTN_RETURN_IF_ERROR(plan_fused(a, pb, ex, &f));
+  PagedMqaTopkParams own;
+  const PagedMqaTopkParams* use = nullptr;
+  DSATTN_RETURN_IF_ERROR(plan_call(caller, pb, ex, &own, &use, &f));
+  const PagedMqaTopkParams& a = *use;  // the caller's, or without its schedule (plan_call)
   DSATTN_RETURN_IF_ERROR(detail::check_workspace(kOp, ex, f.total));
   // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
   const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
