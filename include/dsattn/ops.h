@@ -190,7 +190,9 @@ Status topk(const TopkParams& p, const Exec& ex);
 // used: the call is planned, sized and run as without it. A caller schedule (one partition per
 // SM) would put it on the slower tile kernel and off the logits and resident routes (see
 // BENCHMARKS.md, 2026-12-06 13:00); DSATTN_FUSED_SCHEDULE=caller keeps it anyway (tests, A/B).
-// Elsewhere (the portable kernels) the caller's schedule is used. Same results either way.
+// Elsewhere (the portable kernels) the caller's schedule is used, and so it is by the logits
+// route's scoring for several requests (its partitions are charged for the requests they enter).
+// Same results either way.
 struct PagedMqaTopkParams : PagedIndexerArgs {
   int k = 0;
   TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding

@@ -689,7 +689,13 @@ Status paged_mqa_topk(const PagedMqaTopkParams& caller, const detail::PagedIndex
   const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
       a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
   if (f.resident) return run_resident(a, f, out, ex);
-  if (f.logits_route) return run_logits_route(a, pb, ex, f, out);
+  // The logits route of several requests scores with the caller's schedule when there is one, as
+  // paged_mqa_logits would (it needs no workspace then): its partitions are charged for the
+  // requests they enter (DSATTN_INDEXER_GROUP_COST), the op's own split for several requests is
+  // not (H100, cold: 32 x 32K 82.4 -> 78.5 us, 64 x 16K N = 2 94.1 -> 87.2, 8 x 64K 58.0 -> 54.2).
+  // One request splits itself faster without one (1 x 64K 26.7 against 24.6; BENCHMARKS.md,
+  // 2026-12-06 13:00).
+  if (f.logits_route) return run_logits_route(pb.batch > 1 ? caller : a, pb, ex, f, out);
   cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
   char* ws = static_cast<char*>(ex.workspace);
   // No PDL on this route (pdl.cuh's EpiPdl): the scoring kernels' top-k epilogues say so, and so
