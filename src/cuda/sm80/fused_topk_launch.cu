@@ -567,7 +567,10 @@ bool keep_caller_schedule() {
 Status plan_call(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                  PagedMqaTopkParams* own, const PagedMqaTopkParams** use, FusedPlan* f) {
   *use = &a;
-  if (a.schedule.defined() && !keep_caller_schedule()) {
+  // Off Hopper the own plan cannot run those, so the caller's plan is made once (not after a
+  // discarded own plan).
+  int major = 0, minor = 0;
+  if (a.schedule.defined() && !keep_caller_schedule() && wgmma_device(&major, &minor)) {
     int parts = 0;
     DSATTN_RETURN_IF_ERROR(check_caller_schedule(a, &parts));
     *own = a;

@@ -48,6 +48,15 @@ IndexerKernelChoice indexer_kernel_choice() {
   return IndexerKernelChoice::kAuto;
 }
 
+bool wgmma_device(int* major, int* minor) {
+  int dev = 0;
+  *major = *minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return DSATTN_HAS_SM90A && *major == 9 && *minor == 0;
+}
+
 Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                           WgmmaPlan* plan, bool mma_ws) {
   plan->use = false;
@@ -62,8 +71,7 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
   return forced ? detail::not_implemented(op, "Hopper (wgmma) indexer kernel: " __VA_ARGS__) : Status::Ok()
   int dev = 0, major = 0, minor = 0;
   cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  wgmma_device(&major, &minor);
   if (mma_ws) {
     // The mma.sync consumers' kernel: FP8 paged decode, built for this device (sm_90a / sm_100 family).
     if (prefill || p->fp4 || !mma_ws_kernel_runs(major, minor)) return Status::Ok();

@@ -27,6 +27,10 @@ enum class IndexerKernelChoice { kAuto, kPortable, kWgmma, kMmaWs, kWarpLocal };
 // build (sm_90a or sm_100 family code; its f16 consumers: not sm_120, whose E4M3 mma.sync is native).
 bool mma_ws_kernel_runs(int major, int minor);
 IndexerKernelChoice indexer_kernel_choice();
+// The current device's compute capability into *major / *minor; true where the Hopper (wgmma)
+// kernels can run on it at all: compute capability 9.0 and sm_90a code in this build
+// (plan_wgmma_indexer's first two conditions).
+bool wgmma_device(int* major, int* minor);
 
 struct WgmmaPlan {
   bool use = false;
