@@ -4,6 +4,7 @@
 //   --fp4                MXFP4 cache instead of FP8
 //   --smem BYTES         shared-memory budget (101376 = sm_120)
 //   --no-prefill         skip the prefill row
+//   --no-schedule        paged_mqa_logits without a caller schedule (the op splits the work itself)
 // Each row: median time per launch (CUDA graph, inputs rotated so they come from HBM), achieved
 // GB/s over the bytes that must move (keys + scales once per request, logits written), and that
 // as % of the device-to-device copy bandwidth measured in the same run.
@@ -51,7 +52,7 @@ void check(const Status& s, const char* what) {
 
 // Returns {time_us, bytes}.
 std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, cudaStream_t stream,
-                                     bool linear_pages = false) {
+                                     bool linear_pages = false, bool caller_schedule = true) {
   const int rb = fp4 ? sh.D / 2 : sh.D;
   const int64_t stride = int64_t(sh.S) * (rb + 4);
   const int64_t ppr = (sh.ctx + sh.S - 1) / sh.S;
@@ -111,6 +112,17 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   ex.stream = stream;
   ex.smem_budget_bytes = smem;
   check(schedule_metadata(sp, ex), "schedule_metadata");
+  DeviceBuffer own_ws;  // without a caller schedule: the op's own schedule workspace
+  if (!caller_schedule) {
+    p.schedule = TensorView{};
+    PagedMqaLogitsParams p0 = p;
+    p0.block_table = make_tensor(dbt.ptr, DType::kI32, {sh.B, ppr}, Device::kCuda);
+    size_t bytes = 0;
+    check(paged_mqa_logits_workspace(p0, ex, &bytes), "paged_mqa_logits_workspace");
+    own_ws.alloc(bytes);
+    ex.workspace = own_ws.ptr;
+    ex.workspace_bytes = bytes;
+  }
   // Warm-up run outside capture (module load, attributes).
   {
     PagedMqaLogitsParams p0 = p;
@@ -187,10 +199,13 @@ int run_indexer(const std::vector<std::string>& args) {
   if (has_flag(args, "--help") || has_flag(args, "-h")) {
     std::puts("usage: dsattn bench indexer [--quick] [--b LIST] [--ctx LIST] [--n LIST] [--s LIST] [--h LIST] [--d D]\n"
               "                            [--fp4] [--smem BYTES] [--no-prefill] [--linear-pages] [--sms N]\n"
+              "                            [--no-schedule]\n"
               "  LIST: comma-separated, K/M suffixes (e.g. --ctx 8K,32K). Default: B 1,32,128 x ctx 8K,32K,128K x\n"
               "  N 1,2 x S 32,64 x H 32,64, D 128, plus the DeepGEMM reference rows and a 4K x 64K prefill row.\n"
               "  Block tables are shuffled pages; --linear-pages gives each request consecutive pages.\n"
-              "  --sms N: run on a green context of at least N SMs (the copy baseline too).");
+              "  --sms N: run on a green context of at least N SMs (the copy baseline too).\n"
+              "  --no-schedule: paged_mqa_logits without a caller schedule (by default every call gets one from\n"
+              "  schedule_metadata, made once outside the timed graph), so the op splits the work itself.");
     return 0;
   }
   if (!cuda_available()) {
@@ -208,6 +223,7 @@ int run_indexer(const std::vector<std::string>& args) {
   std::vector<long> Hs = int_list(args, "--h", quick ? std::vector<long>{64} : std::vector<long>{32, 64});
   const long D = int_list(args, "--d", {128})[0];
   const bool linear_pages = has_flag(args, "--linear-pages");
+  const bool caller_schedule = !has_flag(args, "--no-schedule");
   cudaStream_t stream;
   DSATTN_BENCH_CHECK(cudaStreamCreate(&stream));
   cudaDeviceProp prop;
@@ -215,8 +231,9 @@ int run_indexer(const std::vector<std::string>& args) {
   const double copy = copy_bandwidth_gbs(stream);
   std::printf("device: %s, %d SMs, L2 %zu MB; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, l2_bytes() >> 20, copy);
-  std::printf("paged_mqa_logits %s, D=%ld, fp32 logits, smem budget %s\n", fp4 ? "MXFP4" : "FP8", D,
-              smem ? std::to_string(smem).c_str() : "device max");
+  std::printf("paged_mqa_logits %s, D=%ld, fp32 logits, smem budget %s, %s\n", fp4 ? "MXFP4" : "FP8", D,
+              smem ? std::to_string(smem).c_str() : "device max",
+              caller_schedule ? "caller schedule (schedule_metadata)" : "no caller schedule");
   std::vector<DecodeShape> shapes;
   for (long B : Bs)
     for (long ctx : ctxs)
@@ -232,7 +249,7 @@ int run_indexer(const std::vector<std::string>& args) {
   }
   Table t({"B", "ctx", "N", "S", "H", "time us", "GB/s", "% copy"});
   for (const auto& sh : shapes) {
-    const auto r = run_decode(sh, fp4, smem, stream, linear_pages);
+    const auto r = run_decode(sh, fp4, smem, stream, linear_pages, caller_schedule);
     const double gbs = r.second / (r.first * 1e-6) / 1e9;
     t.add({std::to_string(sh.B), std::to_string(sh.ctx), std::to_string(sh.N), std::to_string(sh.S),
            std::to_string(sh.H), fmt("%.1f", r.first), fmt("%.0f", gbs), fmt("%.1f", 100.0 * gbs / copy)});
