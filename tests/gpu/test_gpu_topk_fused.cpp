@@ -603,6 +603,50 @@ TEST(GpuFusedTopk, CallerSchedule) {
   }
 }
 
+// A caller schedule of the wrong size (one word short: not [schedule_metadata_size(P)]) is refused
+// by both indexer ops, with a message that names the op and the argument (check_caller_schedule,
+// shared by both), on the default path and under DSATTN_FUSED_SCHEDULE=caller. (The workspace
+// queries return 0 for a call that cannot be planned; the call itself says why.)
+TEST(GpuFusedTopk, CallerScheduleWrongSize) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  FusedCase c;
+  c.k = 512;
+  c.schedule_parts = cuda_num_sms();
+  c.spec = spec(IndexerFormat::kFp8, 4, 1, 32, 128, 64, {6000, 100, 3000, 9000}, 78);
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  GpuInputs g;
+  upload_case(pc, &g);
+  if (::testing::Test::HasFatalFailure()) return;
+  FusedCall f;
+  setup_fused(c, pc, g, &f, false);
+  if (::testing::Test::HasFatalFailure()) return;
+  const int64_t ms = schedule_metadata_size(c.schedule_parts);
+  const TensorView bad = make_tensor(f.sched.ptr, DType::kI32, {ms - 1}, Device::kCuda);
+  auto refused = [](const Status& s, const char* op) {
+    EXPECT_EQ(s.code, Code::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message.find(op), std::string::npos) << s.message;
+    EXPECT_NE(s.message.find("schedule shape expected [schedule_metadata_size(num_sms)]"), std::string::npos)
+        << s.message;
+  };
+  for (const char* keep : {static_cast<const char*>(nullptr), "caller"}) {
+    SCOPED_TRACE(keep ? "DSATTN_FUSED_SCHEDULE=caller" : "default");
+    EnvScope env("DSATTN_FUSED_SCHEDULE", keep);
+    PagedMqaTopkParams p = f.p;
+    p.schedule = bad;
+    refused(paged_mqa_topk(p, f.ex), "paged_mqa_topk");
+  }
+  const int64_t W = std::max<int64_t>(pc.max_context, 1);
+  DeviceBuffer logits(static_cast<size_t>(pc.rows * W) * 4);
+  PagedMqaLogitsParams lp;
+  static_cast<PagedIndexerArgs&>(lp) = g.args;
+  lp.logits = make_tensor(logits.ptr, DType::kF32, {pc.rows, W}, Device::kCuda);
+  lp.schedule = bad;
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  refused(paged_mqa_logits(lp, ex), "paged_mqa_logits");
+  DSATTN_CUDA_ASSERT(cudaDeviceSynchronize());
+}
+
 // Tens of rows of a dozen or so pieces each (the split merge with a few level-1 CTAs per row and
 // the row histograms), N = 1 and N = 2, against the reference and the unfused path.
 TEST(GpuFusedTopk, TensOfRows) {

@@ -361,20 +361,6 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   return true;
 }
 
-// A caller-given schedule: its checks, and its partitions.
-Status check_caller_schedule(const PagedMqaTopkParams& a, int* partitions) {
-  DSATTN_RETURN_IF_ERROR(detail::check_present(kOp, "schedule", a.schedule));
-  DSATTN_RETURN_IF_ERROR(detail::check_dtype(kOp, "schedule", a.schedule, DType::kI32));
-  DSATTN_RETURN_IF_ERROR(detail::check_contiguous(kOp, "schedule", a.schedule));
-  const int64_t n = a.schedule.numel();
-  if (a.schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
-    return detail::invalid(kOp, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
-                           shape_str(a.schedule).c_str());
-  }
-  *partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
-  return Status::Ok();
-}
-
 // The streaming plan, or one of the routes that replace it (resident: *resident, when
 // *have_resident is set and the logits route does not take the call).
 Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
@@ -389,7 +375,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
   size_t meta_bytes = 0;
   if (a.schedule.defined()) {
-    DSATTN_RETURN_IF_ERROR(check_caller_schedule(a, &f->partitions));
+    DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &f->partitions));
   } else {
     // The resident route for a few requests, except on block tables of up to
     // kLogitsOverResidentMaxWidth states, where the logits route wins when it is allowed (by
@@ -572,7 +558,7 @@ Status plan_call(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem&
   int major = 0, minor = 0;
   if (a.schedule.defined() && !keep_caller_schedule() && wgmma_device(&major, &minor)) {
     int parts = 0;
-    DSATTN_RETURN_IF_ERROR(check_caller_schedule(a, &parts));
+    DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &parts));
     *own = a;
     own->schedule = TensorView{};
     FusedPlan g;

@@ -148,15 +148,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   }
   occ = std::max(1, std::min(occ, 4));
   if (schedule.defined()) {
-    DSATTN_RETURN_IF_ERROR(detail::check_present(op, "schedule", schedule));
-    DSATTN_RETURN_IF_ERROR(detail::check_dtype(op, "schedule", schedule, DType::kI32));
-    DSATTN_RETURN_IF_ERROR(detail::check_contiguous(op, "schedule", schedule));
-    const int64_t n = schedule.numel();
-    if (schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
-      return detail::invalid(op, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
-                             shape_str(schedule).c_str());
-    }
-    plan->partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
+    DSATTN_RETURN_IF_ERROR(check_caller_schedule(op, schedule, &plan->partitions));
     plan->own_schedule = false;
     plan->workspace = 0;
     // A caller schedule usually has one partition per SM: split each over several CTAs so that
@@ -375,6 +367,19 @@ Status plan_indexer_config(const char* op, IndexerParams* p, const IndexerDevice
   p->q_f16 = q_f16;
   p->split = 1;
   p->bulk = bulk;
+  return Status::Ok();
+}
+
+Status check_caller_schedule(const char* op, const TensorView& schedule, int* partitions) {
+  DSATTN_RETURN_IF_ERROR(detail::check_present(op, "schedule", schedule));
+  DSATTN_RETURN_IF_ERROR(detail::check_dtype(op, "schedule", schedule, DType::kI32));
+  DSATTN_RETURN_IF_ERROR(detail::check_contiguous(op, "schedule", schedule));
+  const int64_t n = schedule.numel();
+  if (schedule.ndim != 1 || n < detail::indexer_meta_size(1) || (n - detail::kIndexerMetaHeader) % 2 != 0) {
+    return detail::invalid(op, "schedule shape expected [schedule_metadata_size(num_sms)], got %s",
+                           shape_str(schedule).c_str());
+  }
+  *partitions = static_cast<int>((n - detail::kIndexerMetaHeader) / 2 - 1);
   return Status::Ok();
 }
 

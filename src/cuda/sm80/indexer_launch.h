@@ -76,9 +76,11 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
 Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, const detail::PagedIndexerProblem& pb,
                                  IndexerParams* p);
 
-// Schedule handling for ops that run the indexer kernel: with a caller schedule, checks its size
-// and returns its partition count; without, `partitions` = SMs * occupancy and the metadata goes
+// Schedule handling for ops that run the indexer kernel: with a caller schedule,
+// check_caller_schedule checks it (present, i32, contiguous, [schedule_metadata_size(P)]) and
+// returns its partition count P; without, `partitions` = SMs * occupancy and the metadata goes
 // into the workspace (bytes = indexer_schedule_workspace(partitions)).
+Status check_caller_schedule(const char* op, const TensorView& schedule, int* partitions);
 size_t indexer_schedule_workspace(int partitions);
 
 // The multiprocessors that work on ex.stream can use (sm_share: the device's, or a green
