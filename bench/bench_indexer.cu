@@ -101,17 +101,11 @@ std::pair<double, double> run_decode(const DecodeShape& sh, bool fp4, int smem, 
   p.context_lens = make_tensor(dlens.ptr, DType::kI32, {sh.B}, Device::kCuda);
   p.logits = make_tensor(logits.ptr, DType::kF32, {R, sh.ctx}, Device::kCuda);
   p.schedule = make_tensor(sched.ptr, DType::kI32, {schedule_metadata_size(parts)}, Device::kCuda);
-  ScheduleMetadataParams sp;
-  sp.context_lens = p.context_lens;
-  sp.next_n = sh.N;
-  sp.states_per_page = sh.S;
-  sp.num_sms = parts;
-  sp.metadata = p.schedule;
   Exec ex;
   ex.backend = Backend::kCuda;
   ex.stream = stream;
   ex.smem_budget_bytes = smem;
-  check(schedule_metadata(sp, ex), "schedule_metadata");
+  check(bench_schedule(p.context_lens, sh.N, sh.S, parts, p.schedule, stream), "schedule_metadata");
   DeviceBuffer own_ws;  // without a caller schedule: the op's own schedule workspace
   if (!caller_schedule) {
     p.schedule = TensorView{};

@@ -28,5 +28,23 @@ inline bool use_sm_share(long n) {
   return true;
 }
 
+// The caller schedule the benchmarks pass (`bench indexer` unless --no-schedule, `bench indexer
+// --fused --schedule`): schedule_metadata over `context_lens` into `metadata`
+// ([schedule_metadata_size(parts)]) on `stream`, made once before the timed calls, as an engine
+// makes one per decode step for every layer.
+inline Status bench_schedule(const TensorView& context_lens, int next_n, int states_per_page, int parts,
+                             const TensorView& metadata, void* stream) {
+  ScheduleMetadataParams sp;
+  sp.context_lens = context_lens;
+  sp.next_n = next_n;
+  sp.states_per_page = states_per_page;
+  sp.num_sms = parts;
+  sp.metadata = metadata;
+  Exec ex;
+  ex.backend = Backend::kCuda;
+  ex.stream = stream;
+  return schedule_metadata(sp, ex);
+}
+
 }  // namespace bench
 }  // namespace dsattn

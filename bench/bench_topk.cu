@@ -515,15 +515,7 @@ int run_fused(const std::vector<std::string>& args) {
     DevMem sched(caller_schedule ? size_t(schedule_metadata_size(parts)) * 4 : 0);
     if (caller_schedule) {
       in.schedule = make_tensor(sched.p, DType::kI32, {schedule_metadata_size(parts)}, Device::kCuda);
-      ScheduleMetadataParams sp;
-      sp.context_lens = in.context_lens;
-      sp.next_n = sh.N;
-      sp.states_per_page = sh.S;
-      sp.num_sms = parts;
-      sp.metadata = in.schedule;
-      Exec sex;
-      sex.backend = Backend::kCuda;
-      const Status ss = schedule_metadata(sp, sex);
+      const Status ss = bench_schedule(in.context_lens, sh.N, sh.S, parts, in.schedule, nullptr);
       if (!ss.ok()) {
         std::fprintf(stderr, "%s\n", ss.to_string().c_str());
         return 1;
