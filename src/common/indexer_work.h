@@ -227,6 +227,23 @@ DSATTN_HD void indexer_run_pairs(const IndexerWork& w, int64_t g_lo, int64_t g_h
   }
 }
 
+// indexer_run_pairs for a run of the one group g whose units u the caller has already read
+// (ws_inline_schedule with at most one group per thread, kWsOwnRange): no second read of the
+// lengths. Same pairs as indexer_run_pairs(w, g, g + 1, ...) (tests/cpu/test_indexer_cursor.cpp).
+DSATTN_HD void indexer_group_pairs(int64_t g, int64_t u, int64_t cost, int64_t pre, int64_t total, int64_t P,
+                                   int64_t q, int32_t* pair) {
+  const int64_t lead = indexer_group_lead(g, u, cost), v = lead + u;
+  if (total <= 0 || u <= 0) return;
+  for (int i = 0; i < 2; ++i) {
+    if (q + i >= P) break;
+    const int64_t target = indexer_partition_start(q + i, total, P);
+    if (target < pre || target >= pre + v) continue;  // in another run
+    const int64_t off = target - pre - lead;
+    pair[2 * i] = static_cast<int32_t>(g);
+    pair[2 * i + 1] = static_cast<int32_t>(off > 0 ? off : 0);
+  }
+}
+
 DSATTN_HD void indexer_meta_header(int32_t* meta, int partitions, int64_t groups) {
   meta[0] = partitions;
   meta[1] = static_cast<int32_t>(groups);

@@ -284,7 +284,7 @@ TEST(IndexerCursor, OneGroupRoundRobinEqualsTheWalk) {
 // The warp-specialized wgmma kernel's own schedule (ws_inline_schedule, IndexerParams::inline_schedule):
 // each thread of a CTA of nt threads takes a run of consecutive groups, a block scan gives the
 // runs' first virtual units, and indexer_run_pairs fills the CTA's two pairs from the runs that
-// hold them. Simulated here thread by thread for every partition, it must give exactly the host
+// hold them (indexer_group_pairs, from the units already read, when every run is one group). Simulated here thread by thread for every partition, it must give exactly the host
 // schedule's pairs (the schedule kernel's, which GpuIndexer.GraphReplayRequestsOwnSchedule checks
 // bitwise on the GPU): fewer and more groups than threads, empty groups, all groups empty, several
 // rows per group, more partitions than groups.
@@ -294,7 +294,7 @@ TEST(IndexerCursor, RunPairsEqualTheSchedule) {
     int B, N, parts, maxlen;
   };
   const int64_t cost = detail::indexer_group_cost();
-  int64_t checked = 0;
+  int64_t checked = 0, checked_one = 0;
   for (const SC& sc : {SC{2, 1, 132, 65536}, SC{32, 1, 132, 32768}, SC{37, 2, 132, 9000}, SC{5, 3, 7, 70000},
                        SC{128, 1, 132, 2048}, SC{600, 1, 132, 300}, SC{1500, 2, 264, 100}, SC{9, 4, 260, 1500}}) {
     for (int rep = 0; rep < 4; ++rep) {
@@ -336,12 +336,26 @@ TEST(IndexerCursor, RunPairsEqualTheSchedule) {
             ASSERT_EQ(pair[i], want[i]) << "B " << sc.B << " N " << sc.N << " parts " << P << " rep " << rep << " threads "
                                         << nt << " partition " << q << " word " << i;
           }
+          if (per == 1) {  // kWsOwnRange: one group per thread, its units kept from the scan's read
+            int32_t one[4] = {int32_t(G), 0, int32_t(G), 0};
+            for (int t = 0; t < nt; ++t) {
+              if (lo[t] < hi[t]) {
+                detail::indexer_group_pairs(lo[t], detail::indexer_group_units(w, lo[t]), cost, pre[t], total, P, q, one);
+              }
+            }
+            for (int i = 0; i < 4; ++i) {
+              ASSERT_EQ(one[i], want[i]) << "one group per thread: B " << sc.B << " N " << sc.N << " parts " << P
+                                         << " rep " << rep << " threads " << nt << " partition " << q << " word " << i;
+            }
+            ++checked_one;
+          }
           ++checked;
         }
       }
     }
   }
   EXPECT_GT(checked, 0);
+  EXPECT_GT(checked_one, 0);
 }
 
 // The partition formulas the host schedule, the schedule kernel and IdxCursor::init share:

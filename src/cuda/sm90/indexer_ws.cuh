@@ -184,6 +184,14 @@ constexpr int kWsEarlyTrigger = 128;
 //       15.8 -> 19.8-20.1 / 14.9; 1 x 8K, 1 x 128K (the resident route) and 4 x 64K level.
 //       prefetch.tensormap of the key map before the wait as well measured no gain (dropped).
 constexpr int kWsOneGroupWalk = 256;
+//   kWsOwnRange: IndexerParams::inline_schedule (paged_mqa_logits without a caller schedule, up to
+//       kWsThreads groups): each thread keeps the units of the group it summed, and the thread
+//       whose group holds the CTA's boundary computes its pair from them
+//       (detail::indexer_group_pairs) instead of reading the lengths again. Why: %globaltimer
+//       stamps (H100, 4 x 32K and 32 x 32K, L2 flushed) put the inline schedule at ~2.5 us from
+//       the wait to its end, against ~0.06 us for a caller schedule's pairs: one memory latency
+//       for the lengths (~1.0 us), then ~1.4 us more in which its boundary thread read them again.
+constexpr int kWsOwnRange = 512;
 
 // kWsTouchGroup: group g's Q (16-byte aligned rows; D = 128: 4 sectors of 32 bytes per head row),
 // weight and length sectors into L1. dummy: this lane's 16-byte scratch (kWsTouchScratch).
@@ -251,12 +259,24 @@ __device__ __forceinline__ int32_t ws_first_group(const IndexerParams& p, int wg
 // pointer to the pairs in the epilogue, it put the parameter block in local memory (ptxas: 570-810
 // bytes of stack and 240-1300 bytes of spills on every WsLogits kernel), and the scoring kernel ran
 // 15-40 % slower with or without a caller schedule (H100, 2026-12-06).
-static __device__ __forceinline__ void ws_inline_schedule(const IndexerParams& p, int32_t* pair, int64_t* s_scan) {
+// keep (kWsOwnRange): with at most one group per thread, each thread keeps its group's units
+// from the scan's read for the pairs (detail::indexer_group_pairs) instead of reading them again.
+static __device__ __forceinline__ void ws_inline_schedule(const IndexerParams& p, int32_t* pair, int64_t* s_scan,
+                                                          bool keep) {
   const int nt = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
   const int lane = t & 31, warp = t >> 5, nw = nt >> 5;
   const int64_t G = p.work.groups, P = p.partitions > 0 ? p.partitions : 1, cost = p.inline_cost;
   const int64_t per = (G + nt - 1) / nt, g_lo = per * t < G ? per * t : G, g_hi = g_lo + per < G ? g_lo + per : G;
-  const int64_t v = detail::indexer_run_units(p.work, g_lo, g_hi, cost);
+  const bool one = keep && per == 1;  // uniform
+  int64_t u1 = 0, v = 0;  // one: the group's units (the lengths read once)
+  if (one) {
+    if (g_lo < g_hi) {
+      u1 = detail::indexer_group_units(p.work, g_lo);
+      v = u1 + detail::indexer_group_lead(g_lo, u1, cost);
+    }
+  } else {
+    v = detail::indexer_run_units(p.work, g_lo, g_hi, cost);
+  }
   const int64_t x = warp_inclusive_scan(v);  // block exclusive scan of v
   if (lane == 31) s_scan[warp] = x;
   if (t == 0) {  // the default of every pair: (G, 0)
@@ -271,7 +291,11 @@ static __device__ __forceinline__ void ws_inline_schedule(const IndexerParams& p
   __syncthreads();
   const int64_t total = s_scan[nw - 1];
   const int64_t pre = (warp > 0 ? s_scan[warp - 1] : 0) + x - v;
-  detail::indexer_run_pairs(p.work, g_lo, g_hi, cost, pre, v, total, P, blockIdx.x, pair);
+  if (one) {
+    if (g_lo < g_hi) detail::indexer_group_pairs(g_lo, u1, cost, pre, total, P, blockIdx.x, pair);
+  } else {
+    detail::indexer_run_pairs(p.work, g_lo, g_hi, cost, pre, v, total, P, blockIdx.x, pair);
+  }
   __syncthreads();
 }
 
@@ -893,7 +917,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // registers, and the fence orders these generic writes before that copy's async-proxy ones.
     if (p.inline_schedule != 0 && p.meta == nullptr) {  // uniform
       int32_t* sp = reinterpret_cast<int32_t*>(smem + L.keys);
-      ws_inline_schedule(p, sp, reinterpret_cast<int64_t*>(smem + L.keys + 16));
+      ws_inline_schedule(p, sp, reinterpret_cast<int64_t*>(smem + L.keys + 16), (s.producer & kWsOwnRange) != 0);
       own = IdxBounds{sp[0], sp[1], sp[2], sp[3], true};
       fence_proxy_async_smem();
       __syncthreads();

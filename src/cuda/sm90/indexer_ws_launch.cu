@@ -19,7 +19,7 @@ namespace {
 // (the GPU check's racecheck pass runs with -64, see kWsTouchGroup).
 int ws_producer_flags() {
   constexpr int kAll = kWsEvictFirst | kWsLateFetch | kWsFastCursor | kWsFirstBatchOneGroup | kWsBatchedGroupLoad |
-                       kWsOneGroupWalk;
+                       kWsOneGroupWalk | kWsOwnRange;
   const char* env = std::getenv("DSATTN_WS_PRODUCER");
   if (env == nullptr) return kAll;
   return env[0] == '-' ? kAll & ~std::atoi(env + 1) : std::atoi(env);
