@@ -190,6 +190,25 @@ DSATTN_HD void indexer_meta_fill_group(int32_t* meta, int partitions, int64_t to
   }
 }
 
+// The pairs of partitions q / q + 1 that start in group g, whose u units (read by the caller) are
+// virtual units [pre, pre + lead + u): a boundary in the lead starts the partition at the group's
+// first unit. indexer_run_pairs calls it for each group of a run; ws_inline_schedule with at most
+// one group per thread (kWsOwnRange) calls it directly with the units it already read, so the
+// lengths are not read again.
+DSATTN_HD void indexer_group_pairs(int64_t g, int64_t u, int64_t cost, int64_t pre, int64_t total, int64_t P,
+                                   int64_t q, int32_t* pair) {
+  const int64_t lead = indexer_group_lead(g, u, cost), v = lead + u;
+  if (total <= 0 || u <= 0) return;
+  for (int i = 0; i < 2; ++i) {
+    if (q + i >= P) break;
+    const int64_t target = indexer_partition_start(q + i, total, P);
+    if (target < pre || target >= pre + v) continue;  // in another group
+    const int64_t off = target - pre - lead;
+    pair[2 * i] = static_cast<int32_t>(g);
+    pair[2 * i + 1] = static_cast<int32_t>(off > 0 ? off : 0);
+  }
+}
+
 // A schedule computed by the scoring kernel's CTA for its own partition (ws_inline_schedule): the
 // block's threads each take a run of consecutive groups [g_lo, g_hi); indexer_run_units is a run's
 // virtual units (lead included, as in indexer_meta_fill_group); after a block scan gives the run's
@@ -208,39 +227,17 @@ DSATTN_HD int64_t indexer_run_units(const IndexerWork& w, int64_t g_lo, int64_t 
 DSATTN_HD void indexer_run_pairs(const IndexerWork& w, int64_t g_lo, int64_t g_hi, int64_t cost, int64_t pre,
                                  int64_t v, int64_t total, int64_t P, int64_t q, int32_t* pair) {
   if (total <= 0 || v <= 0) return;
-  for (int i = 0; i < 2; ++i) {
-    if (q + i >= P) break;
+  bool holds = false;  // whether partition q or q + 1 starts in this run (most runs: no second read)
+  for (int i = 0; i < 2 && q + i < P; ++i) {
     const int64_t target = indexer_partition_start(q + i, total, P);
-    if (target < pre || target >= pre + v) continue;  // in another run
-    int64_t acc = pre;
-    for (int64_t g = g_lo; g < g_hi; ++g) {
-      const int64_t u = indexer_group_units(w, g);
-      const int64_t lead = indexer_group_lead(g, u, cost);
-      if (u > 0 && target < acc + lead + u) {  // the non-empty group whose virtual units hold it
-        const int64_t off = target - acc - lead;
-        pair[2 * i] = static_cast<int32_t>(g);
-        pair[2 * i + 1] = static_cast<int32_t>(off > 0 ? off : 0);
-        break;
-      }
-      acc += lead + u;
-    }
+    holds = holds || (target >= pre && target < pre + v);
   }
-}
-
-// indexer_run_pairs for a run of the one group g whose units u the caller has already read
-// (ws_inline_schedule with at most one group per thread, kWsOwnRange): no second read of the
-// lengths. Same pairs as indexer_run_pairs(w, g, g + 1, ...) (tests/cpu/test_indexer_cursor.cpp).
-DSATTN_HD void indexer_group_pairs(int64_t g, int64_t u, int64_t cost, int64_t pre, int64_t total, int64_t P,
-                                   int64_t q, int32_t* pair) {
-  const int64_t lead = indexer_group_lead(g, u, cost), v = lead + u;
-  if (total <= 0 || u <= 0) return;
-  for (int i = 0; i < 2; ++i) {
-    if (q + i >= P) break;
-    const int64_t target = indexer_partition_start(q + i, total, P);
-    if (target < pre || target >= pre + v) continue;  // in another run
-    const int64_t off = target - pre - lead;
-    pair[2 * i] = static_cast<int32_t>(g);
-    pair[2 * i + 1] = static_cast<int32_t>(off > 0 ? off : 0);
+  if (!holds) return;
+  int64_t acc = pre;
+  for (int64_t g = g_lo; g < g_hi; ++g) {
+    const int64_t u = indexer_group_units(w, g);
+    indexer_group_pairs(g, u, cost, acc, total, P, q, pair);
+    acc += u + indexer_group_lead(g, u, cost);
   }
 }
 

@@ -284,8 +284,9 @@ TEST(IndexerCursor, OneGroupRoundRobinEqualsTheWalk) {
 // The warp-specialized wgmma kernel's own schedule (ws_inline_schedule, IndexerParams::inline_schedule):
 // each thread of a CTA of nt threads takes a run of consecutive groups, a block scan gives the
 // runs' first virtual units, and indexer_run_pairs fills the CTA's two pairs from the runs that
-// hold them (indexer_group_pairs, from the units already read, when every run is one group). Simulated here thread by thread for every partition, it must give exactly the host
-// schedule's pairs (the schedule kernel's, which GpuIndexer.GraphReplayRequestsOwnSchedule checks
+// hold them (indexer_group_pairs, from the units already read, when every run is one group).
+// Simulated here thread by thread for every partition, it must give exactly the host schedule's
+// pairs (the schedule kernel's, which GpuIndexer.GraphReplayRequestsOwnSchedule checks
 // bitwise on the GPU): fewer and more groups than threads, empty groups, all groups empty, several
 // rows per group, more partitions than groups.
 TEST(IndexerCursor, RunPairsEqualTheSchedule) {

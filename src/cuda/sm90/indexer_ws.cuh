@@ -291,8 +291,8 @@ static __device__ __forceinline__ void ws_inline_schedule(const IndexerParams& p
   __syncthreads();
   const int64_t total = s_scan[nw - 1];
   const int64_t pre = (warp > 0 ? s_scan[warp - 1] : 0) + x - v;
-  if (one) {
-    if (g_lo < g_hi) detail::indexer_group_pairs(g_lo, u1, cost, pre, total, P, blockIdx.x, pair);
+  if (one) {  // u1 = 0 for a thread without a group: no pair
+    detail::indexer_group_pairs(g_lo, u1, cost, pre, total, P, blockIdx.x, pair);
   } else {
     detail::indexer_run_pairs(p.work, g_lo, g_hi, cost, pre, v, total, P, blockIdx.x, pair);
   }
