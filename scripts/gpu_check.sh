@@ -14,6 +14,8 @@
 #      when present), and after the Python tests bench/torch_ops_overhead.py (host time of the
 #      Python entry points)
 #      and bench/compat_overhead.py (GPU time of dsattn.compat.deep_gemm beside the op),
+#   2b. with --random N: the *RandomCases tests again over N fresh random cases each (seed from
+#      DSATTN_TEST_RANDOM_SEED, else drawn from the clock and printed, so a failure can be rerun),
 #   6. with --native-fp8: the portable indexer's sm_89 / sm_120 code (native e4m3 MMA, E4M3 Q) on
 #      this Hopper GPU, from a build with -DDSATTN_SM90_NATIVE_FP8_MMA=ON (its sm_90 code takes that
 #      path; ptxas emulates the e4m3 MMA): GpuIndexer.* and the fused op's portable-kernel tests,
@@ -21,13 +23,14 @@
 #
 # Usage: scripts/gpu_check.sh [--prebuilt DIR] [--quick] [--no-bench] [--no-sanitizer] [--no-python]
 #                             [--wheel FILE]... [--san-filter GTEST_FILTER] [--test-filter GTEST_FILTER]
-#                             [--native-fp8] [--native-prebuilt DIR]
+#                             [--native-fp8] [--native-prebuilt DIR] [--random N]
 #   --prebuilt DIR   DIR holds dsattn_gpu_tests and dsattn (built elsewhere for sm_90a)
 #   --wheel FILE     a wheel to unpack for the Python tests (repeatable; the dsattn one built
 #                    elsewhere with DSATTN_CUDA=ON for this Python version)
 #   --quick          quick benchmark shapes
 #   --native-fp8     step 6, building that variant in build-gpu-native (target dsattn_gpu_tests)
 #   --native-prebuilt DIR  step 6 with DIR's dsattn_gpu_tests (a DSATTN_SM90_NATIVE_FP8_MMA=ON build)
+#   --random N       step 2b: N random cases per *RandomCases test (the suite's own run draws 8 / 4)
 # Environment: OUT (log folder), STEP_TIMEOUT (seconds per step, default 1800), PYTHON (python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,7 @@ SAN_FILTER="*Sanitizer*"
 TEST_FILTER="*"
 NATIVE=0
 NATIVE_BIN=""
+RANDOM_CASES=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) PREBUILT="$2"; shift 2 ;;
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
     --test-filter) TEST_FILTER="$2"; shift 2 ;;
     --native-fp8) NATIVE=1; shift ;;
     --native-prebuilt) NATIVE=1; NATIVE_BIN="$2"; shift 2 ;;
+    --random) RANDOM_CASES="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -80,6 +85,14 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$OUT/gpu_tests.log" | head 
 grep -E "^\[ +OK \]" "$OUT/gpu_tests.log" | sed -E 's/.*\] ([^ ]+) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -8
 step gpu_tests_no_pdl gpu_tests_no_pdl.log env DSATTN_PDL=0 "$BIN/dsattn_gpu_tests" \
   --gtest_filter='*GraphReplay*:*GpuTopkCluster.KernelRows*:GpuFusedTopk.Fp8DecodeLengthsAroundK:GpuFusedTopk.ResidentGraphNewLengths*'
+
+if [ "$RANDOM_CASES" -gt 0 ]; then
+  RSEED="${DSATTN_TEST_RANDOM_SEED:-$(( $(date +%s) % 1000000 ))}"
+  echo "random cases: $RANDOM_CASES per test, DSATTN_TEST_RANDOM_SEED=$RSEED"
+  step random_cases random_cases.log env DSATTN_TEST_RANDOM_CASES="$RANDOM_CASES" DSATTN_TEST_RANDOM_SEED="$RSEED" \
+    "$BIN/dsattn_gpu_tests" --gtest_filter='*RandomCases'
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT/random_cases.log" | head -5
+fi
 
 if [ $SAN -eq 1 ]; then
   if command -v compute-sanitizer >/dev/null; then

@@ -559,5 +559,46 @@ constexpr uint16_t kPoisonBf16 = 0x4640;  // bf16 12288.0
 
 inline float bf16_value(uint16_t h) { return codec::bf16_to_f32(h); }
 
+// ---------------------------------------------------------------- random cases
+// The random-case GPU tests (*RandomCases): an environment variable as an int (dflt when unset or
+// empty), for DSATTN_TEST_RANDOM_CASES / DSATTN_TEST_RANDOM_SEED.
+inline int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : dflt;
+}
+
+// Their draws.
+struct Draw {
+  Rng rng;
+  explicit Draw(uint64_t seed) : rng(seed) {}
+  int below(int n) { return static_cast<int>(rng.randint(0, n - 1)); }  // [0, n)
+  bool pct(int p) { return below(100) < p; }                              // true with p %
+  int pick(std::initializer_list<int> v) { return *(v.begin() + below(static_cast<int>(v.size()))); }
+};
+
+// An indexer problem's geometry drawn over SPEC §3.1's coverage, the DeepSeek values weighted up:
+// format (a quarter MXFP4), head dim, heads, states per page (1..256, odd ones too), the length
+// layout, next_n, and a batch that is 1 in one_pct % of the draws, else mostly 2-8, sometimes
+// 9-64, and up to max_batch in 10 %.
+enum class LensLayout { kPerRow, kPerRequest, kVarlen };  // context_lens [B, N], [B], varlen [rows]
+struct IndexerGeometry {
+  IndexerFormat format = IndexerFormat::kFp8;
+  int head_dim = 128, heads = 64, states_per_page = 64, next_n = 1, batch = 1;
+  LensLayout layout = LensLayout::kPerRow;
+};
+inline IndexerGeometry draw_indexer_geometry(Draw& d, int one_pct, int max_batch) {
+  IndexerGeometry g;
+  g.format = d.pct(25) ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
+  g.head_dim = d.pct(60) ? 128 : d.pick({32, 64});
+  g.heads = d.pct(35) ? 64 : d.pick({8, 16, 24, 32, 32, 48});
+  g.states_per_page = d.pct(40) ? d.pick({32, 64}) : d.pick({1, 2, 3, 7, 8, 16, 24, 40, 48, 96, 128, 200, 256});
+  const int lm = d.below(100);
+  g.layout = lm < 45 ? LensLayout::kPerRow : lm < 75 ? LensLayout::kPerRequest : LensLayout::kVarlen;
+  g.next_n = d.pct(50) ? 1 : d.pct(50) ? 2 : 3 + d.below(6);
+  const int bm = d.below(100);
+  g.batch = bm < one_pct ? 1 : bm < 65 ? 2 + d.below(7) : bm < 90 ? 9 + d.below(56) : 65 + d.below(max_batch - 64);
+  return g;
+}
+
 }  // namespace testutil
 }  // namespace dsattn

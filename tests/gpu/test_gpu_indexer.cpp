@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -94,6 +95,10 @@ struct IdxCase {
   // keeps every key within the 14 exponents the Hopper kernel folds into E4M3 exactly; wider spans
   // round its smallest blocks (indexer_dequant.cuh).
   int key_exp_lo = 120, key_exp_span = 12;
+  int schedule_parts = 0;  // > 0: a caller schedule of this many partitions (schedule_metadata)
+  // Outputs of fewer than kFewLogits finite logits: check_logits divides their error by the heads'
+  // absolute mass instead of the logits (see there). Set by the random cases only.
+  bool few_logits_by_mass = false;
   uint64_t seed = 1;
   const char* kernel = nullptr;  // DSATTN_INDEXER_KERNEL for this run (set by run_case)
   // The Hopper kernel takes it: FP8 or MXFP4, D = 128, H <= 64, S % 8 == 0, 16-byte aligned pages.
@@ -104,11 +109,13 @@ struct IdxCase {
     return D == 128 && H <= 64 && S % 8 == 0 && stride % 16 == 0 && smem_budget == 0;
   }
   std::string name() const {
-    char buf[300];
+    char buf[400];
     std::snprintf(buf, sizeof(buf),
-                  "%s B%d N%d H%d D%d S%d lens%d ctx%d pad%d bf16%d clean%d smem%d empty%d bad%d kernel %s",
+                  "%s B%d N%d H%d D%d S%d lens%d ctx%d pad%d bf16%d clean%d smem%d empty%d bad%d bt_extra%d "
+                  "width_extra%d sched%d seed%llu kernel %s",
                   fmt == IndexerFormat::kFp8 ? "fp8" : "mxfp4", B, N, H, D, S, int(lens), max_ctx, pad_stride,
-                  bf16, clean, smem_budget, empty_row, bad_pages, kernel ? kernel : "default");
+                  bf16, clean, smem_budget, empty_row, bad_pages, bt_extra, width_extra, schedule_parts,
+                  static_cast<unsigned long long>(seed), kernel ? kernel : "default");
     return buf;
   }
 };
@@ -304,6 +311,30 @@ std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
   return out;
 }
 
+// Per defined logit, the heads' absolute mass sum_h |w_h| relu(s_h): the size of the terms the
+// kernels add, against which their rounding is bounded (0 where the reference has no value).
+std::vector<double> reference_mass(const IdxCase& c, const HostIdx& h) {
+  std::vector<double> out(size_t(h.R) * h.width, 0.0);
+  std::vector<double> k(c.D);
+  for (int r = 0; r < h.R; ++r) {
+    const int b = h.row_req[size_t(r)];
+    for (int64_t t = 0; t < std::min<int64_t>(h.row_ctx[size_t(r)], h.width); ++t) {
+      const int64_t pi = t / c.S;
+      const int64_t page = pi < h.max_pages ? h.block_table[size_t(b) * h.max_pages + pi] : -1;
+      if (!deq_key(c, h, page, int(t % c.S), k.data())) continue;
+      double mass = 0;
+      for (int hh = 0; hh < c.H; ++hh) {
+        const double* qv = &h.qd[(size_t(r) * c.H + hh) * c.D];
+        double sv = 0;
+        for (int d = 0; d < c.D; ++d) sv += qv[d] * k[d];
+        mass += std::fabs(double(h.w[size_t(r) * c.H + hh])) * std::max(sv, 0.0);
+      }
+      out[size_t(r) * h.width + t] = mass;
+    }
+  }
+  return out;
+}
+
 struct DevIdx {
   DevBuf q, qs, w, cache, bt, lens, rr, logits, ws, sched;
 };
@@ -343,7 +374,8 @@ ScheduleMetadataParams attach_schedule(const IdxCase& c, DevIdx& d, PagedMqaLogi
   p->schedule = test::dev_tensor(d.sched, DType::kI32, {schedule_metadata_size(parts)});
   ScheduleMetadataParams sp;
   sp.context_lens = p->context_lens;
-  sp.next_n = c.N;
+  sp.row_request = p->row_request;
+  sp.next_n = c.lens == LensMode::kVarlen ? 1 : c.N;
   sp.states_per_page = c.S;
   sp.num_sms = parts;
   sp.metadata = p->schedule;
@@ -390,7 +422,21 @@ Status run_paged(const IdxCase& c, const HostIdx& h, DevIdx& d, const PagedMqaLo
 
 // Compares against the reference: rel L2 over finite positions, identical -inf positions inside
 // [0, ctx) (and everywhere when cleaning), no NaN where defined.
+// With c.few_logits_by_mass, an output of fewer than kFewLogits finite logits divides the error
+// by the L2 of the heads' absolute mass (reference_mass) rather than of the logits. A relative L2
+// over one to a few values is each value's relative error, and a logit whose heads cancel is
+// small against the terms the kernel rounds: the random cases found two such outputs, one logit
+// each, whose heads cancel 4.6x and 5.8x (mass / |logit|), where the Hopper FP8 kernels' error was
+// 2.2e-4 and 6.5e-4 of the logit, i.e. 4.8e-5 and 1.1e-4 of the mass (H100, 2026-12-07; the
+// portable kernel was within 2e-4 of the logits there). Large outputs keep the logits' L2.
+constexpr int64_t kFewLogits = 64;
 void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& got, const std::vector<double>& ref) {
+  std::vector<double> mass;
+  if (c.few_logits_by_mass) {
+    int64_t finite = 0;
+    for (double e : ref) finite += std::isfinite(e) ? 1 : 0;
+    if (finite < kFewLogits) mass = reference_mass(c, h);
+  }
   double num = 0, den = 0;
   int64_t bad_inf = 0, bad_nan = 0, first_bad = -1;
   for (int r = 0; r < h.R; ++r) {
@@ -405,7 +451,7 @@ void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& 
         continue;
       }
       num += (double(g) - e) * (double(g) - e);
-      den += e * e;
+      den += mass.empty() ? e * e : mass[i] * mass[i];
     }
   }
   const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
@@ -413,7 +459,7 @@ void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& 
   EXPECT_EQ(bad_nan, 0) << c.name() << " first at " << first_bad;
   EXPECT_EQ(bad_inf, 0) << c.name() << " first at " << first_bad << " (row " << (first_bad / std::max<int64_t>(1, h.width))
                         << ", col " << (first_bad % std::max<int64_t>(1, h.width)) << ")";
-  EXPECT_LE(rel, tol) << c.name();
+  EXPECT_LE(rel, tol) << c.name() << (mass.empty() ? "" : " (error over the heads' absolute mass)");
 }
 
 // One kernel's run of a case built (and its reference computed) once for all the kernels it runs
@@ -436,7 +482,14 @@ void run_case_on(const IdxCase& c) {
 void run_case_on(const IdxCase& c, const HostIdx& h, const std::vector<double>& ref) {
   DevIdx d;
   upload(h, d, c.bf16);
-  const PagedMqaLogitsParams p = make_params(c, h, d);
+  PagedMqaLogitsParams p = make_params(c, h, d);
+  if (c.schedule_parts > 0) {
+    const ScheduleMetadataParams sp = attach_schedule(c, d, &p, c.schedule_parts);
+    Exec ex;
+    ex.backend = Backend::kCuda;
+    const Status ss = schedule_metadata(sp, ex);
+    ASSERT_TRUE(ss.ok()) << c.name() << ": " << ss.to_string();
+  }
   // Poison: NaN everywhere, so unwritten elements show.
   ASSERT_EQ(cudaMemset(d.logits.get(), 0xFF, d.logits.bytes()), cudaSuccess);
   const Status s = run_paged(c, h, d, p);
@@ -1324,6 +1377,73 @@ void graph_replay(const IdxCase& c0) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
+}
+
+// ---------------------------------------------------------------- random cases
+// Cases drawn at random over the whole coverage of SPEC §3.1 (format, D, H, S in 1..256, next_n,
+// the three length layouts, 1..700 requests, empty rows, padded strides, bad block-table entries,
+// bf16 logits, no cleaning, the sm_120 shared-memory budget, a caller schedule of a random number
+// of partitions or none), each on every kernel of on_each_kernel, against the double reference.
+// The matrix tests above pin the combinations we thought of; these find the ones we did not.
+// DSATTN_TEST_RANDOM_CASES (default 8) and DSATTN_TEST_RANDOM_SEED (default 2026) widen or move the
+// draw (scripts/gpu_check.sh runs a longer one); a failure names the case, its seed included.
+IdxCase random_idx_case(uint64_t seed) {
+  testutil::Draw d(seed);
+  const testutil::IndexerGeometry g = testutil::draw_indexer_geometry(d, 20, 700);
+  IdxCase c;
+  c.seed = seed;
+  c.fmt = g.format;
+  c.D = g.head_dim;
+  c.H = g.heads;
+  c.S = g.states_per_page;
+  c.lens = g.layout == testutil::LensLayout::kPerRow       ? LensMode::k2D
+           : g.layout == testutil::LensLayout::kPerRequest ? LensMode::k1D
+                                                           : LensMode::kVarlen;
+  c.N = g.next_n;
+  c.B = g.batch;
+  const int rows = c.B * (c.lens == LensMode::kVarlen ? 2 : c.N);
+  const double cap = std::min(70000.0, std::max(2.0, 3.0e6 / rows));
+  c.max_ctx = std::max(1, int(std::exp(std::log(cap) * d.rng.uniform())));
+  if (c.S == 1) c.max_ctx = std::min(c.max_ctx, 3000);
+  c.pad_stride = d.pct(75) ? 0 : d.pick({4, 8, 16, 448});
+  c.bf16 = d.pct(10);
+  c.clean = !d.pct(20);
+  c.smem_budget = d.pct(15) ? 101376 : 0;
+  c.empty_row = d.pct(15);
+  c.bad_pages = d.pct(20) ? 1 + d.below(3) : 0;
+  c.bt_extra = d.pct(20) ? 1 + d.below(3) : 0;
+  c.width_extra = d.below(41);
+  c.schedule_parts = d.pct(60) ? 0 : d.pick({1, 2, 7, 64, 132, 264});
+  c.few_logits_by_mass = true;
+  return c;
+}
+
+TEST(GpuIndexer, RandomCases) {
+  SKIP_WITHOUT_GPU();
+  const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 8);
+  const uint64_t base = uint64_t(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
+    const IdxCase c = random_idx_case(base * 100003 + uint64_t(i));
+    SCOPED_TRACE(c.name());
+    std::printf("[ random %d ] %s\n", i, c.name().c_str());
+    std::fflush(stdout);
+    run_case(c);
+  }
+}
+
+// What the random cases found, kept (draw 7 on an H100, 2026-12-07): outputs of a single logit
+// whose heads cancel 4.6x and 5.8x, where the Hopper FP8 kernels' error is 2.2e-4 and 6.5e-4 of
+// the logit (check_logits, few_logits_by_mass).
+TEST(GpuIndexer, RandomCasesFound) {
+  SKIP_WITHOUT_GPU();
+  IdxCase a;  // seed 700087: MXFP4, three rows of up to 2 states, one logit
+  a.fmt = IndexerFormat::kMxfp4; a.B = 1; a.N = 3; a.H = 64; a.D = 128; a.S = 16; a.lens = LensMode::k1D;
+  a.max_ctx = 2; a.bt_extra = 1; a.width_extra = 32; a.seed = 700087; a.few_logits_by_mass = true;
+  run_case(a);
+  IdxCase b;  // seed 700141: FP8, one state
+  b.B = 1; b.N = 1; b.H = 16; b.D = 128; b.S = 32; b.lens = LensMode::k1D; b.max_ctx = 1; b.bt_extra = 2;
+  b.width_extra = 8; b.seed = 700141; b.few_logits_by_mass = true;
+  run_case(b);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -944,5 +945,51 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
         EXPECT_EQ(bad, 0);
       }
     }
+  }
+}
+
+// Problems drawn at random (V3.2 / V4 latents, 1-8 requests of 1-4 query rows, 16-128 heads, pages
+// of 1-128 tokens, top-k 1-2048 with -1 and out-of-range entries, the extra cache, per-request
+// lengths, a sink, empty rows, sm_120's 99 KiB budget), each through run_problem: every kernel
+// against the CPU reference, five runs bitwise alike, and auto equal to the kernel it should pick.
+// DSATTN_TEST_RANDOM_CASES (default 3) and DSATTN_TEST_RANDOM_SEED (default 2026) widen or move
+// the draw (scripts/gpu_check.sh --random); a failure names the problem and its seed.
+TEST(GpuSparseMla, RandomCases) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const char* nv = std::getenv("DSATTN_TEST_RANDOM_CASES");
+  const char* sv = std::getenv("DSATTN_TEST_RANDOM_SEED");
+  const int n = nv != nullptr && *nv != '\0' ? std::atoi(nv) : 3;
+  const uint32_t base = sv != nullptr && *sv != '\0' ? static_cast<uint32_t>(std::atoi(sv)) : 2026u;
+  for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
+    const uint32_t seed = base * 7919u + static_cast<uint32_t>(i) * 104729u + 13u;
+    std::mt19937 g(seed);
+    auto below = [&](int m) { return static_cast<int>(g() % static_cast<uint32_t>(m)); };
+    auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + below(static_cast<int>(v.size()))); };
+    const LatentFormat f = below(2) ? LatentFormat::kV4Fp8 : LatentFormat::kV32Fp8;
+    const int hq = pick({16, 32, 64, 64, 128, 128});
+    const int B = 1 + below(8), Sq = below(2) ? 1 : 1 + below(4);
+    // top-k up to 2048 within ~1.5M (row, head, index) triples for the reference.
+    const int tk_cap = std::max(1, std::min(2048, 1500000 / (B * Sq * hq)));
+    const int topk = below(3) == 0 ? std::min(tk_cap, pick({64, 128, 512, 2048})) : 1 + below(tk_cap);
+    const int P = pick({1, 2, 16, 32, 64, 64, 128});
+    const int pages = 1 + below(std::max(1, 4096 / P));
+    Problem pr = problem(f, B, Sq, hq, P, pages, topk);
+    if (below(10) < 4) {
+      const int eP = pick({1, 2, 16, 64, 128});
+      pr.with_extra(eP, 1 + below(std::max(1, 1024 / eP)), 1 + below(std::min(256, tk_cap)));
+    }
+    pr.sink = below(2) == 1;
+    pr.lengths = below(2) == 1;
+    if (below(5) == 0) pr.empty_rows = {below(B * Sq)};
+    if (below(7) == 0) pr.smem_budget = 101376;
+    char name[256];
+    std::snprintf(name, sizeof(name), "seed %u: %s B%d Sq%d Hq%d P%d pages%d topk%d extra%d(P%d pages%d topk%d) sink%d "
+                  "lengths%d empty_rows%zu smem%d", seed, f == LatentFormat::kV4Fp8 ? "V4" : "V3.2", B, Sq, hq, P,
+                  pages, topk, pr.extra, pr.extra_P, pr.extra_pages, pr.extra_topk, pr.sink, pr.lengths,
+                  pr.empty_rows.size(), pr.smem_budget);
+    SCOPED_TRACE(name);
+    std::printf("[ random %d ] %s\n", i, name);
+    std::fflush(stdout);
+    run_problem(pr, seed);
   }
 }

@@ -1310,5 +1310,77 @@ TEST(GpuFusedTopk, SplitMergeSanitizerSmall) {
   run_fused_case(c);
 }
 
+// ---------------------------------------------------------------- random cases
+// Cases drawn at random over the op's coverage (format, D, H, S in 1..256, next_n, the three
+// length layouts, 1..300 requests whose lengths sit at 0, around k or anywhere up to 70K, k from 1
+// to 4096, sorted or not, indices only or with scores and slot ids, padded strides, ties from
+// repeated keys, scores rising along the context, the sm_120 shared-memory budget, a caller
+// schedule, graph replay), each through run_fused_case: every route against the double
+// reference and against the unfused path. DSATTN_TEST_RANDOM_CASES (default 4) and
+// DSATTN_TEST_RANDOM_SEED (default 2026) widen or move the draw; a failure names the case.
+FusedCase random_fused_case(uint64_t seed, std::string* name) {
+  testutil::Draw d(seed);
+  const testutil::IndexerGeometry g = testutil::draw_indexer_geometry(d, 30, 300);
+  FusedCase c;
+  PagedCaseSpec& s = c.spec;
+  s.seed = seed;
+  s.format = g.format;
+  s.head_dim = g.head_dim;
+  s.heads = g.heads;
+  s.states_per_page = g.states_per_page;
+  s.varlen = g.layout == testutil::LensLayout::kVarlen;
+  s.lens_per_row = g.layout == testutil::LensLayout::kPerRow;
+  s.next_n = g.next_n;
+  s.batch = g.batch;
+  c.k = d.pct(50) ? d.pick({512, 1024, 2048, 2048}) : d.pct(50) ? d.pick({1, 2, 7, 64, 100, 256, 4096}) : 1 + d.below(4096);
+  // Lengths: 0, around k, or log-uniform up to 70K states, within ~2M row-states for the reference.
+  const double cap = std::min(70000.0, std::max(2.0, 2.0e6 / (double(s.batch) * s.next_n)));
+  const int64_t lcap = s.states_per_page == 1 ? std::min<int64_t>(int64_t(cap), 5000) : int64_t(cap);
+  for (int b = 0; b < s.batch; ++b) {
+    const int lk = d.below(100);
+    int64_t L = lk < 8 ? 0 : lk < 30 ? c.k - 1 + d.below(3) : int64_t(std::exp(std::log(cap) * d.rng.uniform()));
+    s.lengths.push_back(std::max<int64_t>(0, std::min(L, lcap)));
+  }
+  s.stride_pad_bytes = d.pct(75) ? 0 : d.pick({4, 8, 16, 448});
+  s.extra_width = d.below(8);
+  s.extra_table_cols = d.below(3);
+  s.key_period = d.pct(10) ? 1 + d.below(300) : 0;
+  s.key_ramp = d.pct(10) ? 2.0f : 0.0f;
+  c.sorted = d.pct(40);
+  c.values = !d.pct(15);
+  c.slots = c.values ? !d.pct(30) : d.pct(50);
+  c.graph = d.pct(15);
+  c.smem_budget = d.pct(15) ? 101376 : 0;
+  c.schedule_parts = d.pct(70) ? 0 : d.pick({1, 2, 7, 64, 132, 264});
+  c.resident_route = !d.pct(10);
+  char buf[400];
+  std::snprintf(buf, sizeof(buf),
+                "seed %llu: %s B%d N%d H%d D%d S%d %s k%d sorted%d values%d slots%d graph%d smem%d sched%d "
+                "pad%lld period%lld ramp%g resident%d lengths",
+                static_cast<unsigned long long>(seed), s.format == IndexerFormat::kFp8 ? "fp8" : "mxfp4", s.batch,
+                s.next_n, s.heads, s.head_dim, s.states_per_page,
+                s.varlen ? "varlen" : s.lens_per_row ? "lens[B,N]" : "lens[B]", c.k, c.sorted, c.values, c.slots,
+                c.graph, c.smem_budget, c.schedule_parts, static_cast<long long>(s.stride_pad_bytes),
+                static_cast<long long>(s.key_period), double(s.key_ramp), c.resident_route);
+  *name = buf;
+  for (size_t b = 0; b < s.lengths.size() && b < 12; ++b) *name += " " + std::to_string(s.lengths[b]);
+  if (s.lengths.size() > 12) *name += " ...";
+  return c;
+}
+
+TEST(GpuFusedTopk, RandomCases) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 4);
+  const uint64_t base = static_cast<uint64_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
+    std::string name;
+    const FusedCase c = random_fused_case(base * 100003 + static_cast<uint64_t>(i) + 7, &name);
+    SCOPED_TRACE(name);
+    std::printf("[ random %d ] %s\n", i, name.c_str());
+    std::fflush(stdout);
+    run_fused_case(c);
+  }
+}
+
 }  // namespace
 }  // namespace dsattn
