@@ -287,9 +287,12 @@ void build_case(const IdxCase& c, HostIdx* h) {
 // Reference logits [R, width] (NaN = "not defined": positions >= ctx when not cleaning).
 // Rows in runs of testutil::kRefChunk states on all hardware threads (testutil::parallel_chunks);
 // run_case computes it once per case for all the kernels the case runs on.
-std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
+// mass: when given, per defined logit the heads' absolute mass sum_h |w_h| relu(s_h), the size of
+// the terms the kernels add, against which their rounding is bounded (0 where no logit).
+std::vector<double> reference(const IdxCase& c, const HostIdx& h, std::vector<double>* mass = nullptr) {
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> out(size_t(h.R) * h.width, kNegInf);
+  if (mass != nullptr) mass->assign(out.size(), 0.0);
   const auto row_len = [&](int64_t r) { return std::min<int64_t>(h.row_ctx[size_t(r)], h.width); };
   testutil::parallel_chunks(h.R, row_len, testutil::kRefChunk, [&](int64_t r, int64_t t0, int64_t t1) {
     const int b = h.row_req[size_t(r)];
@@ -298,40 +301,18 @@ std::vector<double> reference(const IdxCase& c, const HostIdx& h) {
       const int pi = t / c.S;
       const int64_t page = pi < h.max_pages ? h.block_table[size_t(b) * h.max_pages + pi] : -1;
       if (!deq_key(c, h, page, t % c.S, k.data())) continue;  // out-of-range page: -inf
-      double acc = 0;
+      double acc = 0, m = 0;
       for (int hh = 0; hh < c.H; ++hh) {
         const double* qv = &h.qd[(size_t(r) * c.H + hh) * c.D];
         double s = 0;
         for (int d = 0; d < c.D; ++d) s += qv[d] * k[d];
         acc += double(h.w[size_t(r) * c.H + hh]) * std::max(s, 0.0);
+        m += std::fabs(double(h.w[size_t(r) * c.H + hh])) * std::max(s, 0.0);
       }
       out[size_t(r) * h.width + t] = acc;
+      if (mass != nullptr) (*mass)[size_t(r) * h.width + t] = m;
     }
   });
-  return out;
-}
-
-// Per defined logit, the heads' absolute mass sum_h |w_h| relu(s_h): the size of the terms the
-// kernels add, against which their rounding is bounded (0 where the reference has no value).
-std::vector<double> reference_mass(const IdxCase& c, const HostIdx& h) {
-  std::vector<double> out(size_t(h.R) * h.width, 0.0);
-  std::vector<double> k(c.D);
-  for (int r = 0; r < h.R; ++r) {
-    const int b = h.row_req[size_t(r)];
-    for (int64_t t = 0; t < std::min<int64_t>(h.row_ctx[size_t(r)], h.width); ++t) {
-      const int64_t pi = t / c.S;
-      const int64_t page = pi < h.max_pages ? h.block_table[size_t(b) * h.max_pages + pi] : -1;
-      if (!deq_key(c, h, page, int(t % c.S), k.data())) continue;
-      double mass = 0;
-      for (int hh = 0; hh < c.H; ++hh) {
-        const double* qv = &h.qd[(size_t(r) * c.H + hh) * c.D];
-        double sv = 0;
-        for (int d = 0; d < c.D; ++d) sv += qv[d] * k[d];
-        mass += std::fabs(double(h.w[size_t(r) * c.H + hh])) * std::max(sv, 0.0);
-      }
-      out[size_t(r) * h.width + t] = mass;
-    }
-  }
   return out;
 }
 
@@ -423,7 +404,7 @@ Status run_paged(const IdxCase& c, const HostIdx& h, DevIdx& d, const PagedMqaLo
 // Compares against the reference: rel L2 over finite positions, identical -inf positions inside
 // [0, ctx) (and everywhere when cleaning), no NaN where defined.
 // With c.few_logits_by_mass, an output of fewer than kFewLogits finite logits divides the error
-// by the L2 of the heads' absolute mass (reference_mass) rather than of the logits. A relative L2
+// by the L2 of the heads' absolute mass (reference's mass) rather than of the logits. A relative L2
 // over one to a few values is each value's relative error, and a logit whose heads cancel is
 // small against the terms the kernel rounds: the random cases found two such outputs, one logit
 // each, whose heads cancel 4.6x and 5.8x (mass / |logit|), where the Hopper FP8 kernels' error was
@@ -435,7 +416,7 @@ void check_logits(const IdxCase& c, const HostIdx& h, const std::vector<float>& 
   if (c.few_logits_by_mass) {
     int64_t finite = 0;
     for (double e : ref) finite += std::isfinite(e) ? 1 : 0;
-    if (finite < kFewLogits) mass = reference_mass(c, h);
+    if (finite < kFewLogits) reference(c, h, &mass);  // the logits again too: few of them
   }
   double num = 0, den = 0;
   int64_t bad_inf = 0, bad_nan = 0, first_bad = -1;

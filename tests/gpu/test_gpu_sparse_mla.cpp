@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/indexer_test_util.h"
 #include "cpu/cpu_ops.h"
 #include "cuda/common/mla_plan.h"
 #include "dsattn/codecs.h"
@@ -956,10 +957,8 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
 // the draw (scripts/gpu_check.sh --random); a failure names the problem and its seed.
 TEST(GpuSparseMla, RandomCases) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const char* nv = std::getenv("DSATTN_TEST_RANDOM_CASES");
-  const char* sv = std::getenv("DSATTN_TEST_RANDOM_SEED");
-  const int n = nv != nullptr && *nv != '\0' ? std::atoi(nv) : 3;
-  const uint32_t base = sv != nullptr && *sv != '\0' ? static_cast<uint32_t>(std::atoi(sv)) : 2026u;
+  const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 3);
+  const uint32_t base = static_cast<uint32_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
     const uint32_t seed = base * 7919u + static_cast<uint32_t>(i) * 104729u + 13u;
     std::mt19937 g(seed);
