@@ -30,7 +30,8 @@
 #   --quick          quick benchmark shapes
 #   --native-fp8     step 6, building that variant in build-gpu-native (target dsattn_gpu_tests)
 #   --native-prebuilt DIR  step 6 with DIR's dsattn_gpu_tests (a DSATTN_SM90_NATIVE_FP8_MMA=ON build)
-#   --random N       step 2b: N random cases per *RandomCases test (the suite's own run draws 8 / 4)
+#   --random N       step 2b: N random cases per *RandomCases test (the suite's own run draws 8 top-k,
+#                    8 indexer, 4 fused, 3 sparse-MLA cases)
 # Environment: OUT (log folder), STEP_TIMEOUT (seconds per step, default 1800), PYTHON (python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1096,5 +1096,182 @@ TEST(GpuTopk, ZeroRowsAndZeroWidth) {
   run_case(c, {}, {}, 1300);
 }
 
+// ---------------------------------------------------------------- random cases
+// Cases drawn at random over the op's coverage, each against the CPU reference on the same inputs
+// (run_case: indices in the same order, values bit for bit, slot ids, every row a correct top-k):
+// k from 1 to 4096; 1 to 2000 rows of 1 to 4M positions (within 8M in all), shaped to reach every
+// plan (small, direct, split with merge levels, cluster, sampled, filter), with the plan's
+// tuning left alone or moved (each knob of TopkTuning over values that change the plan or the
+// kernel's variant); f32 and bf16; whole rows, [start, end) bounds or ends only, at 0, around k,
+// full or anywhere; padded strides (rows at every 16-byte phase); sorted or not, values, slot ids
+// through a block table (next_n, row_request, pages of 1..128 states); the sm_120 shared-memory
+// budget; repeated launches bitwise alike. Each row's values come from one of eight shapes
+// (normals over nine decades of scale, a few levels, positive, negative, rising or falling along
+// the row, alike within 64-position chunks, constant, consecutive floats), some of them strewn
+// with NaN, infinities and signed zeros. DSATTN_TEST_RANDOM_CASES (default 8) and
+// DSATTN_TEST_RANDOM_SEED (default 2026) widen or move the draw; a failure names the case.
+struct RandomTopkCase {
+  Case c;
+  std::vector<float> values;
+  std::vector<int32_t> lens;
+  cuda::TopkTuning tune;
+  std::string name;
+};
+
+RandomTopkCase random_topk_case(uint64_t seed) {
+  testutil::Draw d(seed);
+  RandomTopkCase r;
+  Case& c = r.c;
+  c.k = d.pct(50) ? d.pick({512, 1024, 2048, 2048}) : d.pct(50) ? d.pick({1, 2, 7, 64, 100, 256, 4096}) : 1 + d.below(4096);
+  // Shapes toward each plan: one long row, a few rows (clusters), tens of wide rows (sampled),
+  // many narrow rows (small / direct kernels).
+  const auto log_uniform = [&](double lo, double hi) {
+    return static_cast<int64_t>(std::exp(std::log(lo) + (std::log(hi) - std::log(lo)) * d.rng.uniform()));
+  };
+  const int shape = d.below(4);
+  if (shape == 0) {
+    c.rows = 1 + d.below(2);
+    c.width = log_uniform(1, 4.2e6);
+  } else if (shape == 1) {
+    c.rows = 2 + d.below(14);
+    c.width = log_uniform(4096, 140000);
+  } else if (shape == 2) {
+    c.rows = 16 + d.below(120);
+    c.width = log_uniform(12000, 270000);
+  } else {
+    c.rows = 1 + d.below(2000);
+    c.width = log_uniform(1, 20000);
+  }
+  if (d.pct(15)) c.width = std::max<int64_t>(1, c.k - 1 + d.below(3) + (d.pct(50) ? c.k : 0));
+  c.rows = std::max<int64_t>(1, std::min<int64_t>(c.rows, (int64_t(8) << 20) / std::max<int64_t>(1, c.width)));
+  c.bf16 = d.pct(25);
+  c.sorted = d.pct(35);
+  c.values = d.pct(50);
+  c.bounds = d.pct(55);
+  c.ends_only = c.bounds && d.pct(30);
+  c.slots = d.pct(25);
+  if (c.slots) {
+    c.row_request = d.pct(30);
+    c.next_n = c.row_request || d.pct(60) ? 1 : 2 + d.below(3);  // row_request takes next_n = 1
+    c.states_per_page = d.pick({1, 2, 7, 16, 32, 64, 64, 128});
+  }
+  c.ld_pad = d.pct(70) ? 0 : d.pick({1, 2, 3, 8, 100});
+  c.smem_budget = d.pct(15) ? 101376 : 0;
+  c.repeats = d.pct(20) ? 2 : 1;
+  // Lengths (with bounds): 0, around k, the whole row, or anywhere.
+  if (c.bounds) {
+    for (int64_t i = 0; i < std::min<int64_t>(c.rows, 64); ++i) {
+      const int lk = d.below(100);
+      const int64_t L = lk < 10 ? 0 : lk < 35 ? c.k - 1 + d.below(3) : lk < 55 ? c.width : d.rng.randint(0, c.width);
+      r.lens.push_back(static_cast<int32_t>(std::min<int64_t>(L, c.width)));
+    }
+  }
+  // The plan's tuning: the defaults, or each knob moved with some chance.
+  cuda::TopkTuning& t = r.tune;
+  t = cuda::TopkTuning{};
+  const bool tuned = d.pct(55);
+  if (tuned) {
+    if (d.pct(40)) t.filter_min_width = d.pick({0, 4096, 32768});
+    if (d.pct(30)) t.filter_max_rows = d.pick({0, 64});
+    if (d.pct(25)) t.small_max_width = d.pick({0, 4096});
+    if (d.pct(30)) t.cluster_max_ctas = d.pick({0, 16, 400});
+    if (d.pct(25)) t.cluster_v4_max_width = 0;
+    if (d.pct(25)) t.cluster_gather = false;
+    if (d.pct(35)) t.sampled_min_width = d.pick({0, 1, 4096});
+    if (d.pct(35)) t.sampled_min_rows = t.sampled_min_rows_wide = 1;
+    if (d.pct(25)) t.sampled_window = false;
+    if (d.pct(30)) t.sampled_pipe = d.pick({0, 1});
+    if (d.pct(30)) t.sampled_l2_ahead = d.pick({0, 1, 2});
+    if (d.pct(25)) t.sampled_fixed_mcap = false;
+    if (d.pct(25)) t.min_chunk = d.pick({2048, 32768});
+    if (d.pct(20)) t.fill_div = d.pick({1, 4});
+    if (d.pct(20)) t.max_direct = d.pick({2048, 6000});
+  }
+  // Values: each row one of eight shapes; some rows strewn with NaN / infinities / signed zeros.
+  const int palette = d.below(8), strew = d.pct(25) ? d.pick({1, 50, 500}) : 0;  // per mille
+  const float scale = std::ldexp(1.0f, d.pick({-20, -10, 0, 0, 0, 4, 10, 20, 30}));
+  const int levels = 1 + d.below(60);
+  r.values.resize(static_cast<size_t>(c.rows * c.width));
+  for (int64_t row = 0; row < c.rows; ++row) {
+    float* v = r.values.data() + row * c.width;
+    const int mode = d.pct(60) ? palette : d.below(8);
+    const float slope = (d.pct(50) ? 1.0f : -1.0f) * scale / static_cast<float>(std::max<int64_t>(1, c.width));
+    const float c0 = d.rng.uniform(-2.0f, 2.0f) * scale;
+    const int64_t start = d.rng.randint(0, 1 << 20);
+    float chunk = 0.0f;
+    for (int64_t i = 0; i < c.width; ++i) {
+      const float n = static_cast<float>(d.rng.uniform() * 2.0 - 1.0) + static_cast<float>(d.rng.uniform() * 2.0 - 1.0);
+      float x = 0.0f;
+      switch (mode) {
+        case 0: x = n * scale; break;
+        case 1: x = static_cast<float>(d.rng.randint(0, levels - 1)) * 0.25f * scale - scale; break;
+        case 2: x = std::fabs(n) * scale + 0.5f * scale; break;
+        case 3: x = -std::fabs(n) * scale - 0.5f * scale; break;
+        case 4: x = c0 + slope * static_cast<float>(i) + 1e-3f * n * scale; break;
+        case 5:
+          if (i % 64 == 0) chunk = n * scale;
+          x = chunk + 1e-4f * n * scale;
+          break;
+        case 6: x = c0; break;
+        default: x = std::ldexp(static_cast<float>((start + i) & 0xFFFFF), -23) + 1.0f; break;
+      }
+      if (strew > 0 && d.rng.randint(0, 999) < strew) {
+        const float odd[] = {kNaN, kInf, -kInf, 0.0f, -0.0f, -kNaN};
+        x = odd[d.below(6)];
+      }
+      v[i] = x;
+    }
+  }
+  char buf[480];
+  std::snprintf(buf, sizeof(buf),
+                "seed %llu: %lld x %lld k%d %s sorted%d values%d bounds%d ends_only%d slots%d (N%d S%d rr%d) pad%lld "
+                "smem%d repeats%d values mode %d scale 2^%d levels %d strew %d/1000 tuning%s",
+                static_cast<unsigned long long>(seed), static_cast<long long>(c.rows), static_cast<long long>(c.width),
+                c.k, c.bf16 ? "bf16" : "f32", c.sorted, c.values, c.bounds, c.ends_only, c.slots, c.next_n,
+                c.states_per_page, c.row_request, static_cast<long long>(c.ld_pad), c.smem_budget, c.repeats, palette,
+                std::ilogb(scale), levels, strew, tuned ? "" : " default");
+  r.name = buf;
+  if (tuned) {
+    std::snprintf(buf, sizeof(buf),
+                  " {filter %d/%d small %d cluster %d/%d/%d sampled %d/%d/%d window%d pipe%d l2 %d fixed%d chunk %d "
+                  "fill %d direct %d}",
+                  t.filter_min_width, t.filter_max_rows, t.small_max_width, t.cluster_max_ctas, t.cluster_v4_max_width,
+                  t.cluster_gather, t.sampled_min_width, t.sampled_min_rows, t.sampled_min_rows_wide, t.sampled_window,
+                  t.sampled_pipe, t.sampled_l2_ahead, t.sampled_fixed_mcap, t.min_chunk, t.fill_div, t.max_direct);
+    r.name += buf;
+  }
+  if (!r.lens.empty()) {
+    r.name += " lengths";
+    for (size_t i = 0; i < r.lens.size() && i < 12; ++i) r.name += " " + std::to_string(r.lens[i]);
+    if (r.lens.size() > 12) r.name += " ...";
+  }
+  return r;
+}
+
+// The plan's kind, for the random cases' log (which plans a draw reached).
+std::string plan_name(const cuda::TopkPlan& p) {
+  if (p.filter) return p.f_digit2 ? "filter, two digits" : "filter";
+  if (p.sampled) return p.s_window ? "sampled, window select" : "sampled, radix select";
+  if (p.cluster > 0) return "cluster of " + std::to_string(p.cluster) + (p.cluster_gather ? ", gather" : ", digits");
+  if (p.direct) return p.small_v > 0 ? "direct, keys in registers" : "direct, shared memory";
+  return "split into " + std::to_string(p.chunks) + " chunks, " + std::to_string(p.levels) + " merge levels";
+}
+
+TEST(GpuTopk, RandomCases) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 8);
+  const uint64_t base = static_cast<uint64_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
+    const RandomTopkCase r = random_topk_case(base * 100003 + static_cast<uint64_t>(i) + 11);
+    SCOPED_TRACE(r.name);
+    std::printf("[ random %d ] %s\n", i, r.name.c_str());
+    TopkTuningScope scope;
+    cuda::topk_tuning() = r.tune;
+    std::printf("[ random %d ] plan: %s\n", i, plan_name(device_plan(r.c.rows, r.c.width, r.c.k, r.c.smem_budget)).c_str());
+    std::fflush(stdout);
+    run_case(r.c, r.values, r.lens, r.c.rows * 31 + r.c.width);
+  }
+}
+
 }  // namespace
 }  // namespace dsattn
