@@ -822,6 +822,140 @@ TEST(GpuSparseMla, PrefillManyRowsSampled) {
   }
 }
 
+namespace {
+
+// A prefill problem over a bf16 kv: M query rows x Hq heads, top-k indices into Nk kv rows.
+struct PrefillProblem {
+  int Hq = 32, dqk = 512, dv = 512, M = 5, Nk = 300, topk = 96;
+  uint32_t seed_values = 1, seed_indices = 1;  // q / kv normals, make_indices
+  std::vector<int> minus_one_rows;              // rows whose indices are all -1
+  std::vector<int32_t> len;                     // topk_length (empty: none)
+  bool sink = true;                             // attn_sink 0.1 h - 1.5
+};
+
+// One prefill problem on the CPU reference and on each kernel that can take it: the scalar kernel,
+// the tensor-core one whole and with its rows split in two, and on Hopper at 64 heads the
+// warpgroup-MMA kernel likewise (both forms where they fit: S split over its warpgroups needs
+// d_qk 512 for a bf16 kv). The tensor-core kernels take d_v = 512 only, and say so otherwise.
+void run_prefill_problem(const PrefillProblem& pp) {
+  const int Hq = pp.Hq, dqk = pp.dqk, dv = pp.dv, M = pp.M, Nk = pp.Nk, topk = pp.topk;
+  std::mt19937 rng(pp.seed_values);
+  std::normal_distribution<float> n(0.0f, 0.6f);
+  std::vector<uint16_t> q(size_t(M) * Hq * dqk), kv(size_t(Nk) * dqk);
+  for (auto& x : q) x = codec::f32_to_bf16(n(rng));
+  for (auto& x : kv) x = codec::f32_to_bf16(n(rng));
+  std::vector<int32_t> idx = make_indices(M, topk, Nk, pp.seed_indices);
+  for (int r : pp.minus_one_rows) std::fill(idx.begin() + size_t(r) * topk, idx.begin() + size_t(r + 1) * topk, -1);
+  std::vector<int32_t> len = pp.len;
+  std::vector<float> sink(Hq);
+  for (int h = 0; h < Hq; ++h) sink[h] = 0.1f * h - 1.5f;
+  SparseMlaPrefillParams p;
+  p.q = make_tensor(q.data(), DType::kBF16, {M, Hq, dqk});
+  p.kv = make_tensor(kv.data(), DType::kBF16, {Nk, dqk});
+  p.indices = make_tensor(idx.data(), DType::kI32, {M, topk});
+  if (!len.empty()) p.topk_length = make_tensor(len.data(), DType::kI32, {M});
+  if (pp.sink) p.attn_sink = make_tensor(sink.data(), DType::kF32, {Hq});
+  p.sm_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  p.d_v = dv;
+  std::vector<uint16_t> out_cpu(size_t(M) * Hq * dv);
+  std::vector<float> lse_cpu(size_t(M) * Hq);
+  p.out = make_tensor(out_cpu.data(), DType::kBF16, {M, Hq, dv});
+  p.lse = make_tensor(lse_cpu.data(), DType::kF32, {M, Hq});
+  Status st = sparse_mla_prefill(p, Exec{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+
+  test::DevBuf dq, dkv, didx, dlen, dsink, dout, dlse;
+  test::upload_bytes(&dq, q.data(), q.size() * 2);
+  test::upload_bytes(&dkv, kv.data(), kv.size() * 2);
+  test::upload_bytes(&didx, idx.data(), idx.size() * 4);
+  if (!len.empty()) test::upload_bytes(&dlen, len.data(), len.size() * 4);
+  test::upload_bytes(&dsink, sink.data(), sink.size() * 4);
+  std::vector<uint16_t> garbage(out_cpu.size(), 0x7FC1);
+  std::vector<float> lse_garbage(lse_cpu.size(), std::numeric_limits<float>::quiet_NaN());
+  test::upload_bytes(&dout, garbage.data(), garbage.size() * 2);
+  test::upload_bytes(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
+  SparseMlaPrefillParams g = p;
+  g.q = test::on_cuda(p.q, dq.get());
+  g.kv = test::on_cuda(p.kv, dkv.get());
+  g.indices = test::on_cuda(p.indices, didx.get());
+  if (!len.empty()) g.topk_length = test::on_cuda(p.topk_length, dlen.get());
+  if (pp.sink) g.attn_sink = test::on_cuda(p.attn_sink, dsink.get());
+  g.out = test::on_cuda(p.out, dout.get());
+  g.lse = test::on_cuda(p.lse, dlse.get());
+  // A_d (header) of every (row, head) for the tensor-core kernel's bound.
+  std::vector<double> wabs(static_cast<size_t>(M) * Hq * 512, 0.0);
+  for (int m = 0; m < M; ++m) {
+    std::vector<double> K;
+    const int used = len.empty() ? topk : std::min(len[m], topk);
+    for (int j = 0; j < used; ++j) {
+      const int32_t id = idx[size_t(m) * topk + j];
+      if (id < 0 || id >= Nk) continue;
+      for (int d = 0; d < dqk; ++d) K.push_back(codec::bf16_to_f32(kv[size_t(id) * dqk + d]));
+    }
+    weighted_abs_row(K, dqk, q.data() + size_t(m) * Hq * dqk, dqk, Hq, p.sm_scale, wabs.data() + size_t(m) * Hq * 512);
+  }
+  struct Run {
+    const char* kernel;
+    const char* splits;
+    const char* half;
+  };
+  std::vector<Run> runs = {{"simple", nullptr, nullptr}, {"mma", nullptr, nullptr}, {"mma", "2", nullptr}};
+  if (wgmma_applies(Hq, 0)) {
+    runs.push_back({"wgmma", nullptr, "0"});
+    runs.push_back({"wgmma", "2", "0"});
+    if (dqk == 512) {
+      runs.push_back({"wgmma", nullptr, "1"});
+      runs.push_back({"wgmma", "2", "1"});
+    }
+  }
+  for (const auto& [kernel, splits, half] : runs) {
+    SCOPED_TRACE(std::string("DSATTN_MLA_KERNEL=") + kernel + (splits ? ", DSATTN_MLA_SPLITS=2" : "") +
+                 (half ? std::string(", DSATTN_MLA_WGMMA_HALF=") + half : std::string()));
+    const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_splits("DSATTN_MLA_SPLITS", splits),
+        env_half("DSATTN_MLA_WGMMA_HALF", half);
+    const bool wg = std::string(kernel) == "wgmma";
+    const bool mma = std::string(kernel) == "mma" || wg;
+    DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
+    DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
+    st = prefill_on_gpu(g);
+    if (mma && dv != 512) {  // the tensor-core kernel's warps own 512 output dims
+      ASSERT_FALSE(st.ok());
+      const std::string want = "DSATTN_MLA_KERNEL=mma needs d_v 512 for prefill, got " + std::to_string(dv);
+      EXPECT_NE(st.to_string().find(want), std::string::npos) << st.to_string();
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    DSATTN_TEST_CUDA(cudaDeviceSynchronize());
+    std::vector<uint16_t> out_gpu(out_cpu.size());
+    std::vector<float> lse_gpu(lse_cpu.size());
+    DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
+    DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int r = 0; r < M * Hq; ++r) {
+      if (std::isinf(lse_cpu[r])) {
+        ASSERT_EQ(lse_gpu[r], lse_cpu[r]) << "row " << r / Hq;
+        for (int d = 0; d < dv; ++d) ASSERT_EQ(out_gpu[size_t(r) * dv + d], 0);
+        continue;
+      }
+      ASSERT_LE(std::fabs(lse_gpu[r] - lse_cpu[r]), 2e-5f * std::max(1.0f, std::fabs(lse_cpu[r])));
+      float row_max = 0.0f;
+      for (int d = 0; d < dv; ++d) row_max = std::max(row_max, std::fabs(codec::bf16_to_f32(out_cpu[size_t(r) * dv + d])));
+      for (int d = 0; d < dv; ++d) {
+        const float c = codec::bf16_to_f32(out_cpu[size_t(r) * dv + d]);
+        const float gv = codec::bf16_to_f32(out_gpu[size_t(r) * dv + d]);
+        float tol = std::ldexp(std::max(std::fabs(c), std::fabs(gv)), -7) + 1e-5f * row_max;
+        if (mma) tol += static_cast<float>(1.05 * std::ldexp(wabs[size_t(r) * 512 + d], -8));
+        if (!(std::fabs(gv - c) <= tol) && ++bad <= 10) {
+          ADD_FAILURE() << "dqk " << dqk << " dv " << dv << " row " << r << " dim " << d << ": gpu " << gv << " cpu " << c;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+}  // namespace
+
 // Prefill over a bf16 kv on CUDA vs the CPU reference; d_v below 512, empty rows, invalid ids. Both
 // kernels (the tensor-core one takes d_v = 512 only, and says so otherwise).
 TEST(GpuSparseMla, PrefillMatchesCpu) {
@@ -830,121 +964,15 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
   for (int dqk : {512, 576}) {
     for (int dv : {512, 256}) {
       SCOPED_TRACE("Hq " + std::to_string(Hq) + ", d_qk " + std::to_string(dqk) + ", d_v " + std::to_string(dv));
-      const int M = 5, Nk = 300, topk = 96;
-      std::mt19937 rng(dqk + dv);
-      std::normal_distribution<float> n(0.0f, 0.6f);
-      std::vector<uint16_t> q(M * Hq * dqk), kv(Nk * dqk);
-      for (auto& x : q) x = codec::f32_to_bf16(n(rng));
-      for (auto& x : kv) x = codec::f32_to_bf16(n(rng));
-      std::vector<int32_t> idx = make_indices(M, topk, Nk, dqk * 7 + dv);
-      std::fill(idx.begin() + 2 * topk, idx.begin() + 3 * topk, -1);  // row 2 empty
-      std::vector<int32_t> len = {96, 50, 96, 0, 77};                   // row 3 empty by length
-      std::vector<float> sink(Hq);
-      for (int h = 0; h < Hq; ++h) sink[h] = 0.1f * h - 1.5f;
-      SparseMlaPrefillParams p;
-      p.q = make_tensor(q.data(), DType::kBF16, {M, Hq, dqk});
-      p.kv = make_tensor(kv.data(), DType::kBF16, {Nk, dqk});
-      p.indices = make_tensor(idx.data(), DType::kI32, {M, topk});
-      p.topk_length = make_tensor(len.data(), DType::kI32, {M});
-      p.attn_sink = make_tensor(sink.data(), DType::kF32, {Hq});
-      p.sm_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
-      p.d_v = dv;
-      std::vector<uint16_t> out_cpu(M * Hq * dv);
-      std::vector<float> lse_cpu(M * Hq);
-      p.out = make_tensor(out_cpu.data(), DType::kBF16, {M, Hq, dv});
-      p.lse = make_tensor(lse_cpu.data(), DType::kF32, {M, Hq});
-      Status st = sparse_mla_prefill(p, Exec{});
-      ASSERT_TRUE(st.ok()) << st.to_string();
-
-      test::DevBuf dq, dkv, didx, dlen, dsink, dout, dlse;
-      test::upload_bytes(&dq, q.data(), q.size() * 2);
-      test::upload_bytes(&dkv, kv.data(), kv.size() * 2);
-      test::upload_bytes(&didx, idx.data(), idx.size() * 4);
-      test::upload_bytes(&dlen, len.data(), len.size() * 4);
-      test::upload_bytes(&dsink, sink.data(), sink.size() * 4);
-      std::vector<uint16_t> garbage(out_cpu.size(), 0x7FC1);
-      std::vector<float> lse_garbage(lse_cpu.size(), std::numeric_limits<float>::quiet_NaN());
-      test::upload_bytes(&dout, garbage.data(), garbage.size() * 2);
-      test::upload_bytes(&dlse, lse_garbage.data(), lse_garbage.size() * 4);
-      SparseMlaPrefillParams g = p;
-      g.q = test::on_cuda(p.q, dq.get());
-      g.kv = test::on_cuda(p.kv, dkv.get());
-      g.indices = test::on_cuda(p.indices, didx.get());
-      g.topk_length = test::on_cuda(p.topk_length, dlen.get());
-      g.attn_sink = test::on_cuda(p.attn_sink, dsink.get());
-      g.out = test::on_cuda(p.out, dout.get());
-      g.lse = test::on_cuda(p.lse, dlse.get());
-      // A_d (header) of every (row, head) for the tensor-core kernel's bound.
-      std::vector<double> wabs(static_cast<size_t>(M) * Hq * 512, 0.0);
-      for (int m = 0; m < M; ++m) {
-        std::vector<double> K;
-        for (int j = 0; j < std::min(len[m], topk); ++j) {
-          const int32_t id = idx[m * topk + j];
-          if (id < 0 || id >= Nk) continue;
-          for (int d = 0; d < dqk; ++d) K.push_back(codec::bf16_to_f32(kv[size_t(id) * dqk + d]));
-        }
-        weighted_abs_row(K, dqk, q.data() + size_t(m) * Hq * dqk, dqk, Hq, p.sm_scale, wabs.data() + size_t(m) * Hq * 512);
-      }
-      // The scalar kernel, the tensor-core kernel, and the latter with its rows split in two.
-      // On Hopper at 64 heads the warpgroup-MMA kernel too, likewise.
-      // (both forms where they fit: S split over its warpgroups needs d_qk 512 for a bf16 kv).
-      struct Run {
-        const char* kernel;
-        const char* splits;
-        const char* half;
-      };
-      std::vector<Run> runs = {{"simple", nullptr, nullptr}, {"mma", nullptr, nullptr}, {"mma", "2", nullptr}};
-      if (wgmma_applies(Hq, 0)) {
-        runs.push_back({"wgmma", nullptr, "0"});
-        runs.push_back({"wgmma", "2", "0"});
-        if (dqk == 512) {
-          runs.push_back({"wgmma", nullptr, "1"});
-          runs.push_back({"wgmma", "2", "1"});
-        }
-      }
-      for (const auto& [kernel, splits, half] : runs) {
-        SCOPED_TRACE(std::string("DSATTN_MLA_KERNEL=") + kernel + (splits ? ", DSATTN_MLA_SPLITS=2" : "") +
-                     (half ? std::string(", DSATTN_MLA_WGMMA_HALF=") + half : std::string()));
-        const ScopedEnv env("DSATTN_MLA_KERNEL", kernel), env_splits("DSATTN_MLA_SPLITS", splits),
-            env_half("DSATTN_MLA_WGMMA_HALF", half);
-        const bool wg = std::string(kernel) == "wgmma";
-        const bool mma = std::string(kernel) == "mma" || wg;
-        DSATTN_TEST_CUDA(cudaMemcpy(dout.get(), garbage.data(), garbage.size() * 2, cudaMemcpyHostToDevice));
-        DSATTN_TEST_CUDA(cudaMemcpy(dlse.get(), lse_garbage.data(), lse_garbage.size() * 4, cudaMemcpyHostToDevice));
-        st = prefill_on_gpu(g);
-        if (mma && dv != 512) {  // the tensor-core kernel's warps own 512 output dims
-          ASSERT_FALSE(st.ok());
-          EXPECT_NE(st.to_string().find("DSATTN_MLA_KERNEL=mma needs d_v 512 for prefill, got 256"), std::string::npos)
-              << st.to_string();
-          continue;
-        }
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        DSATTN_TEST_CUDA(cudaDeviceSynchronize());
-        std::vector<uint16_t> out_gpu(out_cpu.size());
-        std::vector<float> lse_gpu(lse_cpu.size());
-        DSATTN_TEST_CUDA(cudaMemcpy(out_gpu.data(), dout.get(), out_gpu.size() * 2, cudaMemcpyDeviceToHost));
-        DSATTN_TEST_CUDA(cudaMemcpy(lse_gpu.data(), dlse.get(), lse_gpu.size() * 4, cudaMemcpyDeviceToHost));
-        int bad = 0;
-        for (int r = 0; r < M * Hq; ++r) {
-          if (std::isinf(lse_cpu[r])) {
-            ASSERT_EQ(lse_gpu[r], lse_cpu[r]) << "row " << r / Hq;
-            for (int d = 0; d < dv; ++d) ASSERT_EQ(out_gpu[r * dv + d], 0);
-            continue;
-          }
-          ASSERT_LE(std::fabs(lse_gpu[r] - lse_cpu[r]), 2e-5f * std::max(1.0f, std::fabs(lse_cpu[r])));
-          float row_max = 0.0f;
-          for (int d = 0; d < dv; ++d) row_max = std::max(row_max, std::fabs(codec::bf16_to_f32(out_cpu[r * dv + d])));
-          for (int d = 0; d < dv; ++d) {
-            const float c = codec::bf16_to_f32(out_cpu[r * dv + d]), gv = codec::bf16_to_f32(out_gpu[r * dv + d]);
-            float tol = std::ldexp(std::max(std::fabs(c), std::fabs(gv)), -7) + 1e-5f * row_max;
-            if (mma) tol += static_cast<float>(1.05 * std::ldexp(wabs[size_t(r) * 512 + d], -8));
-            if (!(std::fabs(gv - c) <= tol) && ++bad <= 10) {
-              ADD_FAILURE() << "dqk " << dqk << " dv " << dv << " row " << r << " dim " << d << ": gpu " << gv << " cpu " << c;
-            }
-          }
-        }
-        EXPECT_EQ(bad, 0);
-      }
+      PrefillProblem pp;  // 5 rows x 96 indices into 300 kv rows, a sink
+      pp.Hq = Hq;
+      pp.dqk = dqk;
+      pp.dv = dv;
+      pp.seed_values = uint32_t(dqk + dv);
+      pp.seed_indices = uint32_t(dqk * 7 + dv);
+      pp.minus_one_rows = {2};       // row 2 empty
+      pp.len = {96, 50, 96, 0, 77};  // row 3 empty by length
+      run_prefill_problem(pp);
     }
   }
 }
@@ -990,5 +1018,48 @@ TEST(GpuSparseMla, RandomCases) {
     std::printf("[ random %d ] %s\n", i, name);
     std::fflush(stdout);
     run_problem(pr, seed);
+  }
+}
+
+// Prefill problems drawn at random: 16-128 heads, d_qk 512 / 576, d_v 512 / 256, 1-64 query rows
+// over 1-70000 kv rows, top-k 1-2048 (within ~1.5M (row, head, index) triples for the reference)
+// with -1 and out-of-range entries, rows of -1 only, per-row lengths from 0 to top-k, a sink
+// or none; each through run_prefill_problem (every kernel that takes it, against the CPU
+// reference). DSATTN_TEST_RANDOM_CASES (default 3) and DSATTN_TEST_RANDOM_SEED as RandomCases.
+TEST(GpuSparseMla, RandomPrefillCases) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 3);
+  const uint32_t base = static_cast<uint32_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
+    const uint32_t seed = base * 6151u + static_cast<uint32_t>(i) * 15485863u + 29u;
+    std::mt19937 g(seed);
+    auto below = [&](int m) { return static_cast<int>(g() % static_cast<uint32_t>(m)); };
+    auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + below(static_cast<int>(v.size()))); };
+    PrefillProblem pp;
+    pp.Hq = pick({16, 32, 64, 64, 128});
+    pp.dqk = pick({512, 576});
+    pp.dv = below(4) == 0 ? 256 : 512;
+    pp.M = 1 + below(below(2) ? 8 : 64);
+    pp.Nk = 1 + static_cast<int>(std::exp(std::log(70000.0) * (g() / 4294967296.0)));
+    const int tk_cap = std::max(1, std::min(2048, 1500000 / (pp.M * pp.Hq)));
+    pp.topk = below(3) == 0 ? std::min(tk_cap, pick({64, 128, 512, 2048})) : 1 + below(tk_cap);
+    pp.seed_values = seed;
+    pp.seed_indices = seed + 1;
+    if (below(4) == 0) pp.minus_one_rows = {below(pp.M)};
+    if (below(2)) {
+      for (int m = 0; m < pp.M; ++m) {
+        const int lk = below(4);
+        pp.len.push_back(lk == 0 ? 0 : lk == 1 ? pp.topk : below(pp.topk + 1));  // at most top-k (checked)
+      }
+    }
+    pp.sink = below(2) == 1;
+    char name[200];
+    std::snprintf(name, sizeof(name), "prefill seed %u: Hq%d d_qk%d d_v%d M%d Nk%d topk%d minus_one_rows%zu lengths%d sink%d",
+                  seed, pp.Hq, pp.dqk, pp.dv, pp.M, pp.Nk, pp.topk, pp.minus_one_rows.size(), int(!pp.len.empty()),
+                  int(pp.sink));
+    SCOPED_TRACE(name);
+    std::printf("[ random %d ] %s\n", i, name);
+    std::fflush(stdout);
+    run_prefill_problem(pp);
   }
 }
