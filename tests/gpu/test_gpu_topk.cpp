@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -1118,7 +1119,7 @@ struct RandomTopkCase {
   std::string name;
 };
 
-RandomTopkCase random_topk_case(uint64_t seed) {
+RandomTopkCase random_topk_case(uint64_t seed, bool with_values = true) {
   testutil::Draw d(seed);
   RandomTopkCase r;
   Case& c = r.c;
@@ -1191,8 +1192,8 @@ RandomTopkCase random_topk_case(uint64_t seed) {
   const int palette = d.below(8), strew = d.pct(25) ? d.pick({1, 50, 500}) : 0;  // per mille
   const float scale = std::ldexp(1.0f, d.pick({-20, -10, 0, 0, 0, 4, 10, 20, 30}));
   const int levels = 1 + d.below(60);
-  r.values.resize(static_cast<size_t>(c.rows * c.width));
-  for (int64_t row = 0; row < c.rows; ++row) {
+  if (with_values) r.values.resize(static_cast<size_t>(c.rows * c.width));
+  for (int64_t row = 0; with_values && row < c.rows; ++row) {
     float* v = r.values.data() + row * c.width;
     const int mode = d.pct(60) ? palette : d.below(8);
     const float slope = (d.pct(50) ? 1.0f : -1.0f) * scale / static_cast<float>(std::max<int64_t>(1, c.width));
@@ -1248,13 +1249,17 @@ RandomTopkCase random_topk_case(uint64_t seed) {
   return r;
 }
 
-// The plan's kind, for the random cases' log (which plans a draw reached).
-std::string plan_name(const cuda::TopkPlan& p) {
+// The plan's kind (and with `sizes` its CTAs), for the random cases' log and ReachesEveryPlan.
+std::string plan_name(const cuda::TopkPlan& p, bool sizes = true) {
   if (p.filter) return p.f_digit2 ? "filter, two digits" : "filter";
   if (p.sampled) return p.s_window ? "sampled, window select" : "sampled, radix select";
-  if (p.cluster > 0) return "cluster of " + std::to_string(p.cluster) + (p.cluster_gather ? ", gather" : ", digits");
+  if (p.cluster > 0) {
+    return "cluster" + (sizes ? " of " + std::to_string(p.cluster) : std::string()) +
+           (p.cluster_gather ? ", gather" : ", digits");
+  }
   if (p.direct) return p.small_v > 0 ? "direct, keys in registers" : "direct, shared memory";
-  return "split into " + std::to_string(p.chunks) + " chunks, " + std::to_string(p.levels) + " merge levels";
+  return "split" + (sizes ? " into " + std::to_string(p.chunks) + " chunks" : std::string()) +
+         (p.levels > 0 ? ", merge levels" : ", no merge level");
 }
 
 TEST(GpuTopk, RandomCases) {
@@ -1271,6 +1276,29 @@ TEST(GpuTopk, RandomCases) {
     std::fflush(stdout);
     run_case(r.c, r.values, r.lens, r.c.rows * 31 + r.c.width);
   }
+}
+
+// The draw's reach, on the host (no GPU needed): 400 cases of the default seed, planned for an
+// H200's limits (132 SMs, 227 KiB of shared memory, cluster launch; the 99 KiB budget where a case
+// sets it), take each of the ten plan kinds at least twice. A change to the draw (or to the plan
+// rules) that leaves a kind to chance fails here instead of going unnoticed.
+TEST(GpuTopkDraw, ReachesEveryPlan) {
+  std::map<std::string, int> seen;
+  for (int i = 0; i < 400; ++i) {
+    const RandomTopkCase r = random_topk_case(2026 * uint64_t(100003) + static_cast<uint64_t>(i) + 11, false);
+    TopkTuningScope scope;
+    cuda::topk_tuning() = r.tune;
+    const cuda::TopkDeviceLimits lim{132, (r.c.smem_budget > 0 ? r.c.smem_budget : 232448) - 1024, true};
+    cuda::TopkPlan plan;
+    ASSERT_TRUE(cuda::plan_topk(r.c.rows, r.c.width, r.c.k, lim, &plan).ok()) << r.name;
+    ++seen[plan_name(plan, false)];
+  }
+  for (const char* kind : {"filter", "filter, two digits", "sampled, window select", "sampled, radix select",
+                           "cluster, gather", "cluster, digits", "direct, keys in registers", "direct, shared memory",
+                           "split, no merge level", "split, merge levels"}) {
+    EXPECT_GE(seen[kind], 2) << kind;
+  }
+  EXPECT_EQ(seen.size(), 10u);
 }
 
 }  // namespace
