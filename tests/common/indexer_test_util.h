@@ -586,11 +586,15 @@ struct IndexerGeometry {
   int head_dim = 128, heads = 64, states_per_page = 64, next_n = 1, batch = 1;
   LensLayout layout = LensLayout::kPerRow;
 };
+// The first part alone (format, head dim, heads): what a prefill problem (mqa_logits) draws.
+inline void draw_indexer_heads(Draw& d, IndexerGeometry* g) {
+  g->format = d.pct(25) ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
+  g->head_dim = d.pct(60) ? 128 : d.pick({32, 64});
+  g->heads = d.pct(35) ? 64 : d.pick({8, 16, 24, 32, 32, 48});
+}
 inline IndexerGeometry draw_indexer_geometry(Draw& d, int one_pct, int max_batch) {
   IndexerGeometry g;
-  g.format = d.pct(25) ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
-  g.head_dim = d.pct(60) ? 128 : d.pick({32, 64});
-  g.heads = d.pct(35) ? 64 : d.pick({8, 16, 24, 32, 32, 48});
+  draw_indexer_heads(d, &g);
   g.states_per_page = d.pct(40) ? d.pick({32, 64}) : d.pick({1, 2, 3, 7, 8, 16, 24, 40, 48, 96, 128, 200, 256});
   const int lm = d.below(100);
   g.layout = lm < 45 ? LensLayout::kPerRow : lm < 75 ? LensLayout::kPerRequest : LensLayout::kVarlen;
@@ -598,6 +602,19 @@ inline IndexerGeometry draw_indexer_geometry(Draw& d, int one_pct, int max_batch
   const int bm = d.below(100);
   g.batch = bm < one_pct ? 1 : bm < 65 ? 2 + d.below(7) : bm < 90 ? 9 + d.below(56) : 65 + d.below(max_batch - 64);
   return g;
+}
+
+// A top-k k for the top-k draws (topk, paged_mqa_topk): half the DeepSeek values (2048 twice as
+// often), a quarter the edges and odd sizes (1, 2, 7, 64, 100, 256, 4096), a quarter any of 1..4096.
+inline int draw_topk_k(Draw& d) {
+  return d.pct(50) ? d.pick({512, 1024, 2048, 2048}) : d.pct(50) ? d.pick({1, 2, 7, 64, 100, 256, 4096}) : 1 + d.below(4096);
+}
+
+// A case name's list (lengths): " v0 v1 ..." for the first `most` values, then " ..." if more.
+template <class T>
+void append_values(std::string* name, const std::vector<T>& v, size_t most = 12) {
+  for (size_t i = 0; i < v.size() && i < most; ++i) *name += " " + std::to_string(v[i]);
+  if (v.size() > most) *name += " ...";
 }
 
 }  // namespace testutil

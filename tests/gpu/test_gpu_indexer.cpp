@@ -1476,9 +1476,11 @@ PrefillCase random_prefill_case(uint64_t seed) {
   testutil::Draw d(seed);
   PrefillCase c;
   c.seed = seed;
-  c.fmt = d.pct(25) ? IndexerFormat::kMxfp4 : IndexerFormat::kFp8;
-  c.D = d.pct(60) ? 128 : d.pick({32, 64});
-  c.H = d.pct(35) ? 64 : d.pick({8, 16, 24, 32, 32, 48});
+  testutil::IndexerGeometry g;
+  testutil::draw_indexer_heads(d, &g);
+  c.fmt = g.format;
+  c.D = g.head_dim;
+  c.H = g.heads;
   c.Nk = std::max(1, int(std::exp(std::log(20000.0) * d.rng.uniform())));
   c.M = std::max(1, int(std::exp(std::log(512.0) * d.rng.uniform())));
   c.window = d.pct(10) ? 0 : 1 + d.below(3);

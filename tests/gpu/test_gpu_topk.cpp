@@ -1123,7 +1123,7 @@ RandomTopkCase random_topk_case(uint64_t seed, bool with_values = true) {
   testutil::Draw d(seed);
   RandomTopkCase r;
   Case& c = r.c;
-  c.k = d.pct(50) ? d.pick({512, 1024, 2048, 2048}) : d.pct(50) ? d.pick({1, 2, 7, 64, 100, 256, 4096}) : 1 + d.below(4096);
+  c.k = testutil::draw_topk_k(d);
   // Shapes toward each plan: one long row, a few rows (clusters), tens of wide rows (sampled),
   // many narrow rows (small / direct kernels).
   const auto log_uniform = [&](double lo, double hi) {
@@ -1243,8 +1243,7 @@ RandomTopkCase random_topk_case(uint64_t seed, bool with_values = true) {
   }
   if (!r.lens.empty()) {
     r.name += " lengths";
-    for (size_t i = 0; i < r.lens.size() && i < 12; ++i) r.name += " " + std::to_string(r.lens[i]);
-    if (r.lens.size() > 12) r.name += " ...";
+    testutil::append_values(&r.name, r.lens);
   }
   return r;
 }

@@ -1332,7 +1332,7 @@ FusedCase random_fused_case(uint64_t seed, std::string* name) {
   s.lens_per_row = g.layout == testutil::LensLayout::kPerRow;
   s.next_n = g.next_n;
   s.batch = g.batch;
-  c.k = d.pct(50) ? d.pick({512, 1024, 2048, 2048}) : d.pct(50) ? d.pick({1, 2, 7, 64, 100, 256, 4096}) : 1 + d.below(4096);
+  c.k = testutil::draw_topk_k(d);
   // Lengths: 0, around k, or log-uniform up to 70K states, within ~2M row-states for the reference.
   const double cap = std::min(70000.0, std::max(2.0, 2.0e6 / (double(s.batch) * s.next_n)));
   const int64_t lcap = s.states_per_page == 1 ? std::min<int64_t>(int64_t(cap), 5000) : int64_t(cap);
@@ -1363,8 +1363,7 @@ FusedCase random_fused_case(uint64_t seed, std::string* name) {
                 c.graph, c.smem_budget, c.schedule_parts, static_cast<long long>(s.stride_pad_bytes),
                 static_cast<long long>(s.key_period), double(s.key_ramp), c.resident_route);
   *name = buf;
-  for (size_t b = 0; b < s.lengths.size() && b < 12; ++b) *name += " " + std::to_string(s.lengths[b]);
-  if (s.lengths.size() > 12) *name += " ...";
+  testutil::append_values(name, s.lengths);
   return c;
 }
 
