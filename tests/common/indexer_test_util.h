@@ -567,6 +567,17 @@ inline int env_int(const char* name, int dflt) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : dflt;
 }
 
+// Case i's seed of a draw: base (DSATTN_TEST_RANDOM_SEED, default kRandomSeedDefault) times a
+// prime, plus i and a salt that keeps the draws of different tests apart. One formula for the
+// tests that run a draw and the host checks that replay it (GpuTopkDraw.ReachesEveryPlan).
+constexpr int kRandomSeedDefault = 2026;
+inline uint64_t random_seed_base() {
+  return static_cast<uint64_t>(env_int("DSATTN_TEST_RANDOM_SEED", kRandomSeedDefault));
+}
+inline uint64_t random_case_seed(uint64_t base, int i, uint64_t salt) {
+  return base * 100003 + static_cast<uint64_t>(i) + salt;
+}
+
 // Their draws.
 struct Draw {
   Rng rng;

@@ -1442,9 +1442,9 @@ IdxCase random_idx_case(uint64_t seed) {
 TEST(GpuIndexer, RandomCases) {
   SKIP_WITHOUT_GPU();
   const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 8);
-  const uint64_t base = uint64_t(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  const uint64_t base = testutil::random_seed_base();
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
-    const IdxCase c = random_idx_case(base * 100003 + uint64_t(i));
+    const IdxCase c = random_idx_case(testutil::random_case_seed(base, i, 0));
     SCOPED_TRACE(c.name());
     std::printf("[ random %d ] %s\n", i, c.name().c_str());
     std::fflush(stdout);
@@ -1499,9 +1499,9 @@ PrefillCase random_prefill_case(uint64_t seed) {
 TEST(GpuIndexer, RandomPrefillCases) {
   SKIP_WITHOUT_GPU();
   const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 8);
-  const uint64_t base = uint64_t(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  const uint64_t base = testutil::random_seed_base();
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
-    const PrefillCase c = random_prefill_case(base * 100003 + uint64_t(i) + 3);
+    const PrefillCase c = random_prefill_case(testutil::random_case_seed(base, i, 3));
     SCOPED_TRACE(c.name());
     std::printf("[ random %d ] %s\n", i, c.name().c_str());
     std::fflush(stdout);

@@ -986,7 +986,7 @@ TEST(GpuSparseMla, PrefillMatchesCpu) {
 TEST(GpuSparseMla, RandomCases) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 3);
-  const uint32_t base = static_cast<uint32_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  const uint32_t base = static_cast<uint32_t>(testutil::random_seed_base());
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
     const uint32_t seed = base * 7919u + static_cast<uint32_t>(i) * 104729u + 13u;
     std::mt19937 g(seed);
@@ -1029,7 +1029,7 @@ TEST(GpuSparseMla, RandomCases) {
 TEST(GpuSparseMla, RandomPrefillCases) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 3);
-  const uint32_t base = static_cast<uint32_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  const uint32_t base = static_cast<uint32_t>(testutil::random_seed_base());
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
     const uint32_t seed = base * 6151u + static_cast<uint32_t>(i) * 15485863u + 29u;
     std::mt19937 g(seed);

@@ -1119,6 +1119,8 @@ struct RandomTopkCase {
   std::string name;
 };
 
+constexpr uint64_t kTopkDrawSalt = 11;  // random_case_seed's salt of this draw
+
 RandomTopkCase random_topk_case(uint64_t seed, bool with_values = true) {
   testutil::Draw d(seed);
   RandomTopkCase r;
@@ -1264,9 +1266,9 @@ std::string plan_name(const cuda::TopkPlan& p, bool sizes = true) {
 TEST(GpuTopk, RandomCases) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 8);
-  const uint64_t base = static_cast<uint64_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  const uint64_t base = testutil::random_seed_base();
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
-    const RandomTopkCase r = random_topk_case(base * 100003 + static_cast<uint64_t>(i) + 11);
+    const RandomTopkCase r = random_topk_case(testutil::random_case_seed(base, i, kTopkDrawSalt));
     SCOPED_TRACE(r.name);
     std::printf("[ random %d ] %s\n", i, r.name.c_str());
     TopkTuningScope scope;
@@ -1284,7 +1286,7 @@ TEST(GpuTopk, RandomCases) {
 TEST(GpuTopkDraw, ReachesEveryPlan) {
   std::map<std::string, int> seen;
   for (int i = 0; i < 400; ++i) {
-    const RandomTopkCase r = random_topk_case(2026 * uint64_t(100003) + static_cast<uint64_t>(i) + 11, false);
+    const RandomTopkCase r = random_topk_case(testutil::random_case_seed(testutil::kRandomSeedDefault, i, kTopkDrawSalt), false);
     TopkTuningScope scope;
     cuda::topk_tuning() = r.tune;
     const cuda::TopkDeviceLimits lim{132, (r.c.smem_budget > 0 ? r.c.smem_budget : 232448) - 1024, true};

@@ -1370,10 +1370,10 @@ FusedCase random_fused_case(uint64_t seed, std::string* name) {
 TEST(GpuFusedTopk, RandomCases) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int n = testutil::env_int("DSATTN_TEST_RANDOM_CASES", 4);
-  const uint64_t base = static_cast<uint64_t>(testutil::env_int("DSATTN_TEST_RANDOM_SEED", 2026));
+  const uint64_t base = testutil::random_seed_base();
   for (int i = 0; i < n && !::testing::Test::HasFatalFailure(); ++i) {
     std::string name;
-    const FusedCase c = random_fused_case(base * 100003 + static_cast<uint64_t>(i) + 7, &name);
+    const FusedCase c = random_fused_case(testutil::random_case_seed(base, i, 7), &name);
     SCOPED_TRACE(name);
     std::printf("[ random %d ] %s\n", i, name.c_str());
     std::fflush(stdout);
