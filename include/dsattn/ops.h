@@ -170,8 +170,12 @@ Status topk(const TopkParams& p, const Exec& ex);
 // no more workspace, faster (H200, k = 2048: 128 x 32K 194 -> 185 us, 64 x 16K N = 2 119 -> 88-95,
 // 8 x 64K 70 -> 52). `logits_route` below (or DSATTN_FUSED_LOGITS=1 for the whole process) takes
 // that route wherever the rows fit, also where longer pieces would have dropped states (128 x 64K
-// 423 -> 325 us); DSATTN_FUSED_LOGITS=0 never takes it. paged_mqa_topk_route says which route a
-// call takes.
+// 423 -> 325 us); where they do not fit (calls of 16 rows or more) it takes the chunked logits
+// route: the block table in column chunks (the fewest whose [R, k + chunk] score rows fit the same
+// workspace), each selected together with the k winners carried from the chunks before it (same
+// results, memory still independent of the context length). DSATTN_FUSED_LOGITS=0 never takes either;
+// DSATTN_FUSED_CHUNK=W takes the chunked route with chunks of W states (tests, benchmarks).
+// paged_mqa_topk_route says which route a call takes.
 // On sm_90 a call for up to six requests with N = 1 whose block table holds more than 128K states
 // (unsorted, without `schedule`) takes the resident route instead: the scoring kernel keeps its
 // scores in shared memory and its CTAs, all resident (cooperative launch), select the top k
@@ -199,8 +203,9 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   TensorView values;    // optional f32 [R, k] out: their scores
   TensorView slot_ids;  // optional i32 [R, k] out: block_table[b][i / S] * S + i % S
   bool sorted = false;
-  // CUDA: allow the logits route (see above) wherever it fits in the streaming plan's workspace;
-  // false: only where the streaming plan would keep every score anyway. Same results either way;
+  // CUDA: allow the logits route (see above) wherever it fits in the streaming plan's workspace,
+  // and the chunked logits route where it does not; false: the logits route only where the
+  // streaming plan would keep every score anyway. Same results either way;
   // the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 / force, overrides it.
   bool logits_route = false;
   // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch of one CTA per
@@ -213,8 +218,8 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
 Status paged_mqa_topk_workspace(const PagedMqaTopkParams& p, const Exec& ex, size_t* bytes);
 Status paged_mqa_topk(const PagedMqaTopkParams& p, const Exec& ex);
 // The route paged_mqa_topk takes for these arguments on `ex` (after the same validation): "cpu", or
-// on CUDA "resident", "logits" or "streaming" (see above), "empty" for zero rows. Every route gives
-// the same results; this is for logs and benchmarks.
+// on CUDA "resident", "logits", "chunked" or "streaming" (see above), "empty" for zero rows. Every
+// route gives the same results; this is for logs and benchmarks.
 Status paged_mqa_topk_route(const PagedMqaTopkParams& p, const Exec& ex, const char** route);
 
 // ---------------------------------------------------------------- sparse MLA

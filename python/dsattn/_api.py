@@ -223,7 +223,9 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
     long enough to drop a state (the streaming route would keep every score anyway), the scores
     go as dense rows into the same workspace and topk's kernels select: faster, same results and
     memory. logits_route=True takes that route wherever the rows fit the workspace, also where
-    streaming would have dropped states (see ops.h). resident_route=False
+    streaming would have dropped states, and in column chunks of the block table (each selected
+    with the winners carried from the chunks before it) where they do not (see ops.h).
+    resident_route=False
     (CUDA, sm_90) keeps the call off the resident route (up to six requests on a block table of
     more than 128K states, or of more than 64K where the logits route does not take the call), a
     cooperative launch of one CTA per SM the stream can use (see cuda_stream_num_sms); same
@@ -258,7 +260,7 @@ def paged_mqa_topk_route(q, weights, cache: IndexerCache, block_table, context_l
                          resident_route=True, backend="auto", stream=None, num_threads=0,
                          smem_budget_bytes=0) -> str:
     """The route paged_mqa_topk takes for these arguments (the same validation as the call):
-    "cpu", or on CUDA "resident", "logits" or "streaming" ("empty" for zero rows). Every route
+    "cpu", or on CUDA "resident", "logits", "chunked" or "streaming" ("empty" for zero rows). Every route
     gives the same results; for logs and benchmarks."""
     args = _paged_mqa_topk(q, weights, cache, block_table, context_lens, k, q_scales, row_request, schedule,
                            indices, values, slot_ids, return_values, return_slot_ids, sorted, logits_route,

@@ -8,8 +8,10 @@
 // collector and the merges (DSATTN_FUSED_LOGITS=0), scores in the workspace + topk's kernels (the
 // logits route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
 // whose scores stay in the scoring kernel's shared memory; else the logits route where no piece
-// can drop a state, streaming otherwise: RouteByPieceLength), and the call's own switch
-// (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
+// can drop a state, streaming otherwise: RouteByPieceLength), the chunked logits route (scores of
+// about a third of the block table at a time, DSATTN_FUSED_CHUNK; ChunkedRoute takes the smallest
+// chunks), and the call's own switch (PagedMqaTopkParams::logits_route, environment unset). Skips
+// without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -295,21 +297,38 @@ void check_fused(const FusedCase& c, const PagedCase& pc, const std::vector<std:
   }
 }
 
-void run_fused_case(const FusedCase& c) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  PagedCase pc = testutil::make_paged_case(c.spec);
+// A case's inputs on the device (c.zero_keys: every key zero), the unfused outputs and the
+// reference rows that each route of the op is checked against.
+struct CaseBaseline {
+  PagedCase pc;
+  GpuInputs g;
+  TopkOut unfused;
+  std::vector<std::vector<float>> refs;
+};
+void prepare_case(const FusedCase& c, CaseBaseline* b) {
+  b->pc = testutil::make_paged_case(c.spec);
+  PagedCase& pc = b->pc;
   if (c.zero_keys) {
     std::fill(pc.cache.pages.begin(), pc.cache.pages.end(), uint8_t{0});
     for (auto& v : pc.cache.key_values) std::fill(v.begin(), v.end(), 0.0f);
     for (auto& v : pc.cache.key_scales) std::fill(v.begin(), v.end(), 0.0f);
   }
-  GpuInputs g;
-  upload_case(pc, &g);
+  upload_case(pc, &b->g);
   if (::testing::Test::HasFatalFailure()) return;
-  TopkOut unfused;
-  run_unfused(c, pc, g, &unfused);
+  run_unfused(c, pc, b->g, &b->unfused);
   if (::testing::Test::HasFatalFailure()) return;
-  const std::vector<std::vector<float>> refs = testutil::ref_rows(pc);
+  b->refs = testutil::ref_rows(pc);
+}
+
+void run_fused_case(const FusedCase& c) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  CaseBaseline base;
+  prepare_case(c, &base);
+  if (::testing::Test::HasFatalFailure()) return;
+  PagedCase& pc = base.pc;
+  GpuInputs& g = base.g;
+  const TopkOut& unfused = base.unfused;
+  const std::vector<std::vector<float>>& refs = base.refs;
   // The routes of the op on the same inputs: streaming candidates through the collector and the
   // merges (DSATTN_FUSED_LOGITS=0), logits in the workspace + the top-k kernels (=force), both
   // with the resident route off (DSATTN_FUSED_RESIDENT=0); then the defaults, where up to six
@@ -325,6 +344,16 @@ void run_fused_case(const FusedCase& c) {
       EnvScope off("DSATTN_FUSED_RESIDENT", "0");
       run_fused(c, pc, g, &fused);
     }
+    if (::testing::Test::HasFatalFailure()) return;
+    check_fused(c, pc, refs, fused, unfused);
+  }
+  {  // The chunked logits route (DSATTN_FUSED_CHUNK): about three chunks of the longest row.
+    const std::string w = std::to_string(std::max<int64_t>(1, pc.max_context / 3));
+    SCOPED_TRACE("DSATTN_FUSED_CHUNK=" + w);
+    EnvScope chunk("DSATTN_FUSED_CHUNK", w.c_str());
+    EnvScope off("DSATTN_FUSED_RESIDENT", "0");
+    TopkOut fused;
+    run_fused(c, pc, g, &fused);
     if (::testing::Test::HasFatalFailure()) return;
     check_fused(c, pc, refs, fused, unfused);
   }
@@ -772,6 +801,24 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
   {
     EnvScope scope("DSATTN_FUSED_LOGITS", "force");
     EXPECT_EQ(route_of(longc, false), "logits");
+  }
+  {
+    // 128 requests on a block table of 128K states (short contexts; the plan reads the table's
+    // width): their score rows (64 MB) outgrow the streaming plan's workspace, so the call's switch
+    // takes the chunked logits route, in that workspace; by default it streams.
+    FusedCase wide;
+    wide.k = 2048;
+    wide.spec = spec(IndexerFormat::kFp8, 128, 1, 64, 128, 64, std::vector<int64_t>(128, 64), 163);
+    wide.spec.extra_table_cols = 2048;
+    wide.resident_route = false;
+    EXPECT_EQ(route_of(wide, false), "streaming");
+    EXPECT_EQ(route_of(wide, true), "chunked");
+    EnvScope scope("DSATTN_FUSED_LOGITS", "0");
+    EXPECT_EQ(route_of(wide, true), "streaming");
+  }
+  {
+    EnvScope chunk("DSATTN_FUSED_CHUNK", "1");
+    EXPECT_EQ(route_of(longc, false), "chunked");
   }
   int dev = 0, major = 0;
   DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
@@ -1318,6 +1365,76 @@ TEST(GpuFusedTopk, SplitMergeSanitizerSmall) {
 // schedule, graph replay), each through run_fused_case: every route against the double
 // reference and against the unfused path. DSATTN_TEST_RANDOM_CASES (default 4) and
 // DSATTN_TEST_RANDOM_SEED (default 2026) widen or move the draw; a failure names the case.
+// The chunked logits route with its smallest chunks (DSATTN_FUSED_CHUNK=1: k states, rounded up
+// to whole pages), so rows cross many chunk boundaries and the carried winners are replaced many
+// times: pages of 48 states, lengths at and around k and the chunk width, the next_n rule's [B]
+// lengths (N = 2, 3), [B, N] lengths, varlen rows, every score tied (the first k states must win
+// across every boundary), repeating keys (ties at the k-th score), the best scores late in the
+// context, sorted output, graph replays and the sm_120 budget. Each against the reference and the
+// unfused path (identical indices, scores and slot ids), and the route checked.
+TEST(GpuFusedTopk, ChunkedRoute) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::pair<std::string, FusedCase>> cases;
+  auto add = [&](const char* name, FusedCase c) { cases.emplace_back(name, c); };
+  FusedCase base;
+  base.k = 256;
+  base.spec = spec(IndexerFormat::kFp8, 7, 1, 64, 128, 48, {0, 1, 255, 256, 288, 577, 9001}, 171);
+  add("S48 lengths around k and the chunk", base);
+  FusedCase nrule = base;
+  nrule.spec = spec(IndexerFormat::kFp8, 3, 2, 32, 128, 64, {700, 4096, 12001}, 172);
+  add("N2 [B] lengths", nrule);
+  nrule.spec.next_n = 3;
+  nrule.spec.seed = 173;
+  add("N3 [B] lengths", nrule);
+  FusedCase perrow = base;
+  perrow.spec = spec(IndexerFormat::kFp8, 3, 2, 64, 128, 32, {3000, 257, 20000}, 174);
+  perrow.spec.lens_per_row = true;
+  perrow.sorted = true;
+  add("N2 [B,N] lengths, sorted", perrow);
+  FusedCase var = base;
+  var.spec = spec(IndexerFormat::kMxfp4, 4, 2, 64, 128, 64, {5000, 300, 0, 8000}, 175);
+  var.spec.varlen = true;
+  var.graph = true;
+  add("varlen MXFP4, graph", var);
+  FusedCase ties = base;
+  ties.zero_keys = true;
+  ties.spec = spec(IndexerFormat::kFp8, 2, 1, 64, 128, 64, {6000, 700}, 176);
+  add("every score tied", ties);
+  FusedCase period = base;
+  period.k = 512;
+  period.spec = spec(IndexerFormat::kFp8, 2, 1, 64, 128, 64, {9000, 30000}, 177);
+  period.spec.key_period = 97;
+  add("repeating keys", period);
+  FusedCase ramp = period;
+  ramp.spec.key_period = 0;
+  ramp.spec.key_ramp = 2.0f;
+  ramp.spec.seed = 178;
+  ramp.smem_budget = 101376;
+  add("best scores late, sm_120 budget", ramp);
+  for (const auto& nc : cases) {
+    SCOPED_TRACE(nc.first);
+    const FusedCase& c = nc.second;
+    CaseBaseline base;
+    prepare_case(c, &base);
+    if (::testing::Test::HasFatalFailure()) return;
+    EnvScope chunk("DSATTN_FUSED_CHUNK", "1");
+    EnvScope off("DSATTN_FUSED_RESIDENT", "0");
+    {
+      FusedCall f;
+      setup_fused(c, base.pc, base.g, &f, false);
+      if (::testing::Test::HasFatalFailure()) return;
+      const char* route = nullptr;
+      const Status s = paged_mqa_topk_route(f.p, f.ex, &route);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_STREQ(route, "chunked");
+    }
+    TopkOut fused;
+    run_fused(c, base.pc, base.g, &fused);
+    if (::testing::Test::HasFatalFailure()) return;
+    check_fused(c, base.pc, base.refs, fused, base.unfused);
+  }
+}
+
 FusedCase random_fused_case(uint64_t seed, std::string* name) {
   testutil::Draw d(seed);
   const testutil::IndexerGeometry g = testutil::draw_indexer_geometry(d, 30, 300);

@@ -26,6 +26,7 @@
 #include "cuda/common/topk_launch.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/sm80/fused_topk_cluster_merge.cuh"
+#include "cuda/sm80/fused_chunked.cuh"
 #include "cuda/sm80/fused_topk_epilogue.cuh"
 #include "cuda/sm80/fused_route.h"
 #include "cuda/sm80/fused_topk_merge.cuh"
@@ -154,6 +155,16 @@ struct FusedPlan {
   int res_list_cap = 0;
   int res_fast_max_len = 0;  // select_fast for a request whose longest row has at most this many states
   size_t logits_ws = 0, off_topk = 0;  // logits at logits_ws (after the schedule), then the top-k scratch
+  // Chunked logits route (see plan_chunked_route; fused_chunked.cuh): nchunks chunks of chunk_w
+  // states, each scored into [rows, k + chunk_w] fp32 at off_cbuf (after the schedule, logits_ws
+  // bytes) and selected with tp (scratch at off_topk); the carried winners' states (two [rows, k]
+  // buffers) at off_head, the top-k's columns and values at off_sidx / off_svals, every chunk's
+  // lengths (lens_n each) at off_clens, its row ends at off_cends, then one int (k).
+  bool chunked = false;
+  int64_t chunk_w = 0;
+  int nchunks = 0;
+  int64_t lens_n = 0;
+  size_t off_cbuf = 0, off_head = 0, off_sidx = 0, off_svals = 0, off_clens = 0, off_cends = 0, off_cstart = 0;
 };
 
 // The logits view of the call: the same inputs, logits [rows, width] at `ptr` (nullptr to plan).
@@ -214,6 +225,123 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   f->logits_ws = logits_ws;
   f->off_topk = off_topk;
   f->total = std::max(total, f->total);  // the streaming plan stays valid (and is the larger one)
+  return Status::Ok();
+}
+
+// The chunked logits route (fused_chunked.cuh): where the logits route is asked for
+// (PagedMqaTopkParams::logits_route, DSATTN_FUSED_LOGITS=1 or force) but the rows do not fit the
+// streaming plan's workspace, the block table is scored in nchunks column chunks of chunk_w states
+// into [rows, k + chunk_w] score rows, each selected together with the k winners of the chunks
+// before it. The fewest chunks (at least kChunkMinWidth states and k each) whose workspace fits
+// that of the streaming plan, so memory stays independent of the context length. Not by default:
+// it writes score rows, which SPEC §3.4 asks the op not to do; and not for the top-k's filter plan.
+// Only for calls of at least kChunkMinRows rows, the many-long-requests calls it was measured on
+// (fewer rows keep the streaming or resident route they took before). DSATTN_FUSED_CHUNK=W (tests,
+// benchmarks) takes it with chunks of W states (at least k, rounded up to whole pages) wherever the
+// top-k can plan it, unless DSATTN_FUSED_LOGITS=0.
+constexpr int64_t kChunkMinWidth = 8192;
+constexpr int64_t kChunkMinRows = 16;
+constexpr int kMaxChunks = 64;
+
+// The chunk logits view of the call: chunk c's states [c * chunk_w, ...) of the block table,
+// lengths `lens` (prepared on the device, the shape of context_lens), scores into `buf`'s columns
+// [k, k + chunk_w) (row stride k + chunk_w; nullptr to plan).
+PagedMqaLogitsParams chunk_logits_params(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb,
+                                         int64_t chunk_w, int c, int32_t* lens, float* buf,
+                                         detail::PagedIndexerProblem* lpb) {
+  PagedMqaLogitsParams lp;
+  static_cast<PagedIndexerArgs&>(lp) = a;
+  lp.schedule = TensorView{};  // a caller schedule splits whole rows, not a chunk's
+  const int64_t S = pb.states_per_page;
+  const int64_t p0 = c * chunk_w / S;
+  const int64_t pages = std::min(chunk_w / S, pb.max_pages - p0);
+  if (a.block_table.data != nullptr) {
+    lp.block_table.data = static_cast<int32_t*>(a.block_table.data) + p0 * a.block_table.strides[1];
+  }
+  lp.block_table.shape[1] = pages;
+  const TensorView& cl = a.context_lens;
+  lp.context_lens = cl.ndim == 2 ? make_tensor(lens, DType::kI32, {cl.shape[0], cl.shape[1]}, Device::kCuda)
+                                 : make_tensor(lens, DType::kI32, {cl.shape[0]}, Device::kCuda);
+  lp.logits = make_tensor_strided(buf == nullptr ? nullptr : buf + a.k, DType::kF32, {pb.rows, chunk_w},
+                                  {a.k + chunk_w, 1}, Device::kCuda);
+  *lpb = pb;
+  lpb->max_pages = pages;
+  lpb->max_context = chunk_w;
+  return lp;
+}
+
+Status plan_chunked_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                          FusedPlan* f) {
+  const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
+  const char* cenv = std::getenv("DSATTN_FUSED_CHUNK");
+  const int64_t forced = cenv != nullptr ? std::max<int64_t>(std::atoll(cenv), 0) : 0;
+  if (mode == FusedRouteMode::kStreaming) return Status::Ok();
+  if (forced == 0 && (f->logits_route || (mode != FusedRouteMode::kWhereItFits && mode != FusedRouteMode::kForce))) {
+    return Status::Ok();
+  }
+  const int64_t S = pb.states_per_page;
+  const int64_t width = pb.max_pages * S;
+  const int64_t rows = pb.rows;
+  if (forced == 0 && rows < kChunkMinRows) return Status::Ok();
+  if (width <= 0 || width > INT32_MAX / 2 || S <= 0) return Status::Ok();
+  const TensorView& cl = a.context_lens;
+  if (cl.ndim < 1 || cl.ndim > 2) return Status::Ok();
+  TopkDeviceLimits lim;
+  DSATTN_RETURN_IF_ERROR(topk_device_limits(ex, &lim));
+  const int64_t lens_n = cl.ndim == 2 ? cl.shape[0] * cl.shape[1] : cl.shape[0];
+  auto pages_up = [&](int64_t v) { return (v + S - 1) / S * S; };
+  // The workspace of chunks of w states (0: the top-k cannot plan them, or its filter plan).
+  FusedPlan g = *f;
+  auto try_width = [&](int64_t w) -> size_t {
+    const int n = static_cast<int>((width + w - 1) / w);
+    if (a.k + w > INT32_MAX / 2) return 0;
+    TopkPlan tp;
+    if (!plan_topk(rows, a.k + w, a.k, lim, &tp, /*rows_in_l2=*/true).ok() || (tp.filter && forced == 0)) return 0;
+    // The scoring's workspace (its schedule) for the first and the last chunk, which may hold
+    // fewer pages.
+    size_t lws = 0;
+    for (int c : {0, n - 1}) {
+      detail::PagedIndexerProblem lpb;
+      const PagedMqaLogitsParams lp = chunk_logits_params(a, pb, w, c, nullptr, nullptr, &lpb);
+      lws = std::max(lws, paged_mqa_logits_workspace(lp, lpb, ex));
+    }
+    const size_t rk = static_cast<size_t>(rows) * a.k * 4;
+    g.logits_ws = align256(lws);
+    g.off_cbuf = g.logits_ws;
+    g.off_topk = g.off_cbuf + align256(static_cast<size_t>(rows) * static_cast<size_t>(a.k + w) * 4);
+    g.off_head = g.off_topk + align256(tp.workspace_bytes);
+    g.off_sidx = g.off_head + 2 * align256(rk);
+    g.off_svals = g.off_sidx + align256(rk);
+    g.off_clens = g.off_svals + align256(rk);
+    g.off_cends = g.off_clens + align256(static_cast<size_t>(n) * lens_n * 4);
+    g.off_cstart = g.off_cends + align256(static_cast<size_t>(n) * rows * 4);
+    g.tp = tp;
+    g.chunk_w = w;
+    g.nchunks = n;
+    return g.off_cstart + 256;
+  };
+  size_t total = 0;
+  if (forced > 0) {
+    total = try_width(pages_up(std::max<int64_t>(forced, a.k)));
+  } else {
+    const int64_t wmin = pages_up(std::max<int64_t>(kChunkMinWidth, a.k));
+    for (int n = 2; n <= kMaxChunks; ++n) {
+      const int64_t w = pages_up((width + n - 1) / n);
+      if (w < wmin) break;
+      const size_t t = try_width(w);
+      if (t != 0 && t <= f->total) {
+        total = t;
+        break;
+      }
+    }
+  }
+  if (total == 0) return Status::Ok();
+  g.logits_route = false;
+  g.chunked = true;
+  g.lens_n = lens_n;
+  g.width = width;
+  g.total = std::max(total, f->total);  // the streaming plan stays valid (and is the larger one by default)
+  *f = g;
   return Status::Ok();
 }
 
@@ -524,14 +652,15 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->p.tile_states = pure.ws_stage;
     }
   }
-  return plan_logits_route(a, pb, ex, short_pieces, f);
+  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, short_pieces, f));
+  return plan_chunked_route(a, pb, ex, f);
 }
 
 Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex, FusedPlan* f) {
   FusedPlan resident;
   bool have_resident = false;
   DSATTN_RETURN_IF_ERROR(plan_fused_routes(a, pb, ex, f, &resident, &have_resident));
-  if (have_resident && !f->logits_route) *f = resident;
+  if (have_resident && !f->logits_route && !f->chunked) *f = resident;
   return Status::Ok();
 }
 
@@ -592,6 +721,85 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   tex.workspace = ws + f.off_topk;
   tex.workspace_bytes = f.tp.workspace_bytes;
   return topk_rows_f32(f.tp, pb.rows, logits, f.width, rb, a.sorted, out, tex, kOp);
+}
+
+// The chunked logits route's launches (see plan_chunked_route, fused_chunked.cuh): every chunk's
+// lengths and row ends, then per chunk the scores (paged_mqa_logits), the top-k of the carried
+// winners and the chunk's scores, and the carry (or, after the last chunk, the outputs).
+Status run_chunked_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
+                         const FusedPlan& f, const topk_detail::TopkOutputs& out) {
+  cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
+  char* ws = static_cast<char*>(ex.workspace);
+  const int64_t rows = pb.rows, ld = a.k + f.chunk_w;
+  float* buf = reinterpret_cast<float*>(ws + f.off_cbuf);
+  int32_t* head[2] = {reinterpret_cast<int32_t*>(ws + f.off_head),
+                      reinterpret_cast<int32_t*>(ws + f.off_head + align256(static_cast<size_t>(rows) * a.k * 4))};
+  int32_t* sidx = reinterpret_cast<int32_t*>(ws + f.off_sidx);
+  float* svals = reinterpret_cast<float*>(ws + f.off_svals);
+  int32_t* clens = reinterpret_cast<int32_t*>(ws + f.off_clens);
+  int32_t* cends = reinterpret_cast<int32_t*>(ws + f.off_cends);
+  int32_t* cstart = reinterpret_cast<int32_t*>(ws + f.off_cstart);
+  {
+    fused_chunked::Prep p;
+    p.work = f.p.work;
+    p.rows = rows;
+    p.width = f.width;
+    p.chunk = f.chunk_w;
+    p.nchunks = f.nchunks;
+    p.k = a.k;
+    const TensorView& cl = a.context_lens;
+    p.lens = cl.ptr<const int32_t>();
+    p.n0 = cl.shape[0];
+    p.s0 = cl.strides[0];
+    p.n1 = cl.ndim == 2 ? cl.shape[1] : 1;
+    p.s1 = cl.ndim == 2 ? cl.strides[1] : 0;
+    p.slack = f.p.work.lens_per_row == 0 ? f.p.work.next_n - 1 : 0;
+    p.clens = clens;
+    p.cends = cends;
+    p.cstart = cstart;
+    const int64_t n = std::max<int64_t>(f.lens_n, rows) * f.nchunks;
+    const int blocks = static_cast<int>(std::min<int64_t>((n + fused_chunked::kThreads - 1) / fused_chunked::kThreads, 1024));
+    fused_chunked::chunk_prep_kernel<<<std::max(blocks, 1), fused_chunked::kThreads, 0, stream>>>(p);
+    DSATTN_CUDA_RETURN(kOp, cudaGetLastError());
+  }
+  topk_detail::TopkOutputs sout;
+  sout.indices = sidx;
+  sout.indices_ld = a.k;
+  sout.values = svals;
+  sout.values_ld = a.k;
+  Exec lex = ex;
+  lex.workspace = ws;
+  lex.workspace_bytes = f.logits_ws;
+  Exec tex = ex;
+  tex.workspace = ws + f.off_topk;
+  tex.workspace_bytes = f.tp.workspace_bytes;
+  for (int c = 0; c < f.nchunks; ++c) {
+    detail::PagedIndexerProblem lpb;
+    const PagedMqaLogitsParams lp =
+        chunk_logits_params(a, pb, f.chunk_w, c, clens + static_cast<int64_t>(c) * f.lens_n, buf, &lpb);
+    DSATTN_RETURN_IF_ERROR(paged_mqa_logits(lp, lpb, lex, false));
+    topk_detail::TopkRowBounds rb;
+    rb.width = static_cast<int>(ld);
+    if (c == 0) rb.starts = cstart;  // stride 0: every row starts at column k
+    rb.ends = cends + static_cast<int64_t>(c) * rows;
+    rb.ends_stride = 1;
+    const bool last = c + 1 == f.nchunks;
+    DSATTN_RETURN_IF_ERROR(topk_rows_f32(f.tp, rows, buf, ld, rb, last && a.sorted, sout, tex, kOp));
+    fused_chunked::Map m;
+    m.sidx = sidx;
+    m.svals = svals;
+    m.head = head[c & 1];
+    m.k = a.k;
+    m.c0 = static_cast<int64_t>(c) * f.chunk_w;
+    if (last) {
+      fused_chunked::chunk_final_kernel<<<static_cast<unsigned>(rows), fused_chunked::kThreads, 0, stream>>>(m, out);
+    } else {
+      fused_chunked::chunk_carry_kernel<<<static_cast<unsigned>(rows), fused_chunked::kThreads, 0, stream>>>(
+          m, head[(c + 1) & 1], buf, ld);
+    }
+    DSATTN_CUDA_RETURN(kOp, cudaGetLastError());
+  }
+  return Status::Ok();
 }
 
 // The resident route's launches (see plan_resident): the schedule (which also zeroes the barrier
@@ -661,7 +869,7 @@ Status paged_mqa_topk_route(const PagedMqaTopkParams& a, const detail::PagedInde
   PagedMqaTopkParams own;
   const PagedMqaTopkParams* use = nullptr;
   DSATTN_RETURN_IF_ERROR(plan_call(a, pb, ex, &own, &use, &f));
-  *route = f.resident ? "resident" : f.logits_route ? "logits" : "streaming";
+  *route = f.resident ? "resident" : f.logits_route ? "logits" : f.chunked ? "chunked" : "streaming";
   return Status::Ok();
 }
 
@@ -686,6 +894,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& caller, const detail::PagedIndex
   // not (H100, cold: 32 x 32K 82.4 -> 78.5 us, 64 x 16K N = 2 94.1 -> 87.2, 8 x 64K 58.0 -> 54.2).
   // One request splits itself faster without one (1 x 64K 26.7 against 24.6; BENCHMARKS.md,
   // 2026-12-06 13:00).
+  if (f.chunked) return run_chunked_route(a, pb, ex, f, out);
   if (f.logits_route) return run_logits_route(pb.batch > 1 ? caller : a, pb, ex, f, out);
   cudaStream_t stream = static_cast<cudaStream_t>(ex.stream);
   char* ws = static_cast<char*>(ex.workspace);
