@@ -20,10 +20,11 @@
 // rule: to [0, W + N - 1], so that row j's window len - N + j + 1 keeps its offset; the scoring
 // kernels stop at the logits width W). The top-k row of chunk c ends at min(k, states before c0)
 // + the chunk's states of the row (every row with fewer than k states before c0 has none after:
-// W >= k).
+// W >= k). The arithmetic: common/fused_chunks.h, which a CPU test replays with a reference top-k.
 #pragma once
 #include <cstdint>
 
+#include "common/fused_chunks.h"
 #include "common/indexer_work.h"
 #include "cuda/common/topk_grid.cuh"
 
@@ -60,20 +61,14 @@ __global__ void __launch_bounds__(kThreads) chunk_prep_kernel(Prep p) {
   for (int64_t i = tid; i < n * p.nchunks; i += step) {
     const int64_t c = i / n, e = i - c * n;
     const int64_t i0 = e / p.n1, i1 = e - i0 * p.n1;
-    const int64_t L = int64_t(p.lens[i0 * p.s0 + i1 * p.s1]) - c * p.chunk;
-    const int64_t cap = p.chunk + p.slack;
-    p.clens[i] = static_cast<int32_t>(L < 0 ? 0 : (L > cap ? cap : L));
+    p.clens[i] = detail::chunk_context_len(p.lens[i0 * p.s0 + i1 * p.s1], c * p.chunk, p.chunk, p.slack);
   }
   for (int64_t i = tid; i < p.rows * p.nchunks; i += step) {
     const int64_t c = i / p.rows, r = i - c * p.rows;
     const int64_t g = r / p.work.rows_per_group;
     int64_t hi = detail::indexer_row_window(p.work, g, static_cast<int>(r - g * p.work.rows_per_group)).hi;
     if (hi > p.width) hi = p.width;
-    int64_t fresh = hi - c * p.chunk;
-    fresh = fresh < 0 ? 0 : (fresh > p.chunk ? p.chunk : fresh);
-    // Chunk 0's rows start at column k; later ones at 0 with min(k, hi) carried winners (c0 >= W >= k).
-    const int64_t head = c == 0 ? p.k : (hi < p.k ? hi : p.k);
-    p.cends[i] = static_cast<int32_t>(head + fresh);
+    p.cends[i] = detail::chunk_row_end(hi, c * p.chunk, p.chunk, p.k);
   }
 }
 
@@ -86,9 +81,7 @@ struct Map {
   int64_t c0 = 0;  // the chunk's first state
 
   __device__ __forceinline__ int32_t state(int64_t r, int32_t col) const {
-    if (col < 0) return -1;
-    if (c0 == 0) return col;  // chunk 0: its rows start at column k, so columns are states
-    return col < k ? head[r * k + col] : static_cast<int32_t>(c0 + (col - k));
+    return detail::chunk_column_state(col, c0, k, head + r * k);
   }
 };
 
