@@ -21,18 +21,18 @@ DSATTN_HD int32_t chunk_context_len(int64_t len, int64_t c0, int64_t w, int32_t 
   return static_cast<int32_t>(l < 0 ? 0 : (l > cap ? cap : l));
 }
 
-// The end (exclusive column) of a row of hi states in chunk c0 / W; chunk 0's rows start at
-// column k, later ones at 0 after min(k, hi) carried winners (every row with fewer than k states
-// before c0 >= W >= k has none after it).
+// The end (exclusive column) of a row of hi states in chunk c0 / W: chunk 0's top-k reads its
+// rows from column k on (no head), later ones from column 0, after min(k, hi) carried winners
+// (every row with fewer than k states before c0 >= W >= k has none after it).
 DSATTN_HD int32_t chunk_row_end(int64_t hi, int64_t c0, int64_t w, int k) {
   int64_t fresh = hi - c0;
   fresh = fresh < 0 ? 0 : (fresh > w ? w : fresh);
-  const int64_t head = c0 == 0 ? k : (hi < k ? hi : k);
+  const int64_t head = c0 == 0 ? 0 : (hi < k ? hi : k);
   return static_cast<int32_t>(head + fresh);
 }
 
-// The state of column `col` of a chunk's top-k (relative to the row's start: chunk 0's start is
-// column k, so its columns are states), -1 for padding. head_row: the carried winners' states.
+// The state of column `col` of a chunk's top-k (chunk 0's top-k reads from column k on, so its
+// columns are states), -1 for padding. head_row: the carried winners' states.
 DSATTN_HD int32_t chunk_column_state(int32_t col, int64_t c0, int k, const int32_t* head_row) {
   if (col < 0) return -1;
   if (c0 == 0) return col;

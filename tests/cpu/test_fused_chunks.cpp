@@ -71,9 +71,8 @@ void check_row(const Case& c, int64_t b, int j, const std::vector<float>& scores
     const int m = static_cast<int>(head_state.size());
     for (int i = 0; i < m; ++i) row[static_cast<size_t>(i)] = head_val[static_cast<size_t>(i)];
     for (int64_t t = 0; t < chi; ++t) row[static_cast<size_t>(c.k + t)] = scores[static_cast<size_t>(c0 + t)];
-    const int32_t start = ch == 0 ? c.k : 0;
-    const int32_t end = detail::chunk_row_end(hi, c0, c.W, c.k);
-    ASSERT_LE(start, end);
+    const int32_t start = ch == 0 ? c.k : 0;  // chunk 0's top-k reads from column k on
+    const int32_t end = start + detail::chunk_row_end(hi, c0, c.W, c.k);
     if (ch > 0) {
       ASSERT_EQ(m, std::min<int64_t>(c.k, std::min(hi, c0))) << "chunk " << ch;
       // No gap: fewer than k carried winners only where the chunk adds nothing.

@@ -166,6 +166,17 @@ void run_fused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o
   download_fused(f, o);
 }
 
+// The route paged_mqa_topk_route names for the case's call ("(null)" when it names none).
+std::string fused_route(const FusedCase& c, const PagedCase& pc, GpuInputs& g, bool logits_route) {
+  FusedCall f;
+  setup_fused(c, pc, g, &f, logits_route);
+  if (::testing::Test::HasFatalFailure()) return "(setup failed)";
+  const char* r = nullptr;
+  const Status s = paged_mqa_topk_route(f.p, f.ex, &r);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return std::string(r != nullptr ? r : "(null)");
+}
+
 // Unfused path: paged_mqa_logits into [R, W] then topk over [0, ctx) of each row.
 void run_unfused(const FusedCase& c, const PagedCase& pc, GpuInputs& g, TopkOut* o) {
   const int64_t R = pc.rows, W = std::max<int64_t>(pc.max_context, 1);
@@ -778,12 +789,7 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
     PagedCase pc = testutil::make_paged_case(c.spec);
     GpuInputs g;
     upload_case(pc, &g);
-    FusedCall f;
-    setup_fused(c, pc, g, &f, logits_route);
-    const char* r = nullptr;
-    const Status s = paged_mqa_topk_route(f.p, f.ex, &r);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    return std::string(r != nullptr ? r : "(null)");
+    return fused_route(c, pc, g, logits_route);
   };
   FusedCase shortc;
   shortc.k = 512;
@@ -1357,14 +1363,6 @@ TEST(GpuFusedTopk, SplitMergeSanitizerSmall) {
   run_fused_case(c);
 }
 
-// ---------------------------------------------------------------- random cases
-// Cases drawn at random over the op's coverage (format, D, H, S in 1..256, next_n, the three
-// length layouts, 1..300 requests whose lengths sit at 0, around k or anywhere up to 70K, k from 1
-// to 4096, sorted or not, indices only or with scores and slot ids, padded strides, ties from
-// repeated keys, scores rising along the context, the sm_120 shared-memory budget, a caller
-// schedule, graph replay), each through run_fused_case: every route against the double
-// reference and against the unfused path. DSATTN_TEST_RANDOM_CASES (default 4) and
-// DSATTN_TEST_RANDOM_SEED (default 2026) widen or move the draw; a failure names the case.
 // The chunked logits route with its smallest chunks (DSATTN_FUSED_CHUNK=1: k states, rounded up
 // to whole pages), so rows cross many chunk boundaries and the carried winners are replaced many
 // times: pages of 48 states, lengths at and around k and the chunk width, the next_n rule's [B]
@@ -1414,27 +1412,27 @@ TEST(GpuFusedTopk, ChunkedRoute) {
   for (const auto& nc : cases) {
     SCOPED_TRACE(nc.first);
     const FusedCase& c = nc.second;
-    CaseBaseline base;
-    prepare_case(c, &base);
+    CaseBaseline bl;
+    prepare_case(c, &bl);
     if (::testing::Test::HasFatalFailure()) return;
     EnvScope chunk("DSATTN_FUSED_CHUNK", "1");
     EnvScope off("DSATTN_FUSED_RESIDENT", "0");
-    {
-      FusedCall f;
-      setup_fused(c, base.pc, base.g, &f, false);
-      if (::testing::Test::HasFatalFailure()) return;
-      const char* route = nullptr;
-      const Status s = paged_mqa_topk_route(f.p, f.ex, &route);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      EXPECT_STREQ(route, "chunked");
-    }
+    EXPECT_EQ(fused_route(c, bl.pc, bl.g, false), "chunked");
     TopkOut fused;
-    run_fused(c, base.pc, base.g, &fused);
+    run_fused(c, bl.pc, bl.g, &fused);
     if (::testing::Test::HasFatalFailure()) return;
-    check_fused(c, base.pc, base.refs, fused, base.unfused);
+    check_fused(c, bl.pc, bl.refs, fused, bl.unfused);
   }
 }
 
+// ---------------------------------------------------------------- random cases
+// Cases drawn at random over the op's coverage (format, D, H, S in 1..256, next_n, the three
+// length layouts, 1..300 requests whose lengths sit at 0, around k or anywhere up to 70K, k from 1
+// to 4096, sorted or not, indices only or with scores and slot ids, padded strides, ties from
+// repeated keys, scores rising along the context, the sm_120 shared-memory budget, a caller
+// schedule, graph replay), each through run_fused_case: every route against the double
+// reference and against the unfused path. DSATTN_TEST_RANDOM_CASES (default 4) and
+// DSATTN_TEST_RANDOM_SEED (default 2026) widen or move the draw; a failure names the case.
 FusedCase random_fused_case(uint64_t seed, std::string* name) {
   testutil::Draw d(seed);
   const testutil::IndexerGeometry g = testutil::draw_indexer_geometry(d, 30, 300);

@@ -13,7 +13,7 @@
 // winner of the whole row is a winner of its chunk's row, and the column order is the state order,
 // so topk's tie rule (the smaller column) is the op's (the smaller state). Columns map back to
 // states through the carried winners' states (head) or c0 + column - k. Chunk 0 has no head: its
-// rows start at column k (a start of k for every row).
+// top-k reads the rows from column k on, so its columns are states.
 //
 // Lengths. Chunk c scores states [c0, c0 + W) of each row: paged_mqa_logits over the block table
 // shifted by c0 / S pages with lengths len - c0, clamped to [0, W] ([B] lengths under the next_n
@@ -25,7 +25,6 @@
 #include <cstdint>
 
 #include "common/fused_chunks.h"
-#include "common/indexer_work.h"
 #include "cuda/common/topk_grid.cuh"
 
 namespace dsattn {
@@ -37,10 +36,9 @@ constexpr int kThreads = 256;
 // chunk_prep_kernel's arguments: every chunk's lengths and top-k row ends, computed once per call
 // from the device-side lengths.
 struct Prep {
-  detail::IndexerWork work;  // the call's rows (its lengths)
-  int64_t rows = 0;          // R
-  int64_t width = 0;         // the block table's states (row windows are capped there)
-  int64_t chunk = 0;         // W
+  topk_detail::TopkRowBounds rb;  // the call's rows as the logits route bounds them (paged, capped at the table)
+  int64_t rows = 0;               // R
+  int64_t chunk = 0;              // W
   int nchunks = 0;
   int k = 0;
   // The call's context_lens, n0 x n1 values at lens[i0 * s0 + i1 * s1]; chunk c's go contiguously
@@ -49,15 +47,13 @@ struct Prep {
   int64_t n0 = 0, n1 = 1, s0 = 0, s1 = 0;
   int32_t slack = 0;
   int32_t* clens = nullptr;   // [nchunks][n0 * n1]
-  int32_t* cends = nullptr;   // [nchunks][R]: top-k row ends (columns of the chunk's buffer)
-  int32_t* cstart = nullptr;  // one int: k (chunk 0's row start, read with stride 0)
+  int32_t* cends = nullptr;  // [nchunks][R]: top-k row ends (columns; chunk 0's from column k)
 };
 
 __global__ void __launch_bounds__(kThreads) chunk_prep_kernel(Prep p) {
   const int64_t n = p.n0 * p.n1;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  if (tid == 0) *p.cstart = p.k;
   for (int64_t i = tid; i < n * p.nchunks; i += step) {
     const int64_t c = i / n, e = i - c * n;
     const int64_t i0 = e / p.n1, i1 = e - i0 * p.n1;
@@ -65,9 +61,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep_kernel(Prep p) {
   }
   for (int64_t i = tid; i < p.rows * p.nchunks; i += step) {
     const int64_t c = i / p.rows, r = i - c * p.rows;
-    const int64_t g = r / p.work.rows_per_group;
-    int64_t hi = detail::indexer_row_window(p.work, g, static_cast<int>(r - g * p.work.rows_per_group)).hi;
-    if (hi > p.width) hi = p.width;
+    int start, hi;
+    p.rb.get(r, &start, &hi);
     p.cends[i] = detail::chunk_row_end(hi, c * p.chunk, p.chunk, p.k);
   }
 }

@@ -159,12 +159,12 @@ struct FusedPlan {
   // states, each scored into [rows, k + chunk_w] fp32 at off_cbuf (after the schedule, logits_ws
   // bytes) and selected with tp (scratch at off_topk); the carried winners' states (two [rows, k]
   // buffers) at off_head, the top-k's columns and values at off_sidx / off_svals, every chunk's
-  // lengths (lens_n each) at off_clens, its row ends at off_cends, then one int (k).
+  // lengths (lens_n each) at off_clens, its row ends at off_cends.
   bool chunked = false;
   int64_t chunk_w = 0;
   int nchunks = 0;
   int64_t lens_n = 0;
-  size_t off_cbuf = 0, off_head = 0, off_sidx = 0, off_svals = 0, off_clens = 0, off_cends = 0, off_cstart = 0;
+  size_t off_cbuf = 0, off_head = 0, off_sidx = 0, off_svals = 0, off_clens = 0, off_cends = 0;
 };
 
 // The logits view of the call: the same inputs, logits [rows, width] at `ptr` (nullptr to plan).
@@ -314,11 +314,10 @@ Status plan_chunked_route(const PagedMqaTopkParams& a, const detail::PagedIndexe
     g.off_svals = g.off_sidx + align256(rk);
     g.off_clens = g.off_svals + align256(rk);
     g.off_cends = g.off_clens + align256(static_cast<size_t>(n) * lens_n * 4);
-    g.off_cstart = g.off_cends + align256(static_cast<size_t>(n) * rows * 4);
     g.tp = tp;
     g.chunk_w = w;
     g.nchunks = n;
-    return g.off_cstart + 256;
+    return g.off_cends + align256(static_cast<size_t>(n) * rows * 4);
   };
   size_t total = 0;
   if (forced > 0) {
@@ -738,12 +737,12 @@ Status run_chunked_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   float* svals = reinterpret_cast<float*>(ws + f.off_svals);
   int32_t* clens = reinterpret_cast<int32_t*>(ws + f.off_clens);
   int32_t* cends = reinterpret_cast<int32_t*>(ws + f.off_cends);
-  int32_t* cstart = reinterpret_cast<int32_t*>(ws + f.off_cstart);
   {
     fused_chunked::Prep p;
-    p.work = f.p.work;
+    p.rb.width = static_cast<int>(f.width);  // the logits route's bounds (run_logits_route)
+    p.rb.paged = true;
+    p.rb.work = f.p.work;
     p.rows = rows;
-    p.width = f.width;
     p.chunk = f.chunk_w;
     p.nchunks = f.nchunks;
     p.k = a.k;
@@ -756,7 +755,6 @@ Status run_chunked_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
     p.slack = f.p.work.lens_per_row == 0 ? f.p.work.next_n - 1 : 0;
     p.clens = clens;
     p.cends = cends;
-    p.cstart = cstart;
     const int64_t n = std::max<int64_t>(f.lens_n, rows) * f.nchunks;
     const int blocks = static_cast<int>(std::min<int64_t>((n + fused_chunked::kThreads - 1) / fused_chunked::kThreads, 1024));
     fused_chunked::chunk_prep_kernel<<<std::max(blocks, 1), fused_chunked::kThreads, 0, stream>>>(p);
@@ -778,13 +776,14 @@ Status run_chunked_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
     const PagedMqaLogitsParams lp =
         chunk_logits_params(a, pb, f.chunk_w, c, clens + static_cast<int64_t>(c) * f.lens_n, buf, &lpb);
     DSATTN_RETURN_IF_ERROR(paged_mqa_logits(lp, lpb, lex, false));
+    // Chunk 0 has no carried winners: its top-k reads the rows from column k on.
+    const int64_t col0 = c == 0 ? a.k : 0;
     topk_detail::TopkRowBounds rb;
-    rb.width = static_cast<int>(ld);
-    if (c == 0) rb.starts = cstart;  // stride 0: every row starts at column k
+    rb.width = static_cast<int>(ld - col0);
     rb.ends = cends + static_cast<int64_t>(c) * rows;
     rb.ends_stride = 1;
     const bool last = c + 1 == f.nchunks;
-    DSATTN_RETURN_IF_ERROR(topk_rows_f32(f.tp, rows, buf, ld, rb, last && a.sorted, sout, tex, kOp));
+    DSATTN_RETURN_IF_ERROR(topk_rows_f32(f.tp, rows, buf + col0, ld, rb, last && a.sorted, sout, tex, kOp));
     fused_chunked::Map m;
     m.sidx = sidx;
     m.svals = svals;
