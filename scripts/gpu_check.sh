@@ -2,7 +2,8 @@
 # One-command GPU check for an H100/H200 (sm_90a):
 #   1. build for sm_90a with CXX=/usr/bin/g++ (or use binaries from --prebuilt DIR),
 #   2. run every GPU test suite (dsattn_gpu_tests), then the CUDA-graph and cluster tests again with
-#      DSATTN_PDL=0 (kernels launched without programmatic dependent launch),
+#      DSATTN_PDL=0 (kernels launched without programmatic dependent launch), and the fused top-k
+#      tests under the sm_100 family's indexer kernel choice (DSATTN_INDEXER_KERNEL=portable),
 #   3. a reduced compute-sanitizer memcheck + racecheck pass (tests whose name contains "Sanitizer";
 #      racecheck without the indexer producer's L1 touch, see below),
 #   4. the Python tests (python/tests, GPU ones included) with torch, when $PYTHON has torch:
@@ -86,6 +87,12 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$OUT/gpu_tests.log" | head 
 grep -E "^\[ +OK \]" "$OUT/gpu_tests.log" | sed -E 's/.*\] ([^ ]+) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -8
 step gpu_tests_no_pdl gpu_tests_no_pdl.log env DSATTN_PDL=0 "$BIN/dsattn_gpu_tests" \
   --gtest_filter='*GraphReplay*:*GpuTopkCluster.KernelRows*:GpuFusedTopk.Fp8DecodeLengthsAroundK:GpuFusedTopk.ResidentGraphNewLengths*'
+# The sm_100 family's kernel choice on this GPU (DSATTN_INDEXER_KERNEL=portable: FP8 calls with
+# D = 128 and >= 768 block-table states per SM on the mma.sync consumers' warp-specialized kernel,
+# the rest on the portable kernel), for which the fused op must return paged_mqa_logits' scores
+# bitwise: every fused test but the two that assert Hopper's own routes (the resident route).
+step gpu_tests_sm100_rule gpu_tests_sm100_rule.log env DSATTN_INDEXER_KERNEL=portable "$BIN/dsattn_gpu_tests" \
+  --gtest_filter='GpuFusedTopk.*:-GpuFusedTopk.RouteByPieceLength:GpuFusedTopk.ResidentRouteCallSwitch'
 
 if [ "$RANDOM_CASES" -gt 0 ]; then
   RSEED="${DSATTN_TEST_RANDOM_SEED:-$(( $(date +%s) % 1000000 ))}"

@@ -198,7 +198,11 @@ Status topk(const TopkParams& p, const Exec& ex);
 // BENCHMARKS.md, 2026-12-06 13:00); DSATTN_FUSED_SCHEDULE=caller keeps it anyway (tests, A/B).
 // Elsewhere (the portable kernels) the caller's schedule is used, and so it is by the logits
 // route's scoring for several requests (its partitions are charged for the requests they enter).
-// Same results either way.
+// Same results either way. Except on the sm_100 family, for the calls paged_mqa_logits scores on
+// its warp-specialized mma.sync kernel (FP8 keys, D = 128, block tables of at least 768 states per
+// SM): the fused op scores those on the same kernel, with its own split (the schedule checked,
+// not used), so that both ops compute every score alike (on the portable kernel its scores
+// differed from paged_mqa_logits' in the last bits, which could break near-ties apart).
 struct PagedMqaTopkParams : PagedIndexerArgs {
   int k = 0;
   TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding

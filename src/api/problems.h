@@ -21,6 +21,10 @@ struct PagedIndexerProblem {
   int64_t num_pages = 0;    // cache.pages.shape[0]
   int64_t max_pages = 0;    // block_table.shape[1]
   int64_t max_context = 0;  // logits width (0 for the fused op)
+  // CUDA planning: the pages per block-table row that the kernel size rules count, where the call
+  // scores a column chunk of a larger table (the fused op's chunked route: the whole table's, so
+  // that each chunk runs the kernel the whole call would); 0: max_pages.
+  int64_t size_pages = 0;
 };
 
 // Context length of row `r` (b = request, j = row within the request), following SPEC §3.1.

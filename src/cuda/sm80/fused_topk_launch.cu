@@ -267,6 +267,7 @@ PagedMqaLogitsParams chunk_logits_params(const PagedMqaTopkParams& a, const deta
   *lpb = pb;
   lpb->max_pages = pages;
   lpb->max_context = chunk_w;
+  lpb->size_pages = pb.max_pages;  // each chunk on the kernel the whole call would take
   return lp;
 }
 
@@ -499,18 +500,37 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   DSATTN_RETURN_IF_ERROR(device_limits(kOp, ex, &sms, &optin));
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(kOp, &f->p, budget, topk_epi_smem, &f->wg));
+  // Where paged_mqa_logits scores on the mma.sync consumers' warp-specialized kernel (the sm_100
+  // family's large calls; logits_mma_ws_rule), so does this op, with the top-k epilogue and its own
+  // split (a caller schedule is checked, not used, even under DSATTN_FUSED_SCHEDULE=caller): the
+  // portable kernel's scores differ from that kernel's in the last bits (it groups the head dim
+  // into MMA k-steps differently), so the two ops would return different scores and could break
+  // near-ties at the k-th key apart.
+  if (!f->wg.use && logits_mma_ws_rule(f->p, a.cache.format, pb.head_dim, sms)) {
+    const IndexerParams saved = f->p;
+    DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(kOp, &f->p, budget, topk_epi_smem, &f->wg, /*mma_ws=*/true));
+    if (f->wg.use) plan_wgmma_ws(f->p, budget, true, &f->wg, false, /*mma=*/true);
+    if (f->wg.ws_stages == 0) {
+      f->p = saved;
+      f->wg = WgmmaPlan{};
+    }
+  }
   if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
   size_t meta_bytes = 0;
-  if (a.schedule.defined()) {
+  if (a.schedule.defined() && !f->wg.ws_mma) {
     DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &f->partitions));
   } else {
+    if (a.schedule.defined()) {  // the mma kernel's call: checked, then its own split
+      int parts = 0;
+      DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &parts));
+    }
     // The resident route for a few requests, except on block tables of up to
     // kLogitsOverResidentMaxWidth states, where the logits route wins when it is allowed (by
     // default: pieces too short to drop a state, which holds for so few requests) and fits; not
     // when DSATTN_FUSED_RESIDENT=force asks for the resident route, or DSATTN_FUSED_LOGITS=0 keeps
     // the logits route off.
     resident = *f;
-    if (plan_resident(a, pb, budget, sms, &resident)) {
+    if (!f->wg.ws_mma && plan_resident(a, pb, budget, sms, &resident)) {
       const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
       const int64_t width = pb.max_pages * pb.states_per_page;
       if (mode == FusedRouteMode::kStreaming || resident.res_forced ||
@@ -522,7 +542,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     }
     // Own schedule: on Hopper the warp-specialized kernel when it fits (one CTA per SM, each
     // consumer warpgroup scoring its own partition); a caller schedule keeps the tile kernel.
-    if (f->wg.use) plan_wgmma_ws(f->p, budget, true, &f->wg);
+    if (f->wg.use && !f->wg.ws_mma) plan_wgmma_ws(f->p, budget, true, &f->wg);
     if (f->wg.ws_stages > 0) {
       f->ws_grid = sms;
       f->partitions = sms * kWsConsumers;
@@ -595,7 +615,8 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   // no row histogram) that never leave dense mode, at most 32 per row, and rows (bounded by the
   // block table) that fit the merge's shared memory as keys: one merge CTA per row then loads its
   // keys once and selects.
-  const bool dense_heads = f->wg.ws_stages > 0 && (f->wg.shape.hp == 64 || ws_pure_shape(f->wg.shape));
+  const bool dense_heads =
+      f->wg.ws_stages > 0 && !f->wg.ws_mma && (f->wg.shape.hp == 64 || ws_pure_shape(f->wg.shape));
   const bool dense_rows = dense_heads && rps == 1 && short_pieces && per_row <= 32 &&
                           pb.max_pages * pb.states_per_page <= 2 * int64_t(f->mcap);
   const bool few_long_rows = pb.rows * 2 <= sms && !dense_rows && (per_row > 32 || (per_row >= 8 && short_pieces));
@@ -643,7 +664,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   // DSATTN_FUSED_PURE=force takes it for any call (tests: its positional appends after an overflow).
   const char* pure_env = std::getenv("DSATTN_FUSED_PURE");
   const bool force_pure = pure_env != nullptr && std::strcmp(pure_env, "force") == 0;
-  if (f->wg.ws_stages > 0 && f->split == 1 && (short_pieces || force_pure)) {
+  if (f->wg.ws_stages > 0 && !f->wg.ws_mma && f->split == 1 && (short_pieces || force_pure)) {
     WgmmaPlan pure = f->wg;
     plan_wgmma_ws(f->p, budget, true, &pure, true);
     if (pure.ws_pure && pure.ws_stages >= f->wg.ws_stages) {
@@ -681,10 +702,13 @@ bool keep_caller_schedule() {
 Status plan_call(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                  PagedMqaTopkParams* own, const PagedMqaTopkParams** use, FusedPlan* f) {
   *use = &a;
-  // Off Hopper the own plan cannot run those, so the caller's plan is made once (not after a
-  // discarded own plan).
+  // Where neither the wgmma kernels nor the mma.sync consumers' warp-specialized kernel have code,
+  // the own plan cannot run those, so the caller's plan is made once (not after a discarded own
+  // plan). On the sm_100 family the own plan scores the calls of logits_mma_ws_rule on the latter,
+  // as paged_mqa_logits does.
   int major = 0, minor = 0;
-  if (a.schedule.defined() && !keep_caller_schedule() && wgmma_device(&major, &minor)) {
+  const bool ws_device = wgmma_device(&major, &minor) || mma_ws_kernel_runs(major, minor);
+  if (a.schedule.defined() && !keep_caller_schedule() && ws_device) {
     int parts = 0;
     DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &parts));
     *own = a;

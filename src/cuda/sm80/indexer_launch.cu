@@ -29,9 +29,12 @@ extern template struct WgmmaKernelOps<LogitsEpilogue>;
 namespace {
 
 // The states the block tables of a paged-decode call hold (0 for prefill): the kernel and tile size
-// rules of plan_logits and plan_indexer_config go by them per SM.
+// rules of plan_logits and plan_indexer_config go by them per SM. A call that scores a column chunk
+// of a larger block table (the fused op's chunked route) counts the whole table's pages
+// (IndexerParams::size_pages), so that it runs the kernel the whole call would.
 int64_t block_table_states(const IndexerParams& p) {
-  return p.work.mode == detail::IndexerMode::kPaged ? int64_t(p.work.groups) * p.max_pages * p.states_per_page : 0;
+  const int64_t pages = p.size_pages > 0 ? p.size_pages : p.max_pages;
+  return p.work.mode == detail::IndexerMode::kPaged ? int64_t(p.work.groups) * pages * p.states_per_page : 0;
 }
 
 constexpr int kMaxStages = 6;
@@ -89,6 +92,35 @@ bool inline_schedule_on() {
   return (e != nullptr && std::strcmp(e, "inline") == 0) || kInlineScheduleDefault;
 }
 
+}  // namespace
+
+// The mma.sync kernels' large calls (FP8 paged decode) run the warp-specialized kernel with
+// mma.sync consumers: where it has code (sm_90a, sm_100 family builds) and the call is the portable
+// path's (by default on sm_100; on sm_90 under DSATTN_INDEXER_KERNEL=portable, or mma-ws for any
+// size), when the block tables hold at least kMmaWsStatesPerSm states per SM. Below that the
+// portable kernel's smaller tiles are faster. H200, FP8, D = 128, H = 64, S = 64, us, mma-ws /
+// portable kernel, re-measured after the mma-ws consumers' k-outer order (4959bf6), two rounds:
+// 1 x 32K 7.9 / 6.7, 1 x 64K 10.4 / 9.5, 2 x 32K 10.4 / 9.5, 4 x 8K 8.2-8.3 / 8.3 (<= 496 states
+// per SM), 8 x 8K 10.5-10.6 / 11.0 (496), 1 x 128K 14.2 / 14.9, 4 x 32K 14.1 / 14.8-14.9, 16 x 8K
+// 14.3-14.5 / 16.2-16.3 (993), 32 x 32K 54.1-54.9 / 77.2, 128 x 32K 187.5-189.8 / 279-281
+// (BENCHMARKS.md, 2026-12-04).
+// The fused op (paged_mqa_topk) scores its streaming route on the same kernel by the same rule
+// (with its top-k epilogue), so that both ops compute every score alike.
+bool logits_mma_ws_rule(const IndexerParams& p, IndexerFormat fmt, int D, int sms) {
+  constexpr int64_t kMmaWsStatesPerSm = 768;
+  const IndexerKernelChoice choice = indexer_kernel_choice();
+  int major = 0, dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  const bool large = block_table_states(p) >= kMmaWsStatesPerSm * sms;
+  const bool portable_call =
+      choice == IndexerKernelChoice::kPortable || (choice == IndexerKernelChoice::kAuto && major == 10);
+  return p.work.mode == detail::IndexerMode::kPaged && fmt == IndexerFormat::kFp8 && D == 128 &&
+         (choice == IndexerKernelChoice::kMmaWs || (portable_call && large));
+}
+
+namespace {
+
 // Common planning for the logits ops: config, partitions, workspace.
 Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, const TensorView& schedule,
                    const Exec& ex, LogitsPlan* plan) {
@@ -97,36 +129,15 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   const int budget = ex.smem_budget_bytes > 0 ? std::min(ex.smem_budget_bytes, optin) : optin;
   // Both size rules below (the mma.sync consumers' kernel here, the warp-specialized wgmma kernel's
   // stage length further on) go by the block tables' states per SM.
-  const bool paged = p->work.mode == detail::IndexerMode::kPaged;
   const int64_t cap_states = block_table_states(*p);
-  // The mma.sync kernels' large calls (FP8 paged decode) run the warp-specialized kernel with
-  // mma.sync consumers: where it has code (sm_90a, sm_100 family builds) and the call is the portable
-  // path's (by default on sm_100; on sm_90 under DSATTN_INDEXER_KERNEL=portable, or mma-ws for any
-  // size), when the block tables hold at least kMmaWsStatesPerSm states per SM. Below that the
-  // portable kernel's smaller tiles are faster. H200, FP8, D = 128, H = 64, S = 64, us, mma-ws /
-  // portable kernel, re-measured after the mma-ws consumers' k-outer order (4959bf6), two rounds:
-  // 1 x 32K 7.9 / 6.7, 1 x 64K 10.4 / 9.5, 2 x 32K 10.4 / 9.5, 4 x 8K 8.2-8.3 / 8.3 (<= 496 states
-  // per SM), 8 x 8K 10.5-10.6 / 11.0 (496), 1 x 128K 14.2 / 14.9, 4 x 32K 14.1 / 14.8-14.9, 16 x 8K
-  // 14.3-14.5 / 16.2-16.3 (993), 32 x 32K 54.1-54.9 / 77.2, 128 x 32K 187.5-189.8 / 279-281
-  // (BENCHMARKS.md, 2026-12-04).
-  {
-    constexpr int64_t kMmaWsStatesPerSm = 768;
-    const IndexerKernelChoice choice = indexer_kernel_choice();
-    int major = 0, dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    const bool large = cap_states >= kMmaWsStatesPerSm * sms;
-    const bool portable_call = choice == IndexerKernelChoice::kPortable ||
-                               (choice == IndexerKernelChoice::kAuto && major == 10);
-    if (paged && fmt == IndexerFormat::kFp8 && D == 128 &&
-        (choice == IndexerKernelChoice::kMmaWs || (portable_call && large))) {
-      const IndexerParams saved = *p;
-      DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg, /*mma_ws=*/true));
-      if (plan->wg.use) plan_wgmma_ws(*p, budget, false, &plan->wg, false, /*mma=*/true);
-      if (plan->wg.ws_stages == 0) {
-        *p = saved;
-        plan->wg = WgmmaPlan{};
-      }
+  // The mma.sync consumers' warp-specialized kernel where logits_mma_ws_rule says so.
+  if (logits_mma_ws_rule(*p, fmt, D, sms)) {
+    const IndexerParams saved = *p;
+    DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg, /*mma_ws=*/true));
+    if (plan->wg.use) plan_wgmma_ws(*p, budget, false, &plan->wg, false, /*mma=*/true);
+    if (plan->wg.ws_stages == 0) {
+      *p = saved;
+      plan->wg = WgmmaPlan{};
     }
   }
   if (!plan->wg.use) DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
@@ -434,6 +445,7 @@ Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, cons
   p->bt_s0 = a.block_table.strides[0];
   p->bt_s1 = a.block_table.strides[1];
   p->max_pages = pb.max_pages;
+  p->size_pages = pb.size_pages;
   const int64_t page_limit = pb.max_pages * pb.states_per_page;
   p->state_limit = std::min<int64_t>(page_limit, INT32_MAX);
   return Status::Ok();

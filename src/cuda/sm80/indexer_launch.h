@@ -71,6 +71,13 @@ cudaError_t IndexerKernelOps<F, D, Epi>::occupancy(const IndexerParams& p, size_
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                            IndexerConfig* cfg, bool warp_local = false, int sms = 0);
 
+// Whether paged_mqa_logits scores this paged-decode call (p as fill_paged_indexer_params filled it)
+// on the warp-specialized kernel with mma.sync consumers (indexer_ws_mma.cuh) where that kernel
+// has code and fits: FP8 keys, D = 128, the portable path's call (by default on the sm_100 family;
+// DSATTN_INDEXER_KERNEL=portable or mma-ws on sm_90) with block tables of at least 768 states per
+// SM (`sms`). The fused op takes the same kernel by the same rule.
+bool logits_mma_ws_rule(const IndexerParams& p, IndexerFormat fmt, int D, int sms);
+
 // Fills the paged-decode parts of IndexerParams (work, Q, weights, cache, block table) from
 // validated arguments. Output fields (out, out_width...) and the schedule are left to the caller.
 Status fill_paged_indexer_params(const char* op, const PagedIndexerArgs& a, const detail::PagedIndexerProblem& pb,

@@ -53,6 +53,8 @@ struct IndexerParams {
                             // the warp-local copies pass rows as 32-bit 16-byte-unit offsets
   const int32_t* block_table = nullptr;  // [batch, max_pages]; null: page index = page id
   int64_t bt_s0 = 0, bt_s1 = 0, max_pages = 0;
+  int64_t size_pages = 0;   // host planning only: the pages per block-table row the size rules
+                            // count (a column chunk of a larger table: the whole table's); 0: max_pages
   int64_t state_limit = 0;  // states >= limit are never processed (logits width, pages * S)
   const int32_t* meta = nullptr;  // schedule metadata; null: one group (work.groups == 1) split
                                   // into `partitions` without it (IdxCursor::init)

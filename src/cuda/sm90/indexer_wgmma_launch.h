@@ -64,7 +64,8 @@ Status plan_wgmma_indexer(const char* op, IndexerParams* p, int budget, size_t (
 // ws_pure_shape): the dense kernel without staged scores (WsTopkT<true, true>), for a call whose
 // every piece fits its buffer; plan->ws_pure says whether it was taken.
 // DSATTN_INDEXER_WS=0 keeps indexer_wgmma.cuh (benchmark / test knob).
-// mma (logits only): indexer_ws_mma_kernel's ring (128-state stages, f16 Q), plan->ws_mma.
+// mma: indexer_ws_mma_kernel's ring (128-state stages, f16 Q), plan->ws_mma; with topk its
+// epilogue is WsTopkT<false> (never pure or dense).
 // states_per_sm (logits): the block tables' states per SM of the grid (0 for prefill), for the
 // choice of 64-state stages (kWsShortStage) on small calls; DSATTN_WS_STAGE overrides it.
 void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* plan, bool pure = false,
@@ -87,9 +88,10 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
 // 128 x 32K 239 -> 225 us, 128 x 64K 450 -> 435, N = 2 64 x 16K 131 -> 126.5; but H = 32 128 x 32K
 // 230 -> 235.5, so fewer heads keep the ordered path, except in the pure variant, ws_pure, whose
 // 256-state stages pay for the stores there too). The launcher and the merge plan (which routes
-// rows to merge_dense_row) both decide by it.
+// rows to merge_dense_row) both decide by it. Not on the mma consumers' kernel (its store takes no
+// row window).
 inline bool ws_topk_dense(const WgmmaPlan& plan, bool row_hist) {
-  return plan.ws_stages > 0 && (plan.shape.hp == 64 || plan.ws_pure) && !row_hist;
+  return plan.ws_stages > 0 && !plan.ws_mma && (plan.shape.hp == 64 || plan.ws_pure) && !row_hist;
 }
 // paged_mqa_topk's resident route (indexer_ws_resident.cuh): the ring that fits `budget` beside
 // each warpgroup's scratch (rows x cap keys; `multi`, several requests: also a segment table and

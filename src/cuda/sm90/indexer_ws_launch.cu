@@ -93,11 +93,13 @@ void plan_wgmma_ws(const IndexerParams& p, int budget, bool topk, WgmmaPlan* pla
                    int64_t states_per_sm) {
   if (!ws_applies(plan, mma)) return;
   const WgmmaShape& s = plan->shape;
-  pure = topk && pure && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
-  mma = mma && !topk && s.fp4 == 0;
+  mma = mma && s.fp4 == 0;
+  pure = topk && pure && !mma && ws_pure_shape(s);  // WsTopkT<true, true>'s kernels
   // The mma consumers' f16 Q takes twice the bytes: 128-state stages, so that a ring still has 3.
   int stage = mma ? 128 : ws_stage(s.q_rows, s.hp, topk && !pure);
   if (!topk && !mma && ws_short_stage(s, plan->nw, states_per_sm)) stage = kWsShortStage;
+  // The mma kernel's top-k epilogue is WsTopkT<false> (launch_indexer_ws_topk), whose scratch is
+  // WsTopkT<true>'s.
   const size_t epi = !topk ? WsLogits::smem_bytes(p, stage)
                      : pure ? WsTopkT<true, true>::smem_bytes(p, stage)
                             : WsTopkT<true>::smem_bytes(p, stage);
@@ -227,15 +229,26 @@ bool mma_ws_kernel_runs(int major, int minor) {
 }
 
 namespace {
-template <class Fn>
+template <class Epi, class Fn>
 cudaError_t with_ws_mma_kernel(const WgmmaPlan& plan, Fn&& fn) {
   const int hp = plan.shape.hp;
   if (plan.ws_stage == 128) {
-    if (hp == 16) return fn(indexer_ws_mma_kernel<16, 128, WsLogits>);
-    if (hp == 32) return fn(indexer_ws_mma_kernel<32, 128, WsLogits>);
-    if (hp == 64) return fn(indexer_ws_mma_kernel<64, 128, WsLogits>);
+    if (hp == 16) return fn(indexer_ws_mma_kernel<16, 128, Epi>);
+    if (hp == 32) return fn(indexer_ws_mma_kernel<32, 128, Epi>);
+    if (hp == 64) return fn(indexer_ws_mma_kernel<64, 128, Epi>);
   }
   return cudaErrorInvalidValue;
+}
+template <class Epi>
+cudaError_t launch_ws_mma(const WgmmaPlan& plan, const IndexerParams& p, const Epi& epi, int grid, int extra,
+                          cudaStream_t stream) {
+  const WgmmaShape s = ws_shape(plan, extra);
+  return with_ws_mma_kernel<Epi>(plan, [&](auto kern) {
+    cudaError_t e = raise_dynamic_smem(kern, plan.ws_smem);
+    if (e != cudaSuccess) return e;
+    return launch_pdl(kern, dim3(grid), dim3(kWsmThreads), plan.ws_smem, stream, LaunchOpt{0, EpiPdl<Epi>::value},
+                      plan.maps, p, s, epi);
+  });
 }
 }  // namespace
 
@@ -248,15 +261,7 @@ bool ws_one_group_walk(const WgmmaPlan& plan, const IndexerParams& p) {
 cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int grid, cudaStream_t stream,
                               bool trigger_next) {
   const int extra = trigger_next ? kWsEarlyTrigger : 0;
-  if (plan.ws_mma) {
-    const WgmmaShape s = ws_shape(plan, extra);
-    return with_ws_mma_kernel(plan, [&](auto kern) {
-      cudaError_t e = raise_dynamic_smem(kern, plan.ws_smem);
-      if (e != cudaSuccess) return e;
-      return launch_pdl(kern, dim3(grid), dim3(kWsmThreads), plan.ws_smem, stream, LaunchOpt{0, EpiPdl<WsLogits>::value},
-                        plan.maps, p, s, WsLogits{});
-    });
-  }
+  if (plan.ws_mma) return launch_ws_mma(plan, p, WsLogits{}, grid, extra, stream);
   // kWsOneGroupWalk where the caller set the call up for it (paged_mqa_logits, indexer_launch.cu).
   const bool rr = ws_one_group_walk(plan, p) && p.meta == nullptr && p.partitions == 1 && p.split == grid;
   // IndexerParams::inline_schedule: the kernels that compute their partitions themselves.
@@ -266,6 +271,11 @@ cudaError_t launch_indexer_ws(const WgmmaPlan& plan, const IndexerParams& p, int
 
 cudaError_t launch_indexer_ws_topk(const WgmmaPlan& plan, const IndexerParams& p,
                                    const fused_topk::CollectorBuffers& buf, int grid, cudaStream_t stream) {
+  if (plan.ws_mma) {  // ordered appends only (ws_topk_dense)
+    WsTopkT<false> epi;
+    epi.buf = buf;
+    return launch_ws_mma(plan, p, epi, grid, 0, stream);
+  }
   if (ws_topk_dense(plan, buf.hist != nullptr)) {
     if (plan.ws_pure) {
       WsTopkT<true, true> epi;

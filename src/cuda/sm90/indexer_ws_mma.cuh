@@ -1,7 +1,11 @@
 // The warp-specialized indexer kernel of indexer_ws.cuh (producer warps, rings of TMA-filled
-// stages, one CTA per SM) with mma.sync consumers instead of wgmma: paged_mqa_logits, FP8 keys,
-// D = 128. The producers, the stage layout (keys in the 128-byte TMA swizzle), the barriers and
-// the logits epilogue are indexer_ws.cuh's; what differs is how a consumer warp scores its states.
+// stages, one CTA per SM) with mma.sync consumers instead of wgmma: paged_mqa_logits (WsLogits)
+// and the streaming scoring of paged_mqa_topk (WsTopkT<false>, staged scores and ordered appends),
+// FP8 keys, D = 128. The producers, the stage layout (keys in the 128-byte TMA swizzle), the
+// barriers and the epilogues are indexer_ws.cuh's; what differs is how a consumer warp scores its
+// states. The fused op scores with it wherever paged_mqa_logits does (logits_mma_ws_rule), so that
+// both ops compute every score the same way: the portable kernel groups the head dim into MMA
+// k-steps differently, and its scores differ from this kernel's in the last bits.
 //
 // Consumer warp wq of warpgroup w scores the 32-state chunks wq, wq + 4, ... of each stage of its
 // ring: the chunk's keys as the A operand (two m16 tiles of states), converted to f16, and Q as f16
@@ -143,6 +147,8 @@ __device__ __forceinline__ WsmState wsm_state(const WsmLane& ln, uint32_t scales
 }
 
 // Row j's head sum v of the lane's state: scaled, masked by validity and row j's window, stored.
+// (No window pointer goes to the store: the epilogues this kernel runs, WsLogits and WsTopkT<false>,
+// read none there.)
 template <class Epi>
 __device__ __forceinline__ void wsm_store(const IndexerParams& p, Epi& epi, const WsmState& st, uint32_t win, int j,
                                           float v, int64_t row0) {
@@ -279,23 +285,29 @@ __device__ __forceinline__ void wsm_consume(const IndexerParams& p, const WgmmaS
   int32_t cur_g = -1;
   int rows = 0;
   int64_t row0 = 0;
+  bool had_tile = false;  // the current group has had a tile here (its piece exists)
   auto load_group = [&](int32_t g) {
     cur_g = g;
+    had_tile = false;
     rows = static_cast<int>(detail::indexer_group_rows(p.work, g));
     row0 = int64_t(g) * p.work.rows_per_group;
     wsm_load_group<HP>(p, s.q_rows, g, rows, qs, ws, win, tid, 128);
     grp.sync();
+    epi.group_begin(g, rows);
   };
   {
     const int32_t g0 = ws_first_group<Epi>(p, wg);
     if (g0 >= 0) load_group(g0);
   }
-  // Until the producer's end marker (g = -1; uniform).
+  // Until the producer's end marker (g = -1; uniform). The epilogue's hooks are called as
+  // ws_consume calls them (WsLogits: none does anything; WsTopkT: the fused op's candidates).
   for (WsInfo in = ws_wait_full(info, full0, st, ph); in.g >= 0; in = ws_wait_full(info, full0, st, ph)) {
     if (in.g != cur_g) {
+      if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
       grp.sync();  // every thread is done with the previous group's Q, weights and windows
       load_group(in.g);
     }
+    epi.tile_begin(rows, in.t0, in.count);
     const uint32_t keys = keys0 + static_cast<uint32_t>(st * kStage * kWgHeadDim);
     const uint32_t sc = scales0 + static_cast<uint32_t>(st * kStage * 4);
 #pragma unroll 1
@@ -304,8 +316,11 @@ __device__ __forceinline__ void wsm_consume(const IndexerParams& p, const WgmmaS
                       in.count, in.mask, s.log2_box, row0, lane);
     }
     mbar_arrive(empty0 + 8 * st);
+    epi.tile_end(p, cur_g, rows, row0, in.t0, in.count, win);
+    had_tile = true;
     ws_ring_advance(st, ph, stages);
   }
+  if (cur_g >= 0 && had_tile) epi.group_end(cur_g, rows);
 #else
   (void)p; (void)s; (void)stages; (void)smem; (void)L; (void)epi; (void)wg; (void)wq; (void)lane;
 #endif
