@@ -109,6 +109,8 @@ if [ $SAN -eq 1 ]; then
     # Without the indexer producer's L1 touch (kWsTouchGroup, indexer_ws.cuh; off by default since
     # 2026-12-06, -64 keeps it off where DSATTN_WS_PRODUCER's default would have it): its
     # cp.async.ca copies into a never-read 16-byte scratch per lane are WAW hazards to racecheck.
+    # Every kernel checked: under --kernel-name, a thread-block-cluster kernel left unchecked made
+    # racecheck abort ("failed to handle a hardware exception"; BENCHMARKS.md, 2026-12-07).
     step racecheck racecheck.log env DSATTN_WS_PRODUCER=-64 compute-sanitizer --tool racecheck \
       --racecheck-report all --error-exitcode 97 "$BIN/dsattn_gpu_tests" --gtest_filter="$SAN_FILTER"
   else
