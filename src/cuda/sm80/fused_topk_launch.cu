@@ -385,7 +385,8 @@ bool plan_resident(const PagedMqaTopkParams& a, const detail::PagedIndexerProble
   const char* env = std::getenv("DSATTN_FUSED_RESIDENT");
   if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   const bool force = env != nullptr && std::strcmp(env, "force") == 0;
-  if (!f->wg.use || a.schedule.defined() || a.sorted) return false;
+  // The resident kernel is a wgmma one: not for the mma.sync consumers' plan (ws_mma).
+  if (!f->wg.use || f->wg.ws_mma || a.schedule.defined() || a.sorted) return false;
   if (!a.resident_route && !force) return false;
   if (f->p.work.groups > kResidentMaxGroups && !force) return false;
   const int64_t width = pb.max_pages * pb.states_per_page;
@@ -506,31 +507,24 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   // portable kernel's scores differ from that kernel's in the last bits (it groups the head dim
   // into MMA k-steps differently), so the two ops would return different scores and could break
   // near-ties at the k-th key apart.
-  if (!f->wg.use && logits_mma_ws_rule(f->p, a.cache.format, pb.head_dim, sms)) {
-    const IndexerParams saved = f->p;
-    DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(kOp, &f->p, budget, topk_epi_smem, &f->wg, /*mma_ws=*/true));
-    if (f->wg.use) plan_wgmma_ws(f->p, budget, true, &f->wg, false, /*mma=*/true);
-    if (f->wg.ws_stages == 0) {
-      f->p = saved;
-      f->wg = WgmmaPlan{};
-    }
+  if (!f->wg.use) {
+    DSATTN_RETURN_IF_ERROR(
+        plan_mma_ws(kOp, &f->p, a.cache.format, pb.head_dim, sms, budget, topk_epi_smem, /*topk=*/true, &f->wg));
   }
   if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
   size_t meta_bytes = 0;
+  int caller_parts = 0;
+  if (a.schedule.defined()) DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &caller_parts));
   if (a.schedule.defined() && !f->wg.ws_mma) {
-    DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &f->partitions));
-  } else {
-    if (a.schedule.defined()) {  // the mma kernel's call: checked, then its own split
-      int parts = 0;
-      DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &parts));
-    }
+    f->partitions = caller_parts;
+  } else {  // the op's own split (a caller schedule of the mma kernel's call: checked above, not used)
     // The resident route for a few requests, except on block tables of up to
     // kLogitsOverResidentMaxWidth states, where the logits route wins when it is allowed (by
     // default: pieces too short to drop a state, which holds for so few requests) and fits; not
     // when DSATTN_FUSED_RESIDENT=force asks for the resident route, or DSATTN_FUSED_LOGITS=0 keeps
     // the logits route off.
     resident = *f;
-    if (!f->wg.ws_mma && plan_resident(a, pb, budget, sms, &resident)) {
+    if (plan_resident(a, pb, budget, sms, &resident)) {
       const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
       const int64_t width = pb.max_pages * pb.states_per_page;
       if (mode == FusedRouteMode::kStreaming || resident.res_forced ||

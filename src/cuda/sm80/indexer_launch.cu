@@ -119,6 +119,19 @@ bool logits_mma_ws_rule(const IndexerParams& p, IndexerFormat fmt, int D, int sm
          (choice == IndexerKernelChoice::kMmaWs || (portable_call && large));
 }
 
+Status plan_mma_ws(const char* op, IndexerParams* p, IndexerFormat fmt, int D, int sms, int budget,
+                   size_t (*epi_smem)(const IndexerParams&), bool topk, WgmmaPlan* wg) {
+  if (!logits_mma_ws_rule(*p, fmt, D, sms)) return Status::Ok();
+  const IndexerParams saved = *p;
+  DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, epi_smem, wg, /*mma_ws=*/true));
+  if (wg->use) plan_wgmma_ws(*p, budget, topk, wg, false, /*mma=*/true);
+  if (wg->ws_stages == 0) {  // no code for this device, or no ring fits: as if not asked
+    *p = saved;
+    *wg = WgmmaPlan{};
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 // Common planning for the logits ops: config, partitions, workspace.
@@ -131,15 +144,7 @@ Status plan_logits(const char* op, IndexerParams* p, IndexerFormat fmt, int D, c
   // stage length further on) go by the block tables' states per SM.
   const int64_t cap_states = block_table_states(*p);
   // The mma.sync consumers' warp-specialized kernel where logits_mma_ws_rule says so.
-  if (logits_mma_ws_rule(*p, fmt, D, sms)) {
-    const IndexerParams saved = *p;
-    DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg, /*mma_ws=*/true));
-    if (plan->wg.use) plan_wgmma_ws(*p, budget, false, &plan->wg, false, /*mma=*/true);
-    if (plan->wg.ws_stages == 0) {
-      *p = saved;
-      plan->wg = WgmmaPlan{};
-    }
-  }
+  DSATTN_RETURN_IF_ERROR(plan_mma_ws(op, p, fmt, D, sms, budget, logits_epi_smem, /*topk=*/false, &plan->wg));
   if (!plan->wg.use) DSATTN_RETURN_IF_ERROR(plan_wgmma_indexer(op, p, budget, logits_epi_smem, &plan->wg));
   int occ = 0;
   if (plan->wg.use && !plan->wg.ws_mma) {

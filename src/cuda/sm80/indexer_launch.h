@@ -77,6 +77,12 @@ Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t 
 // DSATTN_INDEXER_KERNEL=portable or mma-ws on sm_90) with block tables of at least 768 states per
 // SM (`sms`). The fused op takes the same kernel by the same rule.
 bool logits_mma_ws_rule(const IndexerParams& p, IndexerFormat fmt, int D, int sms);
+struct WgmmaPlan;  // cuda/sm90/indexer_wgmma_launch.h
+// Plans that kernel into *wg where logits_mma_ws_rule says so (topk: with the fused op's top-k
+// epilogue, epi_smem its scratch); else, or where it has no code or no ring fits `budget`, leaves
+// *p and *wg as they were (wg->ws_mma says whether it was taken). Both indexer ops plan it here.
+Status plan_mma_ws(const char* op, IndexerParams* p, IndexerFormat fmt, int D, int sms, int budget,
+                   size_t (*epi_smem)(const IndexerParams&), bool topk, WgmmaPlan* wg);
 
 // Fills the paged-decode parts of IndexerParams (work, Q, weights, cache, block table) from
 // validated arguments. Output fields (out, out_width...) and the schedule are left to the caller.
