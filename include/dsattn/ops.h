@@ -163,14 +163,16 @@ Status topk(const TopkParams& p, const Exec& ex);
 // paged_mqa_logits followed by topk without a [R, max_context] logits tensor: the workspace
 // (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k),
 // independent of the context length. Each partition's piece of a row keeps the states that can
-// still enter the row's top k. Where no piece is longer than its buffer (the block table's states
-// over the partitions), none can drop a state, so every score becomes a candidate anyway; there
-// (CUDA), when the call's [R, W] fp32 scores (W = max_pages x S) fit in that same workspace, the
-// op writes them as dense rows instead and selects with topk's kernels: the same scores written,
-// no more workspace, faster (H200, k = 2048: 128 x 32K 194 -> 185 us, 64 x 16K N = 2 119 -> 88-95,
-// 8 x 64K 70 -> 52). `logits_route` below (or DSATTN_FUSED_LOGITS=1 for the whole process) takes
-// that route wherever the rows fit, also where longer pieces would have dropped states (128 x 64K
-// 423 -> 325 us); where they do not fit (calls of 16 rows or more) it takes the chunked logits
+// still enter the row's top k. Each piece appends every state until its buffer is full (8 bytes
+// each: score and index), so where no piece is longer than twice its buffer (the block table's
+// states over the partitions) streaming would write at least as many bytes as the scores
+// themselves; there (CUDA), when the call's [R, W] fp32 scores (W = max_pages x S) fit in that
+// same workspace, the op writes them as dense rows instead and selects with topk's kernels: no
+// more bytes written, no more workspace, faster (H200, k = 2048: 128 x 32K 194 -> 185 us,
+// 64 x 16K N = 2 119 -> 88-95, 8 x 64K 70 -> 52; H100: 128 x 64K 499 -> 430, 32 x 256K 519 ->
+// 457, both pieces between one and two buffers, taken since 2026-12-07). `logits_route` below (or
+// DSATTN_FUSED_LOGITS=1 for the whole process) takes that route wherever the rows fit, also where
+// longer pieces would have dropped states; where they do not fit (calls of 16 rows or more) it takes the chunked logits
 // route: the block table in column chunks (the fewest whose [R, k + chunk] score rows fit the same
 // workspace), each selected together with the k winners carried from the chunks before it (same
 // results, memory still independent of the context length; H100, k = 2048, against streaming:
@@ -211,7 +213,7 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   bool sorted = false;
   // CUDA: allow the logits route (see above) wherever it fits in the streaming plan's workspace,
   // and the chunked logits route where it does not; false: the logits route only where the
-  // streaming plan would keep every score anyway. Same results either way;
+  // streaming plan would write at least as many bytes. Same results either way;
   // the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 / force, overrides it.
   bool logits_route = false;
   // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch of one CTA per

@@ -220,9 +220,9 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
     Returns TopkResult(indices [R, k] int32 state indices, values [R, k] float32 or None,
     slot_ids [R, k] int32 or None). values / slot_ids are produced when passed in or when
     return_values / return_slot_ids is set. On CUDA, where no partition's piece of the context is
-    long enough to drop a state (the streaming route would keep every score anyway), the scores
-    go as dense rows into the same workspace and topk's kernels select: faster, same results and
-    memory. logits_route=True takes that route wherever the rows fit the workspace, also where
+    longer than twice its candidate buffer (the streaming route would write at least as many
+    bytes), the scores go as dense rows into the same workspace and topk's kernels select: faster,
+    same results and memory. logits_route=True takes that route wherever the rows fit the workspace, also where
     streaming would have dropped states, and in column chunks of the block table (each selected
     with the winners carried from the chunks before it) where they do not (see ops.h).
     resident_route=False

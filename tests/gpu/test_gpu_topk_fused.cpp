@@ -7,11 +7,11 @@
 // Every case runs on every route of the op (run_fused_case): streaming candidates through the
 // collector and the merges (DSATTN_FUSED_LOGITS=0), scores in the workspace + topk's kernels (the
 // logits route, forced: =force), the defaults (up to six requests on Hopper: the resident route,
-// whose scores stay in the scoring kernel's shared memory; else the logits route where no piece
-// can drop a state, streaming otherwise: RouteByPieceLength), the chunked logits route (scores of
-// about a third of the block table at a time, DSATTN_FUSED_CHUNK; ChunkedRoute takes the smallest
-// chunks), and the call's own switch (PagedMqaTopkParams::logits_route, environment unset). Skips
-// without a GPU.
+// whose scores stay in the scoring kernel's shared memory; else the logits route where every
+// piece would write as many bytes as score rows, streaming otherwise: RouteByPieceLength), the
+// chunked logits route (scores of about a third of the block table at a time, DSATTN_FUSED_CHUNK;
+// ChunkedRoute takes the smallest chunks), and the call's own switch
+// (PagedMqaTopkParams::logits_route, environment unset). Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -824,10 +824,11 @@ TEST(GpuFusedTopk, Sm100KernelChoice) {
 }
 
 // Which route the plan takes (paged_mqa_topk_route): by default the logits route only where the
-// streaming route would keep every score (no piece longer than its buffer: 80 rows, k = 512), the
-// streaming route where pieces are long enough to drop states (140 rows, k = 100), the resident
-// route for one request on Hopper; the environment and the call's switches as documented. The
-// other tests check that every route gives the same results.
+// streaming route would write at least as many bytes as the score rows (no piece longer than twice
+// its buffer: 80 rows, k = 512; on Hopper also 140 rows, k = 100, in pieces of ~900 states against
+// buffers of 612 entries), the streaming route where pieces are longer (140 rows, k = 100, ~1700
+// states), the resident route for one request on Hopper; the environment and the call's switches
+// as documented. The other tests check that every route gives the same results.
 TEST(GpuFusedTopk, RouteByPieceLength) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   auto route_of = [](const FusedCase& c, bool logits_route) {
@@ -893,19 +894,35 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
       EnvScope streaming("DSATTN_FUSED_LOGITS", "0");
       EXPECT_EQ(route_of(mid, false), "resident");
     }
+    // Between one and two buffers per piece: the warp-specialized kernel's three partitions per SM
+    // cut 140 requests of 0.3 x SMs units (64 states each) into pieces of 15 units (960 states on
+    // 132 SMs), against buffers of 612 entries at k = 100. Streaming would write >= 612 x 8 bytes
+    // per piece, more than its scores' 960 x 4: the logits route, unless DSATTN_FUSED_LOGITS=0.
+    {
+      FusedCase between;
+      between.k = 100;
+      const int64_t width = 64 * ((3 * cuda_num_sms() + 9) / 10);
+      between.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, std::vector<int64_t>(140, width), 164);
+      EXPECT_EQ(route_of(between, false), "logits");
+      EnvScope streaming("DSATTN_FUSED_LOGITS", "0");
+      EXPECT_EQ(route_of(between, false), "streaming");
+    }
     // A caller schedule (one partition per SM) leaves the route as it is without one; with
-    // DSATTN_FUSED_SCHEDULE=caller the call keeps it, on the tile kernel: 80 rows' pieces too long
-    // for the logits route by default, and no resident route.
+    // DSATTN_FUSED_SCHEDULE=caller the call keeps it, on the tile kernel: pieces too long for the
+    // logits route by default (140 rows, k = 100: ~5000 states per piece), and no resident route.
     FusedCase sched = shortc;
     sched.schedule_parts = cuda_num_sms();
     EXPECT_EQ(route_of(sched, false), "logits");
+    FusedCase sched_long = longc;
+    sched_long.schedule_parts = cuda_num_sms();
+    EXPECT_EQ(route_of(sched_long, false), "streaming");
     FusedCase sched_one = one;
     sched_one.resident_route = true;
     sched_one.schedule_parts = cuda_num_sms();
     EXPECT_EQ(route_of(sched_one, false), "resident");
     {
       EnvScope keep("DSATTN_FUSED_SCHEDULE", "caller");
-      EXPECT_EQ(route_of(sched, false), "streaming");
+      EXPECT_EQ(route_of(sched_long, false), "streaming");
       EXPECT_NE(route_of(sched_one, false), "resident");
     }
     for (int n : {1, 2}) {

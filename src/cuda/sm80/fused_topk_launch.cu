@@ -186,10 +186,14 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // 198.3; one shape loses: 32 x 32K 91.6 / 88.4; since the warp-specialized logits kernel it wins
 // on every many-request shape measured, e.g. 128 x 32K 184-185 / 194, 64 x 16K N = 2 88-95 / 119,
 // 128 x 64K 325 / 423, BENCHMARKS.md). It writes [rows, width] score rows, and SPEC §3.4 asks the
-// op not to write the logits. So by default (kAuto) it is taken only where the streaming plan
-// would keep them all anyway: every piece at most ccap states (short_pieces), so no piece ever
-// raises its threshold and the collector stores every state's score (and index) as a candidate.
-// There both routes write every score once into a workspace of the same size; this one in rows.
+// op not to write the logits, for their memory and for the bytes they move. So by default (kAuto)
+// it is taken only where the streaming plan would write at least as many bytes anyway: every
+// piece at most 2 ccap states (writes_rows_anyway). A piece appends every state of its window
+// until its buffer of ccap entries is full, 8 bytes each, so it writes at least 8 min(n, ccap)
+// >= 4 n bytes for n states, the size of their scores in rows. (Until 2026-12-07 the bound was
+// ccap, where streaming keeps every score: many long requests then streamed, 5-20 % slower than
+// this route on Hopper's kernel, 27-33 % on sm_100's and 53-57 % on sm_120's at its 99 KiB, with
+// the same workspace; H100, BENCHMARKS.md, 2026-12-07.)
 // PagedMqaTopkParams::logits_route (or DSATTN_FUSED_LOGITS=1, see fused_route.h) takes it also
 // where pieces are longer (scores that streaming would drop get written). Either way only where
 // its workspace (schedule + rows x width fp32 logits + top-k scratch) is no larger than the
@@ -198,10 +202,10 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // never takes it; =force takes it whenever the top-k can plan it (tests: both routes on the same
 // inputs).
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
-                         bool short_pieces, FusedPlan* f) {
+                         bool writes_rows_anyway, FusedPlan* f) {
   const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
   if (mode == FusedRouteMode::kStreaming) return Status::Ok();
-  if (mode == FusedRouteMode::kAuto && !short_pieces) return Status::Ok();
+  if (mode == FusedRouteMode::kAuto && !writes_rows_anyway) return Status::Ok();
   const bool force = mode == FusedRouteMode::kForce;
   const int64_t width = pb.max_pages * pb.states_per_page;
   if (width <= 0 || width > INT32_MAX) return Status::Ok();
@@ -520,7 +524,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   } else {  // the op's own split (a caller schedule of the mma kernel's call: checked above, not used)
     // The resident route for a few requests, except on block tables of up to
     // kLogitsOverResidentMaxWidth states, where the logits route wins when it is allowed (by
-    // default: pieces too short to drop a state, which holds for so few requests) and fits; not
+    // default: pieces at most twice their buffers, which holds for so few requests) and fits; not
     // when DSATTN_FUSED_RESIDENT=force asks for the resident route, or DSATTN_FUSED_LOGITS=0 keeps
     // the logits route off.
     resident = *f;
@@ -582,11 +586,17 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   // balances units; the block table bounds every context), so short pieces (small batches) need
   // less; a longer piece (an unbalanced caller schedule) only compacts more often.
   bool short_pieces = false;  // no piece compacts, so none finds a row bound
+  // Every piece writes at least as many bytes as score rows of its states would take (see
+  // plan_logits_route): a piece appends every state of its window until its buffer is full, 8
+  // bytes each (key and index; a dense piece writes its keys, and their indices if it overflows),
+  // so n states write at least 8 min(n, ccap) >= 4 n bytes when n <= 2 ccap.
+  bool writes_rows_anyway = false;
   {
     const int64_t piece_max = piece_states_bound(pb, f->p.work.groups, f->partitions);
     const int64_t fit = std::max<int64_t>(ccap_min, (piece_max + 3) & ~int64_t(3));
     if (fit < f->ccap) f->ccap = static_cast<int>(fit);
     short_pieces = piece_max <= f->ccap;
+    writes_rows_anyway = piece_max <= 2 * int64_t(f->ccap);
   }
   f->merge_smem = fused_topk::merge_smem_bytes(f->mcap, f->k_pad, f->m_cap);
   const size_t entries = static_cast<size_t>(f->slots) * rps * f->ccap;
@@ -666,7 +676,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->p.tile_states = pure.ws_stage;
     }
   }
-  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, short_pieces, f));
+  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, f));
   return plan_chunked_route(a, pb, ex, f);
 }
 
