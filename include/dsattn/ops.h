@@ -196,8 +196,9 @@ Status topk(const TopkParams& p, const Exec& ex);
 // warp-specialized scoring kernel, or per request on the resident route), so where that plan runs
 // the warp-specialized kernel or the resident route, a caller-given schedule is checked but not
 // used: the call is planned, sized and run as without it. A caller schedule (one partition per
-// SM) would put it on the slower tile kernel and off the logits and resident routes (see
-// BENCHMARKS.md, 2026-12-06 13:00); DSATTN_FUSED_SCHEDULE=caller keeps it anyway (tests, A/B).
+// SM) would put it on the slower tile kernel, off the resident route and, with its longer pieces,
+// off the logits route more often (see BENCHMARKS.md, 2026-12-06 13:00);
+// DSATTN_FUSED_SCHEDULE=caller keeps it anyway (tests, A/B).
 // Elsewhere (the portable kernels) the caller's schedule is used, and so it is by the logits
 // route's scoring for several requests (its partitions are charged for the requests they enter).
 // Same results either way. Except on the sm_100 family, for the calls paged_mqa_logits scores on

@@ -690,10 +690,11 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
 
 // The plan of a call, and the arguments it runs with (*use: `a`, or *own, a copy without the
 // schedule). A caller schedule (schedule_metadata: one partition per SM, what paged_mqa_logits
-// takes) puts the call on the wgmma tile kernel and keeps it off the logits and resident routes,
-// which all split the work their own way (three partitions per SM, or per request). So on Hopper,
-// where the op's own plan runs the warp-specialized kernel or the resident route, the call is
-// planned and run as if no schedule were given: the schedule is still checked, and read only by
+// takes) puts the call on the wgmma tile kernel, off the resident route and, its pieces three times
+// as long, off the logits route more often: those split the work their own way (three partitions
+// per SM, or per request). So on Hopper, where the op's own plan runs the warp-specialized kernel
+// or the resident route, the call is planned and run as if no schedule were given: the schedule
+// is still checked, and read only by
 // the logits route's scoring of several requests (paged_mqa_topk below). The results are the same
 // either way (SPEC 3.4 leaves the split to the implementation); an engine that shares one schedule
 // between its indexer ops per step loses nothing by passing it here (H100, 128 x 32K with a
