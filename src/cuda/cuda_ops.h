@@ -15,6 +15,9 @@ int num_sms();
 // Whether this build has code that device `dev` (the current device: the probe kernel's attributes
 // are asked of it) runs, checked once per device; *major / *minor: its compute capability.
 bool device_has_code(int dev, int* major, int* minor);
+// The compute capability of the calling thread's current device, from the table device_has_code
+// keeps (one driver query per device); a CUDA error is reported as op's.
+Status device_capability(const char* op, int* major, int* minor);
 // Multiprocessors that work on `stream` (a cudaStream_t) can use: num_sms(), or fewer where the
 // stream belongs to a green context (or the context has an SM-count affinity).
 int stream_sms(void* stream);

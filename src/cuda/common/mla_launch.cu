@@ -161,8 +161,7 @@ Status wgmma_decide(const char* op, MlaSrc src, int64_t rows, int64_t heads, int
   }
   int dev = 0, major = 0, minor = 0, budget = ex.smem_budget_bytes;
   DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
-  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  DSATTN_RETURN_IF_ERROR(device_capability(op, &major, &minor));
   if (major != 9 || minor != 0) {
     return detail::not_implemented(op, "DSATTN_MLA_KERNEL=wgmma needs a compute capability 9.0 device, got %d.%d",
                                    major, minor);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <utility>
 
+#include "cuda/common/cuda_check.cuh"
 #include "cuda/common/driver_entry.h"
 #include "cuda/common/kernel_smem.h"
 #include "cuda/common/pdl.cuh"
@@ -54,32 +55,63 @@ namespace {
 __global__ void device_code_probe() {}
 }  // namespace
 
-bool device_has_code(int dev, int* major, int* minor) {
-  // Per device, 0 until asked, then 10 * major + minor of its compute capability, plus kHasCode
-  // when the build has code for it: later calls make no driver call.
-  constexpr int kMaxDevices = 64, kHasCode = 1000;
-  static std::atomic<int> known[kMaxDevices];
+namespace {
+
+// Per device, 0 until asked, then 10 * major + minor of its compute capability, plus kHasCode
+// when the build has code for it: later calls make no driver call. Devices beyond the table ask
+// every time.
+constexpr int kMaxDevices = 64, kHasCode = 1000;
+std::atomic<int> g_device_code[kMaxDevices];
+
+// The table's entry for `dev` (the current device: the probe kernel's attributes are asked of it),
+// asking the driver where it is not known yet; 0 and the error in *err where the driver has no
+// answer.
+int device_code(int dev, cudaError_t* err) {
   const bool cached = dev >= 0 && dev < kMaxDevices;
-  int k = cached ? known[dev].load(std::memory_order_relaxed) : 0;
+  int k = cached ? g_device_code[dev].load(std::memory_order_relaxed) : 0;
+  if (k != 0) return k;
+  int maj = 0, min = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *err = e;
+    return 0;
+  }
+  // The probe is compiled for the same architectures as every kernel of the build: no image for
+  // it means none for any of them (the launch would fail with "no kernel image").
+  cudaFuncAttributes a{};
+  const bool has = cudaFuncGetAttributes(&a, device_code_probe) == cudaSuccess;
+  if (!has) cudaGetLastError();
+  k = 10 * maj + min + (has ? kHasCode : 0);
+  if (cached) g_device_code[dev].store(k, std::memory_order_relaxed);
+  return k;
+}
+
+}  // namespace
+
+bool device_has_code(int dev, int* major, int* minor) {
+  cudaError_t e = cudaSuccess;
+  const int k = device_code(dev, &e);
   if (k == 0) {
-    int maj = 0, min = 0;
-    if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      *major = *minor = 0;
-      return true;  // no answer: let the call report its own error
-    }
-    // The probe is compiled for the same architectures as every kernel of the build: no image for
-    // it means none for any of them (the launch would fail with "no kernel image").
-    cudaFuncAttributes a{};
-    const bool has = cudaFuncGetAttributes(&a, device_code_probe) == cudaSuccess;
-    if (!has) cudaGetLastError();
-    k = 10 * maj + min + (has ? kHasCode : 0);
-    if (cached) known[dev].store(k, std::memory_order_relaxed);
+    *major = *minor = 0;
+    return true;  // no answer: let the call report its own error
   }
   *major = (k % kHasCode) / 10;
   *minor = k % 10;
   return k >= kHasCode;
+}
+
+Status device_capability(const char* op, int* major, int* minor) {
+  *major = *minor = 0;
+  int dev = 0;
+  DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
+  cudaError_t e = cudaSuccess;
+  const int k = device_code(dev, &e);
+  if (k == 0) return cuda_status(e, op, "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor / Minor)");
+  *major = (k % kHasCode) / 10;
+  *minor = k % 10;
+  return Status::Ok();
 }
 
 int num_sms() {
@@ -157,20 +189,8 @@ bool pdl_enabled() {
     return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   if (!env_on) return false;
-  // Per device: compute capability >= 9.0 (0 unknown, 1 no, 2 yes). Devices beyond the table ask
-  // every time.
-  static std::atomic<int> known[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (dev >= 0 && dev < 64) {
-    const int k = known[dev].load(std::memory_order_relaxed);
-    if (k != 0) return k == 2;
-  }
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  const bool on = major >= 9;
-  if (dev >= 0 && dev < 64) known[dev].store(on ? 2 : 1, std::memory_order_relaxed);
-  return on;
+  int major = 0, minor = 0;
+  return device_capability("pdl", &major, &minor).ok() && major >= 9;
 }
 
 }  // namespace cuda

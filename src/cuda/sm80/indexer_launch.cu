@@ -109,9 +109,8 @@ bool inline_schedule_on() {
 bool logits_mma_ws_rule(const IndexerParams& p, IndexerFormat fmt, int D, int sms) {
   constexpr int64_t kMmaWsStatesPerSm = 768;
   const IndexerKernelChoice choice = indexer_kernel_choice();
-  int major = 0, dev = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  int major = 0, minor = 0;
+  if (!device_capability("indexer", &major, &minor).ok()) major = 0;  // device_limits reports it
   const bool large = block_table_states(p) >= kMmaWsStatesPerSm * sms;
   const bool portable_call =
       choice == IndexerKernelChoice::kPortable || (choice == IndexerKernelChoice::kAuto && major == 10);
@@ -217,11 +216,8 @@ Status device_limits(const char* op, const Exec& ex, int* sms, int* smem_optin) 
 
 Status pick_indexer_config(const char* op, IndexerParams* p, int budget, size_t (*epi_smem)(const IndexerParams&),
                            IndexerConfig* cfg, bool warp_local, int sms) {
-  int dev = 0;
   IndexerDeviceInfo info;
-  DSATTN_CUDA_RETURN(op, cudaGetDevice(&dev));
-  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, dev));
-  DSATTN_CUDA_RETURN(op, cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, dev));
+  DSATTN_RETURN_IF_ERROR(device_capability(op, &info.major, &info.minor));
   info.sms = sms;
 #if defined(DSATTN_SM90_NATIVE_FP8_MMA) && DSATTN_SM90_NATIVE_FP8_MMA
   if (info.major == 9) info.native_fp8 = 1;  // mma_fp8.cuh: this build's sm_90 code takes the native path

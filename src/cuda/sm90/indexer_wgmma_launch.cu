@@ -12,6 +12,7 @@
 #include "api/validate.h"
 #include "common/indexer_work.h"
 #include "cuda/common/driver_entry.h"
+#include "cuda/cuda_ops.h"
 #include "cuda/sm80/fused_topk_epilogue.cuh"
 
 #ifndef DSATTN_HAS_SM90A
@@ -49,11 +50,7 @@ IndexerKernelChoice indexer_kernel_choice() {
 }
 
 bool wgmma_device(int* major, int* minor) {
-  int dev = 0;
-  *major = *minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (!device_capability("indexer", major, minor).ok()) *major = *minor = 0;  // device_limits reports it
   return DSATTN_HAS_SM90A && *major == 9 && *minor == 0;
 }
 
