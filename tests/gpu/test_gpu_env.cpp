@@ -29,6 +29,23 @@ TEST(GpuEnv, BuildHasCodeForThisDevice) {
       << "built for " << dsattn::cuda_architectures() << ", device " << major << "." << minor;
 }
 
+// The planners' cached compute capability (device_capability) is the driver's, asked twice (the
+// second answer comes from the table).
+TEST(GpuEnv, DeviceCapabilityIsTheDriversAndCached) {
+  if (!dsattn::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  int dev = -1, want_major = 0, want_minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&want_major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&want_minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  for (int round = 0; round < 2; ++round) {
+    int major = -1, minor = -1;
+    const dsattn::Status st = dsattn::cuda::device_capability("test", &major, &minor);
+    ASSERT_TRUE(st.ok()) << st.message;
+    EXPECT_EQ(major, want_major) << "round " << round;
+    EXPECT_EQ(minor, want_minor) << "round " << round;
+  }
+}
+
 // Tensors of another device than the current one are refused, naming both, instead of launching
 // on the current device with the other device's pointers. One device suffices: the views below
 // say cuda:1 about memory of cuda:0, and the check refuses the call before anything reads it.
