@@ -485,6 +485,13 @@ int run_fused(const std::vector<std::string>& args) {
     std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), live);
     cudaMemcpy(bt.p, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens.p, h_lens.data(), h_lens.size() * 4, cudaMemcpyHostToDevice);
+    // The unfused top-k reads each row up to its window's end, as an engine passes it (SPEC 3.1:
+    // row j of a request of L states sees L - N + j + 1; paged_mqa_logits leaves the rest of the
+    // row unspecified, here the columns past --len).
+    std::vector<int32_t> h_ends(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) h_ends[size_t(r)] = std::max<int32_t>(0, live - sh.N + int32_t(r % sh.N) + 1);
+    DevMem ends(size_t(R) * 4);
+    cudaMemcpy(ends.p, h_ends.data(), h_ends.size() * 4, cudaMemcpyHostToDevice);
     if (ramp != 0.0f) {
       bench_order_scales_kernel<<<1024, 256>>>(static_cast<uint8_t*>(cache.p), static_cast<const int32_t*>(bt.p),
                                                sh.B, ppr, stride, sh.S, rb, sh.ctx, ramp);
@@ -526,6 +533,7 @@ int run_fused(const std::vector<std::string>& args) {
     lp.logits = make_tensor(logits.p, DType::kF32, {R, sh.ctx}, Device::kCuda);
     TopkParams tp;
     tp.logits = lp.logits;
+    tp.ends = make_tensor(ends.p, DType::kI32, {R}, Device::kCuda);
     tp.k = k;
     tp.indices = make_tensor(idx_u.p, DType::kI32, {R, k}, Device::kCuda);
     PagedMqaTopkParams fp;
