@@ -216,6 +216,11 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   // and the chunked logits route where it does not; false: the logits route only where the
   // streaming plan would write at least as many bytes. Same results either way;
   // the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 / force, overrides it.
+  // Worth setting on GPUs without a warp-specialized scoring kernel (sm_80 / sm_86 / sm_89 /
+  // sm_120) where block tables are about as wide as the contexts: there streaming scores on a
+  // slower kernel than paged_mqa_logits (H100 at sm_80's 163 KiB, k = 2048: 128 x 32K 522 ->
+  // 325 us, 64 x 64K 525 -> 368; but 128 requests of 2K states on a 128K-state table 69 -> 130;
+  // BENCHMARKS.md, 2026-12-07).
   bool logits_route = false;
   // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch of one CTA per
   // SM the call's stream can use (cuda_stream_num_sms: a green context's SMs, an MPS client's),
