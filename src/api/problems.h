@@ -25,6 +25,8 @@ struct PagedIndexerProblem {
   // scores a column chunk of a larger table (the fused op's chunked route: the whole table's, so
   // that each chunk runs the kernel the whole call would); 0: max_pages.
   int64_t size_pages = 0;
+  // CUDA, paged_mqa_topk: rows of at most this many states are not scored (IndexerWork::skip_len).
+  int32_t skip_len = 0;
 };
 
 // Context length of row `r` (b = request, j = row within the request), following SPEC §3.1.

@@ -49,6 +49,11 @@ struct IndexerWork {
   // paged, > 0: every row's window ends at min(length, len_cap) (paged_mqa_topk's resident route
   // caps lengths at the block table's states, so no partition outgrows the plan's piece bound)
   int32_t len_cap = 0;
+  // paged, > 0: rows whose window holds at most skip_len states are not scored (paged_mqa_topk
+  // with k = skip_len, unsorted and without values: their result is 0..len-1, which the op's last
+  // kernel writes from indexer_row_length). indexer_row_window returns them empty, so the
+  // schedules give them no units and the scoring kernels never read their keys.
+  int32_t skip_len = 0;
 };
 
 // The paged-mode work of a validated decode problem (host code: the CPU schedule, the schedule
@@ -68,6 +73,7 @@ inline IndexerWork paged_indexer_work(const PagedIndexerProblem& pb, const Tenso
   w.lens = static_cast<const int32_t*>(context_lens.data);
   w.lens_s0 = context_lens.ndim > 0 ? context_lens.strides[0] : 0;
   w.lens_s1 = context_lens.ndim > 1 ? context_lens.strides[1] : 0;
+  w.skip_len = pb.skip_len;
   if (pb.varlen) {
     w.row_request = static_cast<const int32_t*>(row_request.data);
     w.rr_s0 = row_request.strides[0];
@@ -94,20 +100,29 @@ DSATTN_HD int64_t indexer_group_request(const IndexerWork& w, int64_t g) {
   return (b >= 0 && b < w.batch) ? b : -1;
 }
 
+// Paged mode: the length of row j of group g (the N rule, [B, N] or varlen lengths, len_cap), >= 0.
+DSATTN_HD int32_t indexer_paged_len(const IndexerWork& w, int64_t g, int j) {
+  const int64_t r = g * w.rows_per_group + j;
+  int64_t len = 0;
+  if (w.varlen) {
+    if (indexer_group_request(w, g) >= 0) len = w.lens[r * w.lens_s0];
+  } else if (w.lens_per_row) {
+    len = w.lens[g * w.lens_s0 + j * w.lens_s1];
+  } else {
+    len = int64_t(w.lens[g * w.lens_s0]) - w.next_n + j + 1;
+  }
+  if (w.len_cap > 0 && len > w.len_cap) len = w.len_cap;
+  return static_cast<int32_t>(len < 0 ? 0 : len);
+}
+
+// The states [lo, hi) of row j of group g that the kernels score (a row of at most skip_len
+// states: none).
 DSATTN_HD RowWindow indexer_row_window(const IndexerWork& w, int64_t g, int j) {
   RowWindow rw{0, 0, 0};
   const int64_t r = g * w.rows_per_group + j;
   if (w.mode == IndexerMode::kPaged) {
-    int64_t len = 0;
-    if (w.varlen) {
-      if (indexer_group_request(w, g) >= 0) len = w.lens[r * w.lens_s0];
-    } else if (w.lens_per_row) {
-      len = w.lens[g * w.lens_s0 + j * w.lens_s1];
-    } else {
-      len = int64_t(w.lens[g * w.lens_s0]) - w.next_n + j + 1;
-    }
-    if (w.len_cap > 0 && len > w.len_cap) len = w.len_cap;
-    rw.hi = static_cast<int32_t>(len < 0 ? 0 : len);
+    const int32_t len = indexer_paged_len(w, g, j);
+    rw.hi = len <= w.skip_len ? 0 : len;
     return rw;
   }
   const int64_t s = w.ks[r * w.ks_s0], e = w.ke[r * w.ke_s0];
@@ -117,6 +132,19 @@ DSATTN_HD RowWindow indexer_row_window(const IndexerWork& w, int64_t g, int j) {
   rw.hi = static_cast<int32_t>(hi);
   rw.col_off = w.compressed ? s : 0;
   return rw;
+}
+
+// The length of row j of group g as its top-k sees it: its window's, counting a row that
+// skip_len leaves unscored (whose result is then 0..len-1, len <= skip_len).
+DSATTN_HD int32_t indexer_row_length(const IndexerWork& w, int64_t g, int j) {
+  if (w.mode == IndexerMode::kPaged) return indexer_paged_len(w, g, j);
+  const RowWindow rw = indexer_row_window(w, g, j);
+  return rw.hi > rw.lo ? rw.hi - rw.lo : 0;
+}
+
+// Whether a paged row of length len is left unscored by skip_len.
+DSATTN_HD bool indexer_row_skipped(const IndexerWork& w, int len) {
+  return w.mode == IndexerMode::kPaged && w.skip_len > 0 && len <= w.skip_len;
 }
 
 // Union [glo, ghi) of the group's non-empty row windows ({0, 0} when all are empty).

@@ -131,6 +131,21 @@ TEST(ScheduleBounds, GroupCostBalancesVirtualUnits) {
   }
 }
 
+// The paged work of one request with N rows (the N rule) whose context length is *len.
+detail::IndexerWork one_request_work(int N, const int32_t* len) {
+  detail::IndexerWork w;
+  w.mode = detail::IndexerMode::kPaged;
+  w.rows_per_group = N;
+  w.next_n = N;
+  w.lens_per_row = 0;
+  w.rows = N;
+  w.groups = 1;
+  w.batch = 1;
+  w.lens = len;
+  w.lens_s0 = 1;
+  return w;
+}
+
 // The resident route's bound (src/cuda/sm80/fused_topk_launch.cu, plan_resident): with the rows'
 // lengths capped at the block table's states (IndexerWork::len_cap = width), a request's units
 // never exceed ceil(width / unit), so no partition of the schedule is longer than the plan's piece
@@ -144,16 +159,7 @@ TEST(ScheduleBounds, LenCapKeepsPiecesWithinTheBlockTable) {
   for (int N : {1, 2, 3}) {
     for (int32_t len : {0, 1, width - 5, width, width + 1, 10 * width}) {
       for (int32_t cap : {width, 0}) {
-        detail::IndexerWork w;
-        w.mode = detail::IndexerMode::kPaged;
-        w.rows_per_group = N;
-        w.next_n = N;
-        w.lens_per_row = 0;
-        w.rows = N;
-        w.groups = 1;
-        w.batch = 1;
-        w.lens = &len;
-        w.lens_s0 = 1;
+        detail::IndexerWork w = one_request_work(N, &len);
         w.len_cap = cap;
         for (int j = 0; j < N; ++j) {
           int64_t want = int64_t(len) - N + 1 + j;
@@ -179,6 +185,40 @@ TEST(ScheduleBounds, LenCapKeepsPiecesWithinTheBlockTable) {
         } else if (len == 10 * width) {
           EXPECT_GT(longest, cap_units) << "without the cap a length past the block table outgrows the pieces";
         }
+      }
+    }
+  }
+}
+
+// IndexerWork::skip_len (paged_mqa_topk's rows left unscored): a row of at most skip_len states
+// has an empty window (no units, so the schedules give it none) while indexer_row_length still
+// returns its length, from which the op writes 0..len-1; longer rows keep their windows. With the
+// N rule a request of skip_len + 1 states has one skipped row (skip_len states) beside a scored
+// one, and its group's range is that of the scored row. skip_len = 0 changes nothing.
+TEST(ScheduleBounds, SkipLenEmptiesShortRowsOnly) {
+  for (int N : {1, 2, 3}) {
+    for (int32_t skip : {0, 512}) {
+      for (int32_t len : {0, 1, 511, 512, 513, 514, 2000}) {
+        detail::IndexerWork w = one_request_work(N, &len);
+        w.skip_len = skip;
+        int64_t hi_max = 0;
+        for (int j = 0; j < N; ++j) {
+          const int64_t want = std::max<int64_t>(int64_t(len) - N + 1 + j, 0);
+          const bool skipped = skip > 0 && want <= skip;
+          const std::string at = "N " + std::to_string(N) + " skip " + std::to_string(skip) + " len " +
+                                 std::to_string(len) + " row " + std::to_string(j);
+          EXPECT_EQ(detail::indexer_row_length(w, 0, j), want) << at;
+          EXPECT_EQ(detail::indexer_row_skipped(w, static_cast<int>(want)), skipped) << at;
+          const detail::RowWindow rw = detail::indexer_row_window(w, 0, j);
+          EXPECT_EQ(rw.lo, 0) << at;
+          EXPECT_EQ(rw.hi, skipped ? 0 : want) << at;
+          if (!skipped) hi_max = std::max(hi_max, want);
+        }
+        int32_t glo = -1, ghi = -1;
+        detail::indexer_group_range(w, 0, &glo, &ghi);
+        EXPECT_EQ(ghi, hi_max) << "N " << N << " skip " << skip << " len " << len;
+        EXPECT_EQ(detail::indexer_group_units(w, 0), (hi_max + kUnit - 1) / kUnit)
+            << "N " << N << " skip " << skip << " len " << len;
       }
     }
   }

@@ -1018,6 +1018,59 @@ TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
   run_fused_case(c);
 }
 
+// With DSATTN_FUSED_SKIP_SHORT=1, rows of at most k states are not scored where their result cannot
+// depend on the scores (unsorted, no values: SPEC §3.3 gives them 0..len-1), on the streaming and
+// logits routes (short_row_skip in fused_topk_launch.cu); by default they are. Both against the
+// reference and the unfused path, on every route run_fused_case takes: rows around k among long
+// ones; N = 2, where a request of k + 1 states has one skipped row of k beside one of k + 1 (the
+// group is scored for the longer row only); few rows (cluster and split merges, the skipped row
+// returned by level 2 without level 1's outputs); indices only (the merges' direct writes); varlen
+// with a caller schedule kept (its units still count the skipped rows); the sm_120 budget.
+TEST(GpuFusedTopk, ShortRowsLeftUnscored) {
+  for (const char* skip : {"1", static_cast<const char*>(nullptr)}) {
+    SCOPED_TRACE(skip ? "DSATTN_FUSED_SKIP_SHORT=1" : "default");
+    EnvScope env("DSATTN_FUSED_SKIP_SHORT", skip);
+    FusedCase c;
+    c.values = false;
+    c.k = 512;
+    std::vector<int64_t> lens;
+    for (int b = 0; b < 40; ++b) {
+      const int64_t l[10] = {0, 1, 511, 512, 513, 4000, 100, 12000, 512, 2};
+      lens.push_back(l[(b * 7) % 10]);
+    }
+    c.spec = spec(IndexerFormat::kFp8, 40, 1, 64, 128, 64, lens, 201);
+    run_fused_case(c);
+    c.spec = spec(IndexerFormat::kFp8, 6, 2, 32, 128, 64, {513, 512, 514, 9000, 1, 3000}, 202);
+    run_fused_case(c);
+    for (const char* cluster : {static_cast<const char*>(nullptr), "0"}) {
+      SCOPED_TRACE(cluster ? "DSATTN_FUSED_CLUSTER=0" : "cluster merge where it applies");
+      EnvScope cl("DSATTN_FUSED_CLUSTER", cluster);
+      c.k = 2048;
+      c.spec = spec(IndexerFormat::kFp8, 3, 1, 64, 128, 64, {40000, 2048, 100}, 203);
+      run_fused_case(c);
+      c.spec = spec(IndexerFormat::kFp8, 8, 1, 64, 128, 64, {65536, 2047, 2049, 0, 50000, 8000, 2048, 1}, 204);
+      run_fused_case(c);
+    }
+    c.slots = false;
+    c.k = 1024;
+    c.spec = spec(IndexerFormat::kFp8, 24, 1, 64, 128, 64, lens, 205);
+    run_fused_case(c);
+    c.slots = true;
+    {
+      EnvScope keep("DSATTN_FUSED_SCHEDULE", "caller");
+      c.schedule_parts = cuda_available() ? cuda_num_sms() : 1;
+      c.k = 512;
+      c.spec = spec(IndexerFormat::kFp8, 5, 4, 32, 128, 64, {6000, 100, 3000, 512, 9000}, 206);
+      c.spec.varlen = true;
+      run_fused_case(c);
+      c.schedule_parts = 0;
+    }
+    c.smem_budget = 101376;
+    c.spec = spec(IndexerFormat::kMxfp4, 4, 2, 32, 128, 64, {30000, 513, 700, 2}, 207);
+    run_fused_case(c);
+  }
+}
+
 // The k-th key's bin shared by keys of which only some win: every state's key repeats with period
 // 7000, so each score comes in groups of 10 (tied, the smaller indices win), and k = 2048 needs 8
 // of the k-th group (2040 needs it whole). Every radix route then needs its last digit: the split

@@ -52,7 +52,9 @@ struct TopkRowBounds {
   __device__ __forceinline__ void get(int64_t r, int* start, int* len) const {
     if (paged) {
       const int64_t g = detail::div_small(r, work.rows_per_group);
-      int64_t L = detail::indexer_row_window(work, g, static_cast<int>(r - g * work.rows_per_group)).hi;
+      // The row's length, also where work.skip_len left it unscored (len <= k: the top-k kernels
+      // then write 0..len-1 without reading its scores, unsorted and without values).
+      int64_t L = detail::indexer_row_length(work, g, static_cast<int>(r - g * work.rows_per_group));
       if (width > 0 && L > width) L = width;  // states beyond the rows' width are not scored
       *start = 0;
       *len = static_cast<int>(L);
@@ -127,6 +129,13 @@ __device__ __forceinline__ void finish_row(uint32_t* sel_key, int* sel_pos, int 
     const int32_t idx = j < count ? sel_pos[j] : -1;
     out.write(r, j, idx, [&] { return src ? to_float(src[idx]) : key_to_float(sel_key[j]); });
   }
+}
+
+// The output of a row of len <= k positions without its scores (unsorted, no values): 0..len-1,
+// then -1 padding. Block-wide, no shared memory.
+__device__ __forceinline__ void write_position_row(int len, int k, int64_t r, const TopkOutputs& out) {
+#pragma unroll 1
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) out.write(r, j, j < len ? j : -1, [] { return 0.0f; });
 }
 
 // A row of len <= k positions: all of them, in order, then finish_row. Block-wide.

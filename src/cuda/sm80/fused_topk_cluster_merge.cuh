@@ -171,6 +171,10 @@ __global__ void __launch_bounds__(topk_detail::kTopkThreads)
   int64_t s0, s1;
   int j, len;
   slots.get(r, &s0, &s1, &j, &len);  // block-wide
+  if (slots.skipped(len)) {  // uniform over the cluster: a row the scoring kernel skipped
+    if (c == 0) topk_detail::write_position_row(len, k, r, out);
+    return;
+  }
   const ClusterHists h(topk_dyn_smem);
   int* tot = reinterpret_cast<int*>(topk_dyn_smem + kClusterSelWords);  // greater, equal, present
   int* slot_off = tot + 4;

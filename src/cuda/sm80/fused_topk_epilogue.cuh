@@ -82,12 +82,13 @@ struct MetaSlots {
     *p1 = c1 > 0 ? c1 - 1 : 0;
   }
 
-  // Row r's window length (no slot lookup).
+  // Row r's length (no slot lookup), also where work.skip_len left it unscored.
   __device__ __forceinline__ int length(int64_t r) const {
     const int64_t g = detail::div_small(r, work.rows_per_group);
-    const detail::RowWindow rw = detail::indexer_row_window(work, g, static_cast<int>(r - g * work.rows_per_group));
-    return rw.hi > rw.lo ? rw.hi - rw.lo : 0;
+    return detail::indexer_row_length(work, g, static_cast<int>(r - g * work.rows_per_group));
   }
+  // A row of this length was not scored (work.skip_len): its result is 0..len-1.
+  __device__ __forceinline__ bool skipped(int len) const { return detail::indexer_row_skipped(work, len); }
 
   // Block-wide (see partitions_of).
   __device__ __forceinline__ void get(int64_t r, int64_t* s0, int64_t* s1, int* j, int* len) const {
@@ -95,7 +96,7 @@ struct MetaSlots {
     *j = static_cast<int>(r - g * work.rows_per_group);
     *len = length(r);
     const int64_t units = detail::indexer_group_units(work, g);
-    if (units <= 0 || *len == 0) {  // block-uniform
+    if (units <= 0 || *len == 0 || skipped(*len)) {  // block-uniform
       *s0 = *s1 = 0;
       return;
     }

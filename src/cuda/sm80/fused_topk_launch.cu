@@ -165,6 +165,8 @@ struct FusedPlan {
   int nchunks = 0;
   int64_t lens_n = 0;
   size_t off_cbuf = 0, off_head = 0, off_sidx = 0, off_svals = 0, off_clens = 0, off_cends = 0;
+  // Rows of at most skip_len states are not scored (IndexerWork::skip_len; see short_row_skip).
+  int32_t skip_len = 0;
 };
 
 // The logits view of the call: the same inputs, logits [rows, width] at `ptr` (nullptr to plan).
@@ -688,6 +690,23 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
   return Status::Ok();
 }
 
+// Rows of at most k states are not scored where nothing of their result depends on their scores
+// (SPEC §3.3: such a row yields 0..len-1): unsorted output without values (slot ids are positions
+// mapped through the block table). The schedules then give them no units, the scoring kernels
+// never read their keys, and the route's last kernel writes their positions (the merges:
+// write_position_row; the logits route's top-k kernels: their short-row paths, which read no
+// scores for such output). On the streaming and logits routes; the resident and chunked routes
+// score every row. Off unless DSATTN_FUSED_SKIP_SHORT=1: written on 2026-12-07 without a GPU to
+// run it on (no device time was left that session), so it stays opt-in until its GPU test
+// (GpuFusedTopk.ShortRowsLeftUnscored, which turns it on) and a benchmark have run. Off, every
+// kernel sees skip_len = 0 and behaves as before.
+int32_t short_row_skip(const PagedMqaTopkParams& a, const FusedPlan& f) {
+  if (a.sorted || a.values.defined() || f.resident || f.chunked) return 0;
+  const char* env = std::getenv("DSATTN_FUSED_SKIP_SHORT");
+  if (env == nullptr || std::strcmp(env, "1") != 0) return 0;
+  return a.k;
+}
+
 // The plan of a call, and the arguments it runs with (*use: `a`, or *own, a copy without the
 // schedule). A caller schedule (schedule_metadata: one partition per SM, what paged_mqa_logits
 // takes) puts the call on the wgmma tile kernel, off the resident route and, its pieces three times
@@ -735,6 +754,7 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   float* logits = reinterpret_cast<float*>(ws + f.logits_ws);
   detail::PagedIndexerProblem lpb;
   const PagedMqaLogitsParams lp = route_logits_params(a, pb, f.width, logits, &lpb);
+  lpb.skip_len = f.skip_len;  // the scoring kernel leaves those rows out, as f.p.work does
   Exec lex = ex;
   lex.workspace = ws;
   lex.workspace_bytes = f.logits_ws;
@@ -912,6 +932,8 @@ Status paged_mqa_topk(const PagedMqaTopkParams& caller, const detail::PagedIndex
   DSATTN_RETURN_IF_ERROR(plan_call(caller, pb, ex, &own, &use, &f));
   const PagedMqaTopkParams& a = *use;  // the caller's, or without its schedule (plan_call)
   DSATTN_RETURN_IF_ERROR(detail::check_workspace(kOp, ex, f.total));
+  f.skip_len = short_row_skip(a, f);
+  f.p.work.skip_len = f.skip_len;
   // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
   const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
       a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);

@@ -32,6 +32,7 @@ struct UniformSlots {
     *s1 = *s0 + pieces;
     *len = lens[r] < 0 ? 0 : lens[r];
   }
+  __device__ __forceinline__ bool skipped(int) const { return false; }
 };
 
 // Level 1 of a split merge (few long rows): CTA (r, c) of grid (R, C) merges the c-th of C equal
@@ -47,6 +48,7 @@ struct SplitSlots {
     *s0 = r * parts;
     *s1 = *s0 + parts;
   }
+  __device__ __forceinline__ bool skipped(int len) const { return inner.skipped(len); }
 };
 
 struct MergeShared {
@@ -357,6 +359,12 @@ __global__ void __launch_bounds__(kTopkThreads)
   int64_t s0, s1;
   int j, len;
   slots.get(r, &s0, &s1, &j, &len);
+  // A row the scoring kernel skipped (at most k states, unsorted, no values): its positions. Level
+  // 1 of a split merge leaves it to level 2, which reads none of level 1's outputs for it.
+  if (slots.skipped(len)) {  // block-uniform
+    if constexpr (!kPartial) topk_detail::write_position_row(len, k, r, out);
+    return;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     sh.cnt = 0;
