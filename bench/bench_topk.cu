@@ -334,7 +334,7 @@ int fused_usage(int rc = 2) {
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--cold] [--follower plain|pdl]\n"
       "                                    [--b2b] [--sms N] [--schedule]\n"
       "                                    [--seed N]\n"
-      "                                    [--len N] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
+      "                                    [--len N[,N...]] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
       "  --cold: before each timed call (after the flush), 225 KiB of other code run on every SM, so the\n"
@@ -350,8 +350,9 @@ int fused_usage(int rc = 2) {
       "  --order random|rising|falling: per-state scales that make the scores grow (or shrink) along\n"
       "    the context, so the best states crowd at its end (start); default random\n"
       "  --fp4: MXFP4 cache and queries instead of FP8 (not with --order)\n"
-      "  --len N: every request holds N states (at most CTX); the block table stays CTX states wide,\n"
-      "    as in a CUDA graph captured for longer requests; GB/s then counts N states\n"
+      "  --len N[,N...]: request b holds the (b mod count)-th N states (at most CTX; 0: CTX); the block\n"
+      "    table stays CTX states wide, as in a CUDA graph captured for longer requests; GB/s then\n"
+      "    counts the states held (e.g. --len 2048,40000: short and long requests alternate)\n"
       "  --smem BYTES: shared-memory budget of all three ops (101376 = sm_120; default: device max)\n"
       "  --b2b: two more columns, paged_mqa_logits alone and the fused op timed back to back the way\n"
       "    bench indexer times paged_mqa_logits: calls on distinct caches (together >= 3x L2, at most\n"
@@ -367,7 +368,7 @@ int run_fused(const std::vector<std::string>& args) {
   int k = 2048, iters = 30;
   long sms = 0;
   uint64_t seed = 0;
-  long len_arg = 0;   // --len
+  std::vector<long> len_list;  // --len
   float ramp = 0.0f;  // --order
   int smem = 0;       // --smem
   bool flush = true;
@@ -403,8 +404,16 @@ int run_fused(const std::vector<std::string>& args) {
     } else if (a == "--sms" && has_next) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--len" && has_next) {
-      len_arg = std::atol(args[++i].c_str());
-      if (len_arg < 0) return fused_usage();
+      len_list.clear();
+      const std::string v = args[++i];
+      for (size_t a0 = 0; a0 <= v.size();) {
+        const size_t a1 = std::min(v.find(',', a0), v.size());
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str() + a0, &end, 10);
+        if (a1 == a0 || end != v.c_str() + a1 || n < 0) return fused_usage();
+        len_list.push_back(n);
+        a0 = a1 + 1;
+      }
     } else if (a == "--seed" && has_next) {
       seed = std::strtoull(args[++i].c_str(), nullptr, 10);
     } else if (a == "--smem" && has_next) {
@@ -481,15 +490,24 @@ int run_fused(const std::vector<std::string>& args) {
     std::vector<int32_t> h_bt(static_cast<size_t>(num_pages));
     std::iota(h_bt.begin(), h_bt.end(), 0);
     std::shuffle(h_bt.begin(), h_bt.end(), std::mt19937_64(3 + seed));
-    const int32_t live = len_arg > 0 && len_arg < sh.ctx ? static_cast<int32_t>(len_arg) : sh.ctx;
-    std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), live);
+    std::vector<int32_t> h_lens(static_cast<size_t>(sh.B), sh.ctx);
+    int64_t live_total = 0;  // states held by all requests
+    bool shorter = false;    // some request holds fewer than CTX
+    for (int b = 0; b < sh.B; ++b) {
+      const long n = len_list.empty() ? 0 : len_list[size_t(b) % len_list.size()];
+      if (n > 0 && n < sh.ctx) h_lens[size_t(b)] = static_cast<int32_t>(n);
+      live_total += h_lens[size_t(b)];
+      shorter = shorter || h_lens[size_t(b)] < sh.ctx;
+    }
     cudaMemcpy(bt.p, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens.p, h_lens.data(), h_lens.size() * 4, cudaMemcpyHostToDevice);
     // The unfused top-k reads each row up to its window's end, as an engine passes it (SPEC 3.1:
     // row j of a request of L states sees L - N + j + 1; paged_mqa_logits leaves the rest of the
     // row unspecified, here the columns past --len).
     std::vector<int32_t> h_ends(static_cast<size_t>(R));
-    for (int64_t r = 0; r < R; ++r) h_ends[size_t(r)] = std::max<int32_t>(0, live - sh.N + int32_t(r % sh.N) + 1);
+    for (int64_t r = 0; r < R; ++r) {
+      h_ends[size_t(r)] = std::max<int32_t>(0, h_lens[size_t(r / sh.N)] - sh.N + int32_t(r % sh.N) + 1);
+    }
     DevMem ends(size_t(R) * 4);
     cudaMemcpy(ends.p, h_ends.data(), h_ends.size() * 4, cudaMemcpyHostToDevice);
     if (ramp != 0.0f) {
@@ -639,10 +657,14 @@ int run_fused(const std::vector<std::string>& args) {
     const double out_b = double(R) * k * 4;
     const double unfused_mb = (double(R) * sh.ctx * 4 + lws + tws + out_b) / 1e6;
     const double fused_mb = (fws + out_b) / 1e6;
-    const double cache_b = double(sh.B) * live * (rb + 4);
-    char name[64];
-    if (live < sh.ctx) {
-      std::snprintf(name, sizeof(name), "%dx%d(%d)x%dx%dx%dx%d", sh.B, sh.ctx, live, sh.N, sh.S, sh.H, sh.D);
+    const double cache_b = double(live_total) * (rb + 4);
+    char name[96];
+    if (shorter) {
+      std::string held;
+      for (size_t i = 0; i < len_list.size(); ++i) {
+        held += (i > 0 ? "," : "") + std::to_string(len_list[i] > 0 && len_list[i] < sh.ctx ? len_list[i] : sh.ctx);
+      }
+      std::snprintf(name, sizeof(name), "%dx%d(%s)x%dx%dx%dx%d", sh.B, sh.ctx, held.c_str(), sh.N, sh.S, sh.H, sh.D);
     } else {
       std::snprintf(name, sizeof(name), "%dx%dx%dx%dx%dx%d", sh.B, sh.ctx, sh.N, sh.S, sh.H, sh.D);
     }
