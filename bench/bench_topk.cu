@@ -334,7 +334,8 @@ int fused_usage(int rc = 2) {
       "usage: dsattn bench indexer --fused [--k K] [--iters N] [--quick] [--no-flush] [--cold] [--follower plain|pdl]\n"
       "                                    [--b2b] [--sms N] [--schedule]\n"
       "                                    [--seed N]\n"
-      "                                    [--len N[,N...]] [--smem BYTES] [--shape BxCTXxNxSxHxD ...] [top-k plan flags]\n"
+      "                                    [--len N[,N...]] [--smem BYTES] [--shape BxCTXxNxSxHxD ...]\n"
+      "                                    [top-k plan flags]\n"
       "  default shapes: 128x32768x1x64x64x128 1x65536x1x64x64x128 64x16384x2x64x64x128 32x131072x1x64x32x128\n"
       "  --sms N: run on a green context of at least N SMs (the copy baseline too)\n"
       "  --cold: before each timed call (after the flush), 225 KiB of other code run on every SM, so the\n"
@@ -660,9 +661,9 @@ int run_fused(const std::vector<std::string>& args) {
     const double cache_b = double(live_total) * (rb + 4);
     char name[96];
     if (shorter) {
-      std::string held;
-      for (size_t i = 0; i < len_list.size(); ++i) {
-        held += (i > 0 ? "," : "") + std::to_string(len_list[i] > 0 && len_list[i] < sh.ctx ? len_list[i] : sh.ctx);
+      std::string held;  // the lengths the first requests took from the list
+      for (size_t b = 0; b < std::min(len_list.size(), h_lens.size()); ++b) {
+        held += (b > 0 ? "," : "") + std::to_string(h_lens[b]);
       }
       std::snprintf(name, sizeof(name), "%dx%d(%s)x%dx%dx%dx%d", sh.B, sh.ctx, held.c_str(), sh.N, sh.S, sh.H, sh.D);
     } else {

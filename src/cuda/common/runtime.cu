@@ -88,18 +88,19 @@ int device_code(int dev, cudaError_t* err) {
   return k;
 }
 
+// The compute capability in a table entry (0.0 for 0, no answer).
+void split_device_code(int k, int* major, int* minor) {
+  *major = (k % kHasCode) / 10;
+  *minor = k % 10;
+}
+
 }  // namespace
 
 bool device_has_code(int dev, int* major, int* minor) {
   cudaError_t e = cudaSuccess;
   const int k = device_code(dev, &e);
-  if (k == 0) {
-    *major = *minor = 0;
-    return true;  // no answer: let the call report its own error
-  }
-  *major = (k % kHasCode) / 10;
-  *minor = k % 10;
-  return k >= kHasCode;
+  split_device_code(k, major, minor);
+  return k == 0 || k >= kHasCode;  // no answer (k = 0): let the call report its own error
 }
 
 Status device_capability(const char* op, int* major, int* minor) {
@@ -109,8 +110,7 @@ Status device_capability(const char* op, int* major, int* minor) {
   cudaError_t e = cudaSuccess;
   const int k = device_code(dev, &e);
   if (k == 0) return cuda_status(e, op, "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor / Minor)");
-  *major = (k % kHasCode) / 10;
-  *minor = k % 10;
+  split_device_code(k, major, minor);
   return Status::Ok();
 }
 

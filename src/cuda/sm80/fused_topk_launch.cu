@@ -165,8 +165,6 @@ struct FusedPlan {
   int nchunks = 0;
   int64_t lens_n = 0;
   size_t off_cbuf = 0, off_head = 0, off_sidx = 0, off_svals = 0, off_clens = 0, off_cends = 0;
-  // Rows of at most skip_len states are not scored (IndexerWork::skip_len; see short_row_skip).
-  int32_t skip_len = 0;
 };
 
 // The logits view of the call: the same inputs, logits [rows, width] at `ptr` (nullptr to plan).
@@ -754,7 +752,7 @@ Status run_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerP
   float* logits = reinterpret_cast<float*>(ws + f.logits_ws);
   detail::PagedIndexerProblem lpb;
   const PagedMqaLogitsParams lp = route_logits_params(a, pb, f.width, logits, &lpb);
-  lpb.skip_len = f.skip_len;  // the scoring kernel leaves those rows out, as f.p.work does
+  lpb.skip_len = f.p.work.skip_len;  // the logits op's scoring leaves those rows out too (short_row_skip)
   Exec lex = ex;
   lex.workspace = ws;
   lex.workspace_bytes = f.logits_ws;
@@ -932,8 +930,7 @@ Status paged_mqa_topk(const PagedMqaTopkParams& caller, const detail::PagedIndex
   DSATTN_RETURN_IF_ERROR(plan_call(caller, pb, ex, &own, &use, &f));
   const PagedMqaTopkParams& a = *use;  // the caller's, or without its schedule (plan_call)
   DSATTN_RETURN_IF_ERROR(detail::check_workspace(kOp, ex, f.total));
-  f.skip_len = short_row_skip(a, f);
-  f.p.work.skip_len = f.skip_len;
+  f.p.work.skip_len = short_row_skip(a, f);  // every kernel below reads it from f.p.work
   // varlen (pb.varlen) is exactly "row_request given": slot ids then map through it.
   const topk_detail::TopkOutputs out = topk_detail::topk_outputs(
       a.indices, a.values, a.slot_ids, a.block_table, a.row_request, pb.varlen ? 1 : pb.next_n, pb.states_per_page);
