@@ -206,11 +206,11 @@ Status topk(const TopkParams& p, const Exec& ex);
 // SM): the fused op scores those on the same kernel, with its own split (the schedule checked,
 // not used), so that both ops compute every score alike (on the portable kernel its scores
 // differed from paged_mqa_logits' in the last bits, which could break near-ties apart).
-// Rows of at most k states (CUDA, streaming and logits routes, opt-in): where the output is
-// unsorted and has no `values`, such a row's result is 0..len-1 whatever its scores (topk above),
-// so it need not be scored. With DSATTN_FUSED_SKIP_SHORT=1 the scoring kernels skip such rows and
-// the route's last kernel writes their positions (and slot ids), so requests of up to k states
-// cost no bandwidth. Not yet run on a GPU, hence off by default.
+// Rows of at most k states (CUDA, streaming and logits routes): where the output is unsorted and
+// has no `values`, such a row's result is 0..len-1 whatever its scores (topk above), so it is not
+// scored: the scoring kernels skip such rows and the route's last kernel writes their positions
+// (and slot ids), so requests of up to k states cost no key bandwidth. DSATTN_FUSED_SKIP_SHORT=0
+// scores them anyway (A/B); the results are the same.
 struct PagedMqaTopkParams : PagedIndexerArgs {
   int k = 0;
   TensorView indices;   // i32 [R, k] out: state indices (0..ctx-1), -1 padding

@@ -1018,17 +1018,17 @@ TEST(GpuFusedTopk, SplitMergeWithoutClusters) {
   run_fused_case(c);
 }
 
-// With DSATTN_FUSED_SKIP_SHORT=1, rows of at most k states are not scored where their result cannot
-// depend on the scores (unsorted, no values: SPEC §3.3 gives them 0..len-1), on the streaming and
-// logits routes (short_row_skip in fused_topk_launch.cu); by default they are. Both against the
-// reference and the unfused path, on every route run_fused_case takes: rows around k among long
+// By default, rows of at most k states are not scored where their result cannot depend on the
+// scores (unsorted, no values: SPEC §3.3 gives them 0..len-1), on the streaming and logits routes
+// (short_row_skip in fused_topk_launch.cu); with DSATTN_FUSED_SKIP_SHORT=0 they are. Both against
+// the reference and the unfused path, on every route run_fused_case takes: rows around k among long
 // ones; N = 2, where a request of k + 1 states has one skipped row of k beside one of k + 1 (the
 // group is scored for the longer row only); few rows (cluster and split merges, the skipped row
 // returned by level 2 without level 1's outputs); indices only (the merges' direct writes); varlen
 // with a caller schedule kept (its units still count the skipped rows); the sm_120 budget.
 TEST(GpuFusedTopk, ShortRowsLeftUnscored) {
-  for (const char* skip : {"1", static_cast<const char*>(nullptr)}) {
-    SCOPED_TRACE(skip ? "DSATTN_FUSED_SKIP_SHORT=1" : "default");
+  for (const char* skip : {static_cast<const char*>(nullptr), "0"}) {
+    SCOPED_TRACE(skip ? "DSATTN_FUSED_SKIP_SHORT=0" : "default (short rows unscored)");
     EnvScope env("DSATTN_FUSED_SKIP_SHORT", skip);
     FusedCase c;
     c.values = false;

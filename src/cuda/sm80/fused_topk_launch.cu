@@ -694,14 +694,13 @@ Status plan_fused(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem
 // never read their keys, and the route's last kernel writes their positions (the merges:
 // write_position_row; the logits route's top-k kernels: their short-row paths, which read no
 // scores for such output). On the streaming and logits routes; the resident and chunked routes
-// score every row. Off unless DSATTN_FUSED_SKIP_SHORT=1: written on 2026-12-07 without a GPU to
-// run it on (no device time was left that session), so it stays opt-in until its GPU test
-// (GpuFusedTopk.ShortRowsLeftUnscored, which turns it on) and a benchmark have run. Off, every
-// kernel sees skip_len = 0 and behaves as before.
+// score every row. On by default since its GPU test and benchmark ran (2026-12-07, H100: 128
+// requests of 2048 states on a 128K-state table, k = 2048, 48.4 -> 15.5 us, BENCHMARKS.md);
+// DSATTN_FUSED_SKIP_SHORT=0 scores every row (A/B, tests): every kernel then sees skip_len = 0.
 int32_t short_row_skip(const PagedMqaTopkParams& a, const FusedPlan& f) {
   if (a.sorted || a.values.defined() || f.resident || f.chunked) return 0;
   const char* env = std::getenv("DSATTN_FUSED_SKIP_SHORT");
-  if (env == nullptr || std::strcmp(env, "1") != 0) return 0;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
   return a.k;
 }
 
