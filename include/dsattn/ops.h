@@ -170,7 +170,10 @@ Status topk(const TopkParams& p, const Exec& ex);
 // same workspace, the op writes them as dense rows instead and selects with topk's kernels: no
 // more bytes written, no more workspace, faster (H200, k = 2048: 128 x 32K 194 -> 185 us,
 // 64 x 16K N = 2 119 -> 88-95, 8 x 64K 70 -> 52; H100: 128 x 64K 499 -> 430, 32 x 256K 519 ->
-// 457, both pieces between one and two buffers, taken since 2026-12-07). `logits_route` below (or
+// 457, both pieces between one and two buffers, taken since 2026-12-07). Where streaming would
+// score on the portable tile kernel (sm_80 / sm_86 / sm_89 / sm_120), slower than the kernel
+// paged_mqa_logits runs there, the op takes that route wherever the rows fit, whatever the pieces
+// (see logits_route below). `logits_route` below (or
 // DSATTN_FUSED_LOGITS=1 for the whole process) takes that route wherever the rows fit, also where
 // longer pieces would have dropped states; where they do not fit (calls of 16 rows or more) it takes the chunked logits
 // route: the block table in column chunks (the fewest whose [R, k + chunk] score rows fit the same
@@ -221,11 +224,12 @@ struct PagedMqaTopkParams : PagedIndexerArgs {
   // and the chunked logits route where it does not; false: the logits route only where the
   // streaming plan would write at least as many bytes. Same results either way;
   // the CPU backend ignores it. DSATTN_FUSED_LOGITS, when set to 0 / 1 / force, overrides it.
-  // Worth setting on GPUs without a warp-specialized scoring kernel (sm_80 / sm_86 / sm_89 /
-  // sm_120) where block tables are about as wide as the contexts: there streaming scores on a
-  // slower kernel than paged_mqa_logits (H100 at sm_80's 163 KiB, k = 2048: 128 x 32K 522 ->
-  // 325 us, 64 x 64K 525 -> 368; but 128 requests of 2K states on a 128K-state table 69 -> 130;
-  // BENCHMARKS.md, 2026-12-07).
+  // On GPUs without a warp-specialized scoring kernel (sm_80 / sm_86 / sm_89 / sm_120), where
+  // streaming scores on a slower kernel than paged_mqa_logits, the default already takes the
+  // logits route wherever the rows fit (H100 at sm_80's 163 KiB, k = 2048: 128 x 32K 522 -> 331
+  // us, 1 x 1M 237 -> 126); there `true` adds the chunked route, worth it where block tables are
+  // about as wide as the contexts (64 x 64K 525 -> 368) and not where they are much wider (128
+  // requests of 8K states on a 128K-state table 165 -> 195; BENCHMARKS.md, 2026-12-07).
   bool logits_route = false;
   // CUDA, sm_90: allow the resident route (see above). It is a cooperative launch of one CTA per
   // SM the call's stream can use (cuda_stream_num_sms: a green context's SMs, an MPS client's),

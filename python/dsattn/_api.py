@@ -224,10 +224,13 @@ def paged_mqa_topk(q, weights, cache: IndexerCache, block_table, context_lens, k
     bytes), the scores go as dense rows into the same workspace and topk's kernels select: faster,
     same results and memory. logits_route=True takes that route wherever the rows fit the workspace, also where
     streaming would have dropped states, and in column chunks of the block table (each selected
-    with the winners carried from the chunks before it) where they do not (see ops.h). Worth
-    setting on sm_80 / sm_86 / sm_89 / sm_120 where block tables are about as wide as the contexts:
-    streaming runs on a slower scoring kernel there (1.25-1.6x slower than logits_route=True on
-    many long requests, H100 at those budgets; BENCHMARKS.md, 2026-12-07).
+    with the winners carried from the chunks before it) where they do not (see ops.h). On
+    sm_80 / sm_86 / sm_89 / sm_120, where streaming runs on a slower scoring kernel, the default
+    already takes the dense rows wherever they fit; logits_route=True adds the chunks, worth it
+    there where block tables are about as wide as the contexts (1.25-1.43x faster on many long
+    requests whose rows do not fit, H100 at those budgets; BENCHMARKS.md, 2026-12-07).
+    Rows of at most k states are not scored when the output is unsorted and has no values: their
+    result is 0..len-1.
     resident_route=False
     (CUDA, sm_90) keeps the call off the resident route (up to six requests on a block table of
     more than 128K states, or of more than 64K where the logits route does not take the call), a

@@ -827,8 +827,9 @@ TEST(GpuFusedTopk, Sm100KernelChoice) {
 // streaming route would write at least as many bytes as the score rows (no piece longer than twice
 // its buffer: 80 rows, k = 512; on Hopper also 140 rows, k = 100, in pieces of ~900 states against
 // buffers of 612 entries), the streaming route where pieces are longer (140 rows, k = 100, ~1700
-// states), the resident route for one request on Hopper; the environment and the call's switches
-// as documented. The other tests check that every route gives the same results.
+// states), the resident route for one request on Hopper; on the portable tile kernel the logits
+// route wherever it fits; the environment and the call's switches as documented. The other tests
+// check that every route gives the same results.
 TEST(GpuFusedTopk, RouteByPieceLength) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   auto route_of = [](const FusedCase& c, bool logits_route) {
@@ -843,8 +844,33 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
   FusedCase longc;
   longc.k = 100;
   longc.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, long_piece_lens(), 122);
+  int dev = 0, major = 0;
+  DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
+  DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  // Hopper's kernels score the streaming route unless a knob picks another kernel.
+  const bool hopper_kernels = major == 9 && std::getenv("DSATTN_INDEXER_KERNEL") == nullptr;
   EXPECT_EQ(route_of(shortc, false), "logits");
-  EXPECT_EQ(route_of(longc, false), "streaming");
+  if (hopper_kernels) {
+    EXPECT_EQ(route_of(longc, false), "streaming");
+  }
+  {
+    // Where the streaming route would score on the portable tile kernel (what sm_80 / sm_86 /
+    // sm_89 / sm_120 run; here forced on any GPU), the logits route takes every call whose rows
+    // fit the streaming plan's workspace, long pieces and the top-k's filter plan (one row of 256K
+    // states) included; wider tables still stream unless the call asks for the chunked route. So
+    // the default is what logits_route = true takes, the chunked route aside (longc's 140 rows
+    // outgrow the small streaming workspace of k = 100 on an H100: chunked there).
+    EnvScope tile("DSATTN_INDEXER_KERNEL", "warp-local");
+    const std::string asked = route_of(longc, true);
+    EXPECT_EQ(route_of(longc, false), asked == "chunked" ? std::string("streaming") : asked);
+    FusedCase one_long;
+    one_long.k = 2048;
+    one_long.spec = spec(IndexerFormat::kFp8, 1, 1, 64, 128, 64, {262144}, 165);
+    EXPECT_EQ(route_of(one_long, false), "logits");
+    EnvScope streaming("DSATTN_FUSED_LOGITS", "0");
+    EXPECT_EQ(route_of(longc, false), "streaming");
+    EXPECT_EQ(route_of(one_long, false), "streaming");
+  }
   {
     EnvScope scope("DSATTN_FUSED_LOGITS", "0");
     EXPECT_EQ(route_of(shortc, false), "streaming");
@@ -865,6 +891,10 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
     wide.resident_route = false;
     EXPECT_EQ(route_of(wide, false), "streaming");
     EXPECT_EQ(route_of(wide, true), "chunked");
+    {
+      EnvScope tile("DSATTN_INDEXER_KERNEL", "warp-local");
+      EXPECT_EQ(route_of(wide, false), "streaming");
+    }
     EnvScope scope("DSATTN_FUSED_LOGITS", "0");
     EXPECT_EQ(route_of(wide, true), "streaming");
   }
@@ -872,10 +902,7 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
     EnvScope chunk("DSATTN_FUSED_CHUNK", "1");
     EXPECT_EQ(route_of(longc, false), "chunked");
   }
-  int dev = 0, major = 0;
-  DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
-  DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major == 9) {
+  if (hopper_kernels) {
     // The resident route (sm_90a) keeps one request on a block table of more than 128K states;
     // off, its pieces are short. Up to 128K states the logits route takes it (N = 1 and N = 2),
     // unless DSATTN_FUSED_RESIDENT=force or DSATTN_FUSED_LOGITS=0.

@@ -1,6 +1,7 @@
 // Which route paged_mqa_topk's CUDA plan may take (see plan_logits_route in fused_topk_launch.cu):
 // the call's PagedMqaTopkParams::logits_route (true: the logits route where it fits; false: kAuto,
-// the logits route only where the streaming plan would write at least as many bytes anyway),
+// the logits route only where the streaming plan would write at least as many bytes anyway, or,
+// where streaming would score on the portable tile kernel, where it fits),
 // unless the DSATTN_FUSED_LOGITS environment variable overrides it for the process ("0": streaming
 // only, "1": the logits route where it fits, "force": the logits route wherever the top-k can plan
 // it; tests and benchmarks). Host code, no CUDA.

@@ -201,11 +201,20 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // context length; longer contexts stream), and not for the filter plan. DSATTN_FUSED_LOGITS=0
 // never takes it; =force takes it whenever the top-k can plan it (tests: both routes on the same
 // inputs).
+// Where the streaming route would score on the portable tile kernel (`tile_scoring`: sm_80, sm_86,
+// sm_89, sm_120 and the sm_100 family's smaller calls), kAuto takes the logits route wherever it
+// fits, the filter plan included: that kernel's candidate collector is block-wide, so it scores on
+// the CTA-wide pipeline of 8 warps, while paged_mqa_logits runs the warp-local one of 12, and
+// streaming lost on every shape that took it (H100 with `DSATTN_INDEXER_KERNEL=warp-local`, k = 2048,
+// cold, us, streaming -> this route: sm_80's 163 KiB 128 x 32K 521.6 -> 330.7, 1 x 1M 236.5 ->
+// 126.0, 4 x 256K 211.4 -> 136.0, 128 requests of 4096 states on a 32K table 106.1 -> 79.2; sm_120's
+// 99 KiB 1 x 1M 205.2 -> 129.5; BENCHMARKS.md, 2026-12-07). The chunked route stays opt-in there:
+// on wide tables with short contexts its chunks cost more than streaming.
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
-                         bool writes_rows_anyway, FusedPlan* f) {
+                         bool writes_rows_anyway, bool tile_scoring, FusedPlan* f) {
   const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
   if (mode == FusedRouteMode::kStreaming) return Status::Ok();
-  if (mode == FusedRouteMode::kAuto && !writes_rows_anyway) return Status::Ok();
+  if (mode == FusedRouteMode::kAuto && !writes_rows_anyway && !tile_scoring) return Status::Ok();
   const bool force = mode == FusedRouteMode::kForce;
   const int64_t width = pb.max_pages * pb.states_per_page;
   if (width <= 0 || width > INT32_MAX) return Status::Ok();
@@ -216,9 +225,9 @@ Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexer
   TopkPlan tp;
   // The score rows are written just before the top-k reads them: in L2.
   if (!plan_topk(pb.rows, width, a.k, lim, &tp, /*rows_in_l2=*/true).ok()) return Status::Ok();
-  // Few very long rows take the top-k's filter plan, which loses to streaming there (1 x 256K:
-  // 62.3 against 54.5 us).
-  if (tp.filter && !force) return Status::Ok();
+  // Few very long rows take the top-k's filter plan, which loses to streaming on Hopper's kernels
+  // (1 x 256K: 62.3 against 54.5 us), not on the tile kernel (see above).
+  if (tp.filter && !force && !tile_scoring) return Status::Ok();
   const size_t logits_ws = align256(paged_mqa_logits_workspace(lp, lpb, ex));
   const size_t off_topk = logits_ws + align256(static_cast<size_t>(pb.rows) * static_cast<size_t>(width) * 4);
   const size_t total = off_topk + tp.workspace_bytes;
@@ -676,7 +685,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->p.tile_states = pure.ws_stage;
     }
   }
-  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, f));
+  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, /*tile_scoring=*/!f->wg.use, f));
   return plan_chunked_route(a, pb, ex, f);
 }
 
