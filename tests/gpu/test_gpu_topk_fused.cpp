@@ -1381,7 +1381,18 @@ TEST(GpuFusedTopk, GreenContextSmShare) {
       setup_fused(c, pc, g, &full, false);
       setup_fused(cg, pc, g, &green, false);
       if (::testing::Test::HasFatalFailure()) return;
-      EXPECT_LT(green.ex.workspace_bytes, full.ex.workspace_bytes);
+      // Planned for the stream's SMs. On Hopper's kernels the workspace shrinks with them; on the
+      // portable tile kernel fewer partitions make longer pieces, and the route can change with
+      // them (H100 under DSATTN_INDEXER_KERNEL=warp-local, three requests: 4629248 bytes on 72
+      // SMs against 4062208 on 132), so there it only differs.
+      int dev = 0, major = 0;
+      DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
+      DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+      if (major == 9 && std::getenv("DSATTN_INDEXER_KERNEL") == nullptr) {
+        EXPECT_LT(green.ex.workspace_bytes, full.ex.workspace_bytes);
+      } else {
+        EXPECT_NE(green.ex.workspace_bytes, full.ex.workspace_bytes);
+      }
     }
     TopkOut unfused_green;
     run_unfused(cg, pc, g, &unfused_green);
