@@ -115,6 +115,11 @@ DSATTN_HD int32_t indexer_paged_len(const IndexerWork& w, int64_t g, int j) {
   return static_cast<int32_t>(len < 0 ? 0 : len);
 }
 
+// Whether a paged row of length len is left unscored by skip_len.
+DSATTN_HD bool indexer_row_skipped(const IndexerWork& w, int len) {
+  return w.mode == IndexerMode::kPaged && w.skip_len > 0 && len <= w.skip_len;
+}
+
 // The states [lo, hi) of row j of group g that the kernels score (a row of at most skip_len
 // states: none).
 DSATTN_HD RowWindow indexer_row_window(const IndexerWork& w, int64_t g, int j) {
@@ -122,7 +127,7 @@ DSATTN_HD RowWindow indexer_row_window(const IndexerWork& w, int64_t g, int j) {
   const int64_t r = g * w.rows_per_group + j;
   if (w.mode == IndexerMode::kPaged) {
     const int32_t len = indexer_paged_len(w, g, j);
-    rw.hi = len <= w.skip_len ? 0 : len;
+    rw.hi = indexer_row_skipped(w, len) ? 0 : len;
     return rw;
   }
   const int64_t s = w.ks[r * w.ks_s0], e = w.ke[r * w.ke_s0];
@@ -140,11 +145,6 @@ DSATTN_HD int32_t indexer_row_length(const IndexerWork& w, int64_t g, int j) {
   if (w.mode == IndexerMode::kPaged) return indexer_paged_len(w, g, j);
   const RowWindow rw = indexer_row_window(w, g, j);
   return rw.hi > rw.lo ? rw.hi - rw.lo : 0;
-}
-
-// Whether a paged row of length len is left unscored by skip_len.
-DSATTN_HD bool indexer_row_skipped(const IndexerWork& w, int len) {
-  return w.mode == IndexerMode::kPaged && w.skip_len > 0 && len <= w.skip_len;
 }
 
 // Union [glo, ghi) of the group's non-empty row windows ({0, 0} when all are empty).

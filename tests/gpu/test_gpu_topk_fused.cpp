@@ -26,6 +26,7 @@
 #include "common/indexer_test_util.h"
 #include "cuda/common/green_context.h"
 #include "dsattn/ops.h"
+#include "gpu/gpu_test_util.h"
 #include "gpu/topk_test_util.h"
 
 namespace dsattn {
@@ -798,6 +799,10 @@ bool sm100_kernel_rule() {
   return major == 10;
 }
 
+// Whether Hopper's kernels score paged_mqa_topk's streaming route here: hopper() (sm_90 with sm_90a
+// code), and no DSATTN_INDEXER_KERNEL knob picking another kernel.
+bool hopper_kernels_score() { return test::hopper() && std::getenv("DSATTN_INDEXER_KERNEL") == nullptr; }
+
 TEST(GpuFusedTopk, Sm100KernelChoice) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   EnvScope kern("DSATTN_INDEXER_KERNEL", "portable");
@@ -844,11 +849,7 @@ TEST(GpuFusedTopk, RouteByPieceLength) {
   FusedCase longc;
   longc.k = 100;
   longc.spec = spec(IndexerFormat::kFp8, 140, 1, 64, 128, 32, long_piece_lens(), 122);
-  int dev = 0, major = 0;
-  DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
-  DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  // Hopper's kernels score the streaming route unless a knob picks another kernel.
-  const bool hopper_kernels = major == 9 && std::getenv("DSATTN_INDEXER_KERNEL") == nullptr;
+  const bool hopper_kernels = hopper_kernels_score();
   EXPECT_EQ(route_of(shortc, false), "logits");
   if (hopper_kernels) {
     EXPECT_EQ(route_of(longc, false), "streaming");
@@ -1385,10 +1386,7 @@ TEST(GpuFusedTopk, GreenContextSmShare) {
       // portable tile kernel fewer partitions make longer pieces, and the route can change with
       // them (H100 under DSATTN_INDEXER_KERNEL=warp-local, three requests: 4629248 bytes on 72
       // SMs against 4062208 on 132), so there it only differs.
-      int dev = 0, major = 0;
-      DSATTN_CUDA_ASSERT(cudaGetDevice(&dev));
-      DSATTN_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-      if (major == 9 && std::getenv("DSATTN_INDEXER_KERNEL") == nullptr) {
+      if (hopper_kernels_score()) {
         EXPECT_LT(green.ex.workspace_bytes, full.ex.workspace_bytes);
       } else {
         EXPECT_NE(green.ex.workspace_bytes, full.ex.workspace_bytes);
