@@ -216,18 +216,13 @@ int run_mla(const std::vector<std::string>& args) {
     for (size_t i = 0; i + 1 < args.size(); ++i) {
       if (args[i] == "--format") fl = args[i + 1];
     }
-    size_t pos = 0;
-    while (pos <= fl.size()) {
-      const size_t c = fl.find(',', pos);
-      const std::string tok = fl.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+    for (const std::string& tok : comma_tokens(fl)) {
       if (tok == "v4") formats.push_back(LatentFormat::kV4Fp8);
       else if (tok == "v32") formats.push_back(LatentFormat::kV32Fp8);
       else {
         std::fprintf(stderr, "dsattn bench mla: --format expects v4 and / or v32, got '%s'\n", tok.c_str());
         return 2;
       }
-      if (c == std::string::npos) break;
-      pos = c + 1;
     }
   }
   const std::vector<long> batches = int_list(args, "--batch", {1, 16, 64});

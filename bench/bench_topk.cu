@@ -406,14 +406,11 @@ int run_fused(const std::vector<std::string>& args) {
       sms = std::atol(args[++i].c_str());
     } else if (a == "--len" && has_next) {
       len_list.clear();
-      const std::string v = args[++i];
-      for (size_t a0 = 0; a0 <= v.size();) {
-        const size_t a1 = std::min(v.find(',', a0), v.size());
+      for (const std::string& tok : comma_tokens(args[++i])) {
         char* end = nullptr;
-        const long n = std::strtol(v.c_str() + a0, &end, 10);
-        if (a1 == a0 || end != v.c_str() + a1 || n < 0) return fused_usage();
+        const long n = std::strtol(tok.c_str(), &end, 10);
+        if (tok.empty() || *end != '\0' || n < 0) return fused_usage();
         len_list.push_back(n);
-        a0 = a1 + 1;
       }
     } else if (a == "--seed" && has_next) {
       seed = std::strtoull(args[++i].c_str(), nullptr, 10);

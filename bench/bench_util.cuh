@@ -162,6 +162,18 @@ inline double copy_bandwidth_gbs(cudaStream_t stream, size_t bytes = size_t(1) <
 inline bool has_flag(const std::vector<std::string>& args, const std::string& f) {
   return std::find(args.begin(), args.end(), f) != args.end();
 }
+// "a,b,,c" -> {"a", "b", "", "c"} (empty tokens kept: each caller decides what they mean; "" -> {""}).
+inline std::vector<std::string> comma_tokens(const std::string& v) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t c = v.find(',', pos);
+    out.push_back(v.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
+    if (c == std::string::npos) return out;
+    pos = c + 1;
+  }
+}
+
 // "--name a,b,c" or "--name=a,b,c" -> {a, b, c}; `dflt` when absent.
 inline std::vector<long> int_list(const std::vector<std::string>& args, const std::string& name, std::vector<long> dflt) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -170,19 +182,13 @@ inline std::vector<long> int_list(const std::vector<std::string>& args, const st
     else if (args[i].rfind(name + "=", 0) == 0) v = args[i].substr(name.size() + 1);
     else continue;
     std::vector<long> out;
-    size_t pos = 0;
-    while (pos <= v.size()) {
-      const size_t c = v.find(',', pos);
-      const std::string tok = v.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
-      if (!tok.empty()) {
-        long x = std::strtol(tok.c_str(), nullptr, 10);
-        const char last = tok.back();
-        if (last == 'K' || last == 'k') x *= 1024;
-        if (last == 'M' || last == 'm') x *= 1024 * 1024;
-        out.push_back(x);
-      }
-      if (c == std::string::npos) break;
-      pos = c + 1;
+    for (const std::string& tok : comma_tokens(v)) {
+      if (tok.empty()) continue;
+      long x = std::strtol(tok.c_str(), nullptr, 10);
+      const char last = tok.back();
+      if (last == 'K' || last == 'k') x *= 1024;
+      if (last == 'M' || last == 'm') x *= 1024 * 1024;
+      out.push_back(x);
     }
     return out;
   }
