@@ -201,17 +201,18 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // context length; longer contexts stream), and not for the filter plan. DSATTN_FUSED_LOGITS=0
 // never takes it; =force takes it whenever the top-k can plan it (tests: both routes on the same
 // inputs).
-// Where the streaming route would score on the portable tile kernel (`tile_scoring`: sm_80, sm_86,
-// sm_89, sm_120 and the sm_100 family's smaller calls), kAuto takes the logits route wherever it
-// fits, the filter plan included: that kernel's candidate collector is block-wide, so it scores on
-// the CTA-wide pipeline of 8 warps, while paged_mqa_logits runs the warp-local one of 12, and
-// streaming lost on every shape that took it (H100 with `DSATTN_INDEXER_KERNEL=warp-local`, k = 2048,
-// cold, us, streaming -> this route: sm_80's 163 KiB 128 x 32K 521.6 -> 330.7, 1 x 1M 236.5 ->
-// 126.0, 4 x 256K 211.4 -> 136.0, 128 requests of 4096 states on a 32K table 106.1 -> 79.2; sm_120's
-// 99 KiB 1 x 1M 205.2 -> 129.5; BENCHMARKS.md, 2026-12-07). The chunked route stays opt-in there:
-// on wide tables with short contexts its chunks cost more than streaming.
+// Where the streaming route would score on the portable tile kernel (`tile_scoring`, !f->wg.use:
+// sm_80, sm_86, sm_89, sm_120 and the sm_100 family's smaller calls), kAuto takes the logits route
+// wherever it fits, the filter plan included: that kernel's candidate collector is block-wide, so
+// it scores on the CTA-wide pipeline of 8 warps, while paged_mqa_logits runs the warp-local one of
+// 12, and streaming lost on every shape that took it (H100 with `DSATTN_INDEXER_KERNEL=warp-local`,
+// k = 2048, cold, us, streaming -> this route: sm_80's 163 KiB 128 x 32K 521.6 -> 330.7, 1 x 1M
+// 236.5 -> 126.0, 4 x 256K 211.4 -> 136.0, 128 requests of 4096 states on a 32K table 106.1 ->
+// 79.2; sm_120's 99 KiB 1 x 1M 205.2 -> 129.5; BENCHMARKS.md, 2026-12-07). The chunked route stays
+// opt-in there: on wide tables with short contexts its chunks cost more than streaming.
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
-                         bool writes_rows_anyway, bool tile_scoring, FusedPlan* f) {
+                         bool writes_rows_anyway, FusedPlan* f) {
+  const bool tile_scoring = !f->wg.use;
   const FusedRouteMode mode = fused_route_mode(std::getenv("DSATTN_FUSED_LOGITS"), a.logits_route);
   if (mode == FusedRouteMode::kStreaming) return Status::Ok();
   if (mode == FusedRouteMode::kAuto && !writes_rows_anyway && !tile_scoring) return Status::Ok();
@@ -685,7 +686,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->p.tile_states = pure.ws_stage;
     }
   }
-  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, /*tile_scoring=*/!f->wg.use, f));
+  DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, f));
   return plan_chunked_route(a, pb, ex, f);
 }
 
