@@ -1099,6 +1099,82 @@ TEST(GpuFusedTopk, ShortRowsLeftUnscored) {
   }
 }
 
+// The streaming route on the portable tile kernel (what sm_80 / sm_86 / sm_89 / sm_120 run; forced
+// here by DSATTN_INDEXER_KERNEL=warp-local; run_fused_case takes every route, streaming included,
+// and checks each against the reference and the unfused path) scores on the
+// warp-local pipeline with staged tiles (TopkStagedEpilogue), appended in runs of consecutive
+// tiles (DSATTN_FUSED_STAGED=tile: one at a time), or with DSATTN_FUSED_STAGED=0 on the CTA-wide
+// pipeline. All three, over what changes a flush:
+// N = 1 (8 tiles a flush, pieces that compact, and a rising ramp that appends every state), N = 2,
+// 4 and 8 (fewer tiles a flush, down to one), runs of 1 to 8 tiles (k = 100 to 2048), both formats,
+// small head dims and pages, sorted output with values, sm_120's 99 KiB budget, varlen rows under
+// a caller schedule.
+TEST(GpuFusedTopk, TileKernelStagedStreaming) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  EnvScope tile("DSATTN_INDEXER_KERNEL", "warp-local");
+  for (const char* staged : {static_cast<const char*>(nullptr), "tile", "0"}) {
+    SCOPED_TRACE(staged == nullptr ? "staged warp-local pipeline"
+                 : std::string(staged) == "tile" ? "DSATTN_FUSED_STAGED=tile (staged tiles one at a time)"
+                                                  : "DSATTN_FUSED_STAGED=0 (CTA-wide pipeline)");
+    EnvScope st("DSATTN_FUSED_STAGED", staged);
+    FusedCase c;
+    c.k = 2048;
+    c.spec = spec(IndexerFormat::kFp8, 3, 1, 64, 128, 64, {70000, 30000, 2100}, 231);
+    run_fused_case(c);
+    c.spec.key_ramp = 20.0f;
+    run_fused_case(c);
+    c.k = 512;
+    c.sorted = true;
+    c.spec = spec(IndexerFormat::kFp8, 5, 2, 64, 128, 64, {20000, 600, 9000, 513, 40000}, 232);
+    run_fused_case(c);
+    c.sorted = false;
+    c.spec = spec(IndexerFormat::kFp8, 4, 4, 32, 64, 32, {12000, 3000, 700, 25000}, 233);
+    run_fused_case(c);
+    c.spec = spec(IndexerFormat::kMxfp4, 3, 8, 64, 128, 64, {9000, 4000, 15000}, 234);
+    run_fused_case(c);
+    c.k = 100;
+    c.values = false;
+    c.spec = spec(IndexerFormat::kFp8, 6, 1, 64, 32, 16, {5000, 100, 30000, 2, 8000, 12000}, 235);
+    run_fused_case(c);
+    c.values = true;
+    c.smem_budget = 101376;
+    c.k = 1024;
+    c.spec = spec(IndexerFormat::kFp8, 8, 1, 64, 128, 64, {40000, 1, 20000, 1025, 60000, 3000, 1024, 9000}, 236);
+    run_fused_case(c);
+    c.spec = spec(IndexerFormat::kMxfp4, 4, 2, 32, 128, 64, {30000, 513, 7000, 2}, 237);
+    run_fused_case(c);
+    c.smem_budget = 0;
+    {
+      EnvScope keep("DSATTN_FUSED_SCHEDULE", "caller");
+      c.schedule_parts = cuda_num_sms();
+      c.k = 512;
+      c.spec = spec(IndexerFormat::kFp8, 5, 4, 32, 128, 64, {6000, 100, 3000, 512, 9000}, 238);
+      c.spec.varlen = true;
+      run_fused_case(c);
+      c.schedule_parts = 0;
+    }
+  }
+  // The staged plan holds its staging slots in the workspace, beside what the CTA-wide plan needs
+  // (streaming forced: by default the tile kernel takes the logits route wherever it fits).
+  EnvScope streaming("DSATTN_FUSED_LOGITS", "0");
+  FusedCase c;
+  c.k = 2048;
+  c.spec = spec(IndexerFormat::kFp8, 3, 1, 64, 128, 64, {70000, 30000, 2100}, 231);
+  PagedCase pc = testutil::make_paged_case(c.spec);
+  GpuInputs g;
+  upload_case(pc, &g);
+  size_t bytes[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    EnvScope st("DSATTN_FUSED_STAGED", i == 0 ? nullptr : "0");
+    FusedCall f;
+    setup_fused(c, pc, g, &f, false);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    EXPECT_EQ(fused_route(c, pc, g, false), "streaming");
+    ASSERT_TRUE(paged_mqa_topk_workspace(f.p, f.ex, &bytes[i]).ok());
+  }
+  EXPECT_GT(bytes[0], bytes[1]) << "the staged plan's workspace should add its staging slots";
+}
+
 // The k-th key's bin shared by keys of which only some win: every state's key repeats with period
 // 7000, so each score comes in groups of 10 (tied, the smaller indices win), and k = 2048 needs 8
 // of the k-th group (2040 needs it whole). Every radix route then needs its last digit: the split

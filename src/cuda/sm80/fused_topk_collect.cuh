@@ -94,7 +94,7 @@ struct CollectorRow {
   int cnt;
 };
 
-constexpr int kCollectorMaxWarps = 8;  // the scoring kernels run 2..8 warps
+constexpr int kCollectorMaxWarps = 12;  // the scoring kernels run 2..12 warps (12: the staged tile kernel)
 constexpr int kDigitBins = 128;        // compaction radix: 7-bit digits (bits 31..25, 24..18, ...)
 
 // Small on purpose: on Hopper it sits next to two 48 KiB key stages in a CTA that shares its SM
@@ -359,7 +359,7 @@ __device__ __forceinline__ void collector_compact_body(const CollectorBuffers& b
       g += base + u < n && key[u] > T ? 1 : 0;
       e += base + u < n && key[u] == T ? 1 : 0;
     }
-    // Counts per step stay below 2^16 (kCompactPer x 256 threads), so both prefixes share one scan.
+    // Counts per step stay below 2^16 (kCompactPer x at most 384 threads), so both prefixes share one scan.
     int step_total = 0;
     const int packed = collector_block_scan((e << 16) | g, sh, &step_total, grp);
     int g_before = g_run + (packed & 0xffff), e_before = e_run + (packed >> 16);

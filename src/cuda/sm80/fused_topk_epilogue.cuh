@@ -35,7 +35,8 @@ struct TopkEpilogue {
     cur_group = -1;
   }
 
-  __device__ void consume(const IndexerParams&, const ScoreTile& t) {
+  __device__ void consume(const IndexerParams&, const ScoreTile& t) { consume_tile(t); }
+  __device__ void consume_tile(const ScoreTile& t) {
     const int64_t slot = int64_t(blockIdx.x) + t.group;
     if (t.group != cur_group) {
       cur_group = t.group;
@@ -46,12 +47,48 @@ struct TopkEpilogue {
                                        t.ld, t.win);
   }
 
-  __device__ void group_end(const IndexerParams&, const GroupInfo& g) {
+  __device__ void group_end(const IndexerParams&, const GroupInfo& g) { end_group(g); }
+  __device__ void end_group(const GroupInfo& g) {
     fused_topk::collector_end(buf, *sh, int64_t(blockIdx.x) + g.group, g.rows);
     cur_group = -1;
   }
 
   __device__ void finish(const IndexerParams&) {}
+};
+
+// The same collector behind the warp-local pipeline (indexer_body_staged, indexer_kernel.cuh): the
+// warps score M tiles each on their own into this CTA's staging in global memory (L2; M x
+// rows_per_group x tile_states floats per CTA, independent of the context length), then the CTA
+// feeds them to consume() in order, runs of consecutive tiles as one (up to `run` tiles: an append
+// of n states needs ccap - k >= 2 n, so that a compaction leaves room for it). It scores as paged_mqa_logits does on the portable tile
+// kernel (same pipeline, same config), where the CTA-wide pipeline that TopkEpilogue runs on is
+// ~1.6x slower (H100, 128 x 32K at sm_80's 163 KiB: 489 against 292 us, BENCHMARKS.md 2026-12-07).
+struct TopkStagedEpilogue : TopkEpilogue {
+  static constexpr bool kStaged = true;
+  static constexpr int kMaxStageTiles = 16;
+  float* stage = nullptr;  // [gridDim.x][rows_per_group][tiles x tile_states]
+  int tiles = 1;
+  int run = 1;  // most staged tiles one consume() takes: (ccap - k) / 2 states at most (collector_reserve's room)
+  int2* meta = nullptr;  // shared [kMaxStageTiles]: (t0, count) of each staged tile
+
+  static constexpr size_t kMetaOff = (sizeof(fused_topk::CollectorShared) + 7) & ~size_t(7);
+  __host__ __device__ static size_t smem_bytes(const IndexerParams&) { return kMetaOff + kMaxStageTiles * sizeof(int2); }
+  // Staging tiles per CTA for a tile shape: about kStageStates row-states between two flushes.
+  static constexpr int kStageStates = 3072;
+  __host__ __device__ static int stage_tiles_for(int rows_per_group, int tile_states) {
+    const int m = kStageStates / (rows_per_group * tile_states);
+    return m < 1 ? 1 : m > kMaxStageTiles ? kMaxStageTiles : m;
+  }
+  __device__ void begin(const IndexerParams& p, uint8_t* epi_smem) {
+    TopkEpilogue::begin(p, epi_smem);
+    meta = reinterpret_cast<int2*>(epi_smem + kMetaOff);
+  }
+  __device__ int stage_tiles() const { return tiles; }
+  __device__ int flush_run() const { return run; }
+  __device__ float* stage_base(const IndexerParams& p) const {
+    return stage + int64_t(blockIdx.x) * tiles * p.work.rows_per_group * p.tile_states;
+  }
+  __device__ int2* stage_meta() const { return meta; }
 };
 
 // Slot range of query row r from the schedule metadata (see the block comment above).

@@ -45,26 +45,41 @@ extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 32, TopkEpilogue>
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 64, TopkEpilogue>;
 extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 128, TopkEpilogue>;
 extern template struct WgmmaKernelOps<TopkEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 32, TopkStagedEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 64, TopkStagedEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kFp8, 128, TopkStagedEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 32, TopkStagedEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 64, TopkStagedEpilogue>;
+extern template struct IndexerKernelOps<IndexerFormat::kMxfp4, 128, TopkStagedEpilogue>;
 
 namespace {
 
 constexpr const char* kOp = "paged_mqa_topk";
 
-template <class Fn>
+template <class Epi = TopkEpilogue, class Fn>
 cudaError_t with_topk_ops(IndexerFormat f, int d, Fn&& fn) {
   if (f == IndexerFormat::kFp8) {
-    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kFp8, 32, TopkEpilogue>{});
-    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kFp8, 64, TopkEpilogue>{});
-    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kFp8, 128, TopkEpilogue>{});
+    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kFp8, 32, Epi>{});
+    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kFp8, 64, Epi>{});
+    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kFp8, 128, Epi>{});
   } else {
-    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 32, TopkEpilogue>{});
-    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 64, TopkEpilogue>{});
-    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 128, TopkEpilogue>{});
+    if (d == 32) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 32, Epi>{});
+    if (d == 64) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 64, Epi>{});
+    if (d == 128) return fn(IndexerKernelOps<IndexerFormat::kMxfp4, 128, Epi>{});
   }
   return cudaErrorInvalidValue;
 }
 
 size_t topk_epi_smem(const IndexerParams& p) { return TopkEpilogue::smem_bytes(p); }
+size_t topk_staged_epi_smem(const IndexerParams& p) { return TopkStagedEpilogue::smem_bytes(p); }
+
+// The streaming route on the portable tile kernel scores on the warp-local pipeline with staged
+// tiles (TopkStagedEpilogue) unless DSATTN_FUSED_STAGED=0 keeps the CTA-wide one (A/B, tests;
+// =tile appends the staged tiles one at a time, see stage_run).
+bool fused_staged_enabled() {
+  const char* env = std::getenv("DSATTN_FUSED_STAGED");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
@@ -139,6 +154,11 @@ struct FusedPlan {
   // workspace, then dsattn::topk's kernels over them with the context lengths as row bounds.
   bool logits_route = false;
   int64_t width = 0;
+  // Streaming on the portable tile kernel's warp-local pipeline (TopkStagedEpilogue): stage_tiles
+  // staged tiles per CTA, at off_stage.
+  bool staged = false;
+  int stage_tiles = 0, stage_run = 1;
+  size_t off_stage = 0;
   TopkPlan tp;
   // Resident route (see plan_resident): scores kept in the scoring kernel's shared memory and
   // selected there; its scratch after the schedule: the groups' barrier words and histograms
@@ -525,7 +545,16 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     DSATTN_RETURN_IF_ERROR(
         plan_mma_ws(kOp, &f->p, a.cache.format, pb.head_dim, sms, budget, topk_epi_smem, /*topk=*/true, &f->wg));
   }
-  if (!f->wg.use) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
+  if (!f->wg.use && fused_staged_enabled()) {
+    // The config paged_mqa_logits picks (same pipeline, same scores), with the staged epilogue's
+    // scratch; the CTA-wide pipeline where the keys would come by bulk copies.
+    const IndexerParams saved = f->p;
+    DSATTN_RETURN_IF_ERROR(
+        pick_indexer_config(kOp, &f->p, budget, topk_staged_epi_smem, &f->cfg, /*warp_local=*/true, sms));
+    f->staged = !f->p.bulk && f->p.tile_states <= fused_topk::kMaxTileStates;
+    if (!f->staged) f->p = saved;
+  }
+  if (!f->wg.use && !f->staged) DSATTN_RETURN_IF_ERROR(pick_indexer_config(kOp, &f->p, budget, topk_epi_smem, &f->cfg));
   size_t meta_bytes = 0;
   int caller_parts = 0;
   if (a.schedule.defined()) DSATTN_RETURN_IF_ERROR(check_caller_schedule(kOp, a.schedule, &caller_parts));
@@ -558,10 +587,10 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->p.split = 1;
     } else {
       int occ = 0;
+      const auto tile_occ = [&](auto ops) { return ops.occupancy(f->p, f->cfg.smem, &occ); };
       const cudaError_t e = f->wg.use ? WgmmaKernelOps<TopkEpilogue>::occupancy(f->wg, &occ)
-                                      : with_topk_ops(a.cache.format, pb.head_dim, [&](auto ops) {
-                                          return ops.occupancy(f->p, f->cfg.smem, &occ);
-                                        });
+                            : f->staged ? with_topk_ops<TopkStagedEpilogue>(a.cache.format, pb.head_dim, tile_occ)
+                                        : with_topk_ops(a.cache.format, pb.head_dim, tile_occ);
       DSATTN_RETURN_IF_ERROR(cuda_status(e, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
       f->partitions = sms * std::max(1, std::min(occ, 4));
     }
@@ -685,6 +714,17 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
       f->wg = pure;
       f->p.tile_states = pure.ws_stage;
     }
+  }
+  if (f->staged) {  // the staging slots: partitions (the grid) x stage_tiles tiles
+    f->stage_tiles = TopkStagedEpilogue::stage_tiles_for(rps, f->p.tile_states);
+    // Runs of staged tiles appended as one: n states need ccap - k >= 2 n (after a compaction,
+    // collector_compact_body keeps at most k + (ccap - k - n) / 2). DSATTN_FUSED_STAGED=tile: one
+    // tile at a time (A/B).
+    const char* st_env = std::getenv("DSATTN_FUSED_STAGED");
+    const bool by_tile = st_env != nullptr && std::strcmp(st_env, "tile") == 0;
+    f->stage_run = by_tile ? 1 : std::max(1, std::min(f->stage_tiles, (f->ccap - kc) / 2 / f->p.tile_states));
+    f->off_stage = f->total;
+    f->total = f->off_stage + align256(static_cast<size_t>(f->partitions) * f->stage_tiles * rps * f->p.tile_states * 4);
   }
   DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, f));
   return plan_chunked_route(a, pb, ex, f);
@@ -983,6 +1023,15 @@ Status paged_mqa_topk(const PagedMqaTopkParams& caller, const detail::PagedIndex
     e = launch_indexer_ws_topk(f.wg, f.p, epi.buf, f.ws_grid, stream);
   } else if (f.wg.use) {
     e = WgmmaKernelOps<TopkEpilogue>::launch(f.wg, f.p, epi, f.partitions, stream);
+  } else if (f.staged) {
+    TopkStagedEpilogue se;
+    static_cast<TopkEpilogue&>(se) = epi;
+    se.stage = reinterpret_cast<float*>(ws + f.off_stage);
+    se.tiles = f.stage_tiles;
+    se.run = f.stage_run;
+    e = with_topk_ops<TopkStagedEpilogue>(a.cache.format, pb.head_dim, [&](auto ops) {
+      return ops.launch(f.p, se, f.partitions, f.cfg.smem, stream);
+    });
   } else {
     e = with_topk_ops(a.cache.format, pb.head_dim,
                       [&](auto ops) { return ops.launch(f.p, epi, f.partitions, f.cfg.smem, stream); });

@@ -605,12 +605,13 @@ __device__ __forceinline__ void idx_store_logit(const IndexerParams& p, int64_t 
 }
 
 // A warp scores states [base, base + 32) of the tile for all rows of the group, into
-// the score tile, or with kDirect straight into the logits (rows row0 + j; the warp's 32 lanes
+// the score tile (score_dst, else shared memory), or with kDirect straight into the logits (rows row0 + j; the warp's 32 lanes
 // store 32 consecutive columns of a row at once).
 template <IndexerFormat F, int D, bool kDirect = false>
 __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const IdxTile& t, int rows,
                                                  const uint8_t* stage, uint8_t* smem, const IdxSmemLayout& L,
-                                                 int base, int lane, int64_t row0 = 0) {
+                                                 int base, int lane, int64_t row0 = 0,
+                                                 float* score_dst = nullptr, int score_ld = 0) {
   using Tr = IdxTraits<F, D>;
   constexpr int RB = Tr::kRowBytes;
   constexpr int KS = Tr::kKSteps;
@@ -676,8 +677,12 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
   const float* ws = reinterpret_cast<const float*>(smem + L.w);
   const float* qsc = reinterpret_cast<const float*>(smem + L.qs);
   const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
-  float* scores = reinterpret_cast<float*>(smem + L.scores);
+  // The score tile: shared memory ([rows][tile_states]), or score_dst (rows score_ld floats apart,
+  // anywhere; the staged pipeline's global staging).
+  float* scores = score_dst != nullptr ? score_dst : reinterpret_cast<float*>(smem + L.scores);
+  const int sld = score_dst != nullptr ? score_ld : p.tile_states;
   (void)scores;
+  (void)sld;
   (void)row0;
 
   // Head sum of row j done: transposed quad reduction (lane tig ends with the sum of value index
@@ -692,7 +697,7 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
         const int64_t col = int64_t(my_t) - rw.col_off;
         if (col >= 0 && col < p.out_width) idx_store_logit(p, row0 + j, col, out);
       } else {
-        scores[j * p.tile_states + my_state] = out;
+        scores[j * sld + my_state] = out;
       }
     }
   };
@@ -878,6 +883,16 @@ struct EpiWarpLocal : std::false_type {};
 template <class E>
 struct EpiWarpLocal<E, std::void_t<decltype(E::kWarpLocal)>> : std::integral_constant<bool, E::kWarpLocal> {};
 
+// Epilogues that consume whole score tiles block-wide (the fused top-k's collector) but let the
+// warp-local pipeline score for them say `static constexpr bool kStaged = true` and provide
+// stage_tiles() (M), stage_base(p) (this CTA's rows_per_group x M x tile_states floats, global),
+// stage_meta() (M int2 in shared memory), flush_run(), and consume_tile(t) / end_group(g) (what
+// consume / group_end do, without the kernel's parameters): see indexer_body_staged.
+template <class E, class = void>
+struct EpiStaged : std::false_type {};
+template <class E>
+struct EpiStaged<E, std::void_t<decltype(E::kStaged)>> : std::integral_constant<bool, E::kStaged> {};
+
 // The warp-local pipeline (cp.async keys, an epilogue with kWarpLocal): each warp loads and scores
 // its own kH x 32 states of every tile (idx_prefetch_w / idx_issue_w) and stores their logits itself,
 // so it waits only for its own copies (cp.async group + __syncwarp) and the CTA meets at a barrier
@@ -934,6 +949,115 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
     rd.advance(S);
   }
   cp_async_wait<0>();
+  __syncthreads();
+  epi.finish(p);
+}
+
+// indexer_body_staged's flush: feeds the `staged` tiles (tile_states states each, staged rows
+// `ld` floats apart from `stage`) of group g, whose rows start at row0, to the epilogue
+// (consume_tile), runs of consecutive tiles at once (each full but the run's last, up to
+// flush_run() tiles), then, with `end_group`, ends the group (end_group). Block-wide; starts with
+// the barrier that publishes the warps' staged scores and ends synced. Inlined: as a call (its
+// own registers, the loop's saved around it) the fused op ran slower on the portable tile kernel
+// (H100, k = 2048: 128 x 64K at sm_120's 99 KiB 806 -> 859 us, 128 x 32K at sm_80's 163 KiB
+// 451 -> 460, BENCHMARKS.md 2026-12-07).
+template <class Epi>
+__device__ __forceinline__ void idx_staged_flush(Epi& epi, int staged, int32_t g, int64_t row0, int rows, int tile_states,
+                                              const float* stage, int ld, const detail::RowWindow* win,
+                                              bool end_group, int32_t t_begin, int32_t t_end) {
+  const int2* meta = epi.stage_meta();
+  const int run_max = epi.flush_run();
+  __syncthreads();  // every warp's staged scores (global stores) and the tiles' meta visible
+  for (int s = 0; s < staged;) {
+    const int2 m = meta[s];
+    int n = m.y, e = s + 1;
+    while (e < staged && e - s < run_max && n == (e - s) * tile_states && meta[e].x == m.x + n) n += meta[e++].y;
+    epi.consume_tile(ScoreTile{stage + s * tile_states, ld, rows, g, row0, m.x, n, win});
+    __syncthreads();  // the collector's counts published before the next run's room check
+    s = e;
+  }
+  if (end_group) {
+    epi.end_group(GroupInfo{g, row0, rows, t_begin, t_end, win});
+    __syncthreads();
+  }
+}
+
+// The warp-local pipeline for an epilogue with kStaged (the fused op's collector on the portable
+// tile kernel): each warp loads and scores its own states of every tile as in indexer_body_warp,
+// but into staging in global memory (this CTA's: M tiles of every row); after M tiles, at a group
+// change and at the end, the CTA meets and feeds the staged tiles, in order, to the epilogue's
+// block-wide consume_tile(), runs of consecutive tiles at once where flush_run() allows. So the
+// warps drift apart between flushes as they do for the logits, where the CTA-wide pipeline runs
+// every warp through two barriers per tile. Every warp walks the same tile sequence (its own
+// cursor), so all of them reach each flush's barriers.
+template <IndexerFormat F, int D, class Epi, int kH>
+__device__ __forceinline__ void indexer_body_staged(const IndexerParams& p, Epi& epi, uint8_t* smem,
+                                                    const IdxSmemLayout& L, int warp, int lane) {
+  detail::FastDivU31 spp = p.spp_div;  // set_states_per_page
+  if (spp.d != static_cast<uint32_t>(p.states_per_page)) spp = detail::FastDivU31(static_cast<uint32_t>(p.states_per_page));
+  IdxCursor lc, cc;
+  const int S = p.stages;
+  IdxRingPos wr, rd;
+  const auto issue = [&](const IdxPendingW<kH>& q, int stage) {
+#pragma unroll
+    for (int h = 0; h < kH; ++h) {
+      idx_issue_w<F, D>(p, q.t, q.raw[h], q.off[h], (warp * kH + h) * 32, smem + L.stage0 + stage * L.stage_bytes, L,
+                        lane);
+    }
+  };
+  IdxPendingW<kH> pd;
+  int32_t pf_g = -1;
+  const auto prefetch = [&](IdxPendingW<kH>& q) { idx_prefetch_w(p, spp, lc, q, pf_g, warp, lane); };
+  idx_pipeline_start(p, lc, cc, wr, pd, prefetch, issue);
+  const detail::RowWindow* win = reinterpret_cast<const detail::RowWindow*>(smem + L.win);
+  const int M = epi.stage_tiles();
+  const int ld = M * p.tile_states;  // staging: [rows_per_group][M tiles x tile_states]
+  float* stage = epi.stage_base(p);
+  int2* meta = epi.stage_meta();
+  int32_t cur_g = -1;
+  int cur_rows = 0;
+  int32_t cur_t_begin = 0, cur_t_end = 0;
+  int staged = 0;
+  for (;;) {
+    IdxTile t;
+    const bool more = cc.next(p, &t);
+    if (!more || t.g != cur_g || staged == M) {
+      const bool end_group = cur_g >= 0 && (!more || t.g != cur_g);
+      if (staged > 0 || end_group) {
+        idx_staged_flush(epi, staged, cur_g, int64_t(cur_g) * p.work.rows_per_group, cur_rows, p.tile_states, stage, ld,
+                         win, end_group, cur_t_begin, cur_t_end);
+      }
+      staged = 0;
+      if (!more) break;
+      if (t.g != cur_g) {
+        __syncthreads();  // every warp is done with the previous group's Q, weights and windows
+        cur_g = t.g;
+        cur_rows = static_cast<int>(detail::indexer_group_rows(p.work, t.g));
+        cur_t_begin = t.t0;
+        idx_load_group<F, D>(p, t.g, cur_rows, smem, L);
+        __syncthreads();
+      }
+    }
+    cur_t_end = t.t0 + t.count;
+    cp_async_wait_dyn(S - 2);
+    __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
+    if (pd.ok) {
+      issue(pd, wr.s);
+      prefetch(pd);
+    }
+    wr.advance(S);
+    cp_async_commit();
+    if (threadIdx.x == 0) meta[staged] = make_int2(t.t0, t.count);
+    float* dst = stage + staged * p.tile_states;
+#pragma unroll 1
+    for (int h = 0; h < kH; ++h) {
+      idx_compute_tile<F, D>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L, (warp * kH + h) * 32,
+                             lane, 0, dst, ld);
+    }
+    rd.advance(S);
+    ++staged;
+  }
+  cp_async_wait<0>();  // the last group ended at the flush that left the loop
   __syncthreads();
   epi.finish(p);
 }
@@ -1006,7 +1130,8 @@ __device__ __forceinline__ void indexer_body_cta(const IndexerParams& p, Epi& ep
 
 // The pipeline is chosen by two template parameters: kHalves 0 runs the CTA-wide pipeline
 // (indexer_body_cta); kHalves 1 or 2 the warp-local one (indexer_body_warp) with that many halves of
-// 32 states per warp and tile, for epilogues with kWarpLocal and keys by cp.async (p.bulk == 0).
+// 32 states per warp and tile, for epilogues with kWarpLocal and keys by cp.async (p.bulk == 0),
+// or its staged form (indexer_body_staged) for epilogues with kStaged.
 // kThreads is the CTA size the kernel is built for (__launch_bounds__): 256 (8 warps or fewer), or
 // 384 for CTAs of 12 warps x 32 states (kHalves 1; at most 168 registers a thread).
 // IndexerKernelOps::kernel picks, from the shape pick_indexer_config chose. Separate kernels
@@ -1022,7 +1147,9 @@ __device__ __forceinline__ void indexer_body(const IndexerParams& p, Epi& epi) {
                                           p.tile_states, p.stages, Epi::smem_bytes(p), p.q_f16 != 0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   epi.begin(p, smem + L.epi);
-  if constexpr (kHalves > 0) {
+  if constexpr (kHalves > 0 && EpiStaged<Epi>::value) {
+    indexer_body_staged<F, D, Epi, kHalves>(p, epi, smem, L, warp, lane);
+  } else if constexpr (kHalves > 0) {
     static_assert(EpiWarpLocal<Epi>::value, "the warp-local pipeline needs an epilogue that only stores");
     indexer_body_warp<F, D, Epi, kHalves>(p, epi, smem, L, warp, lane);
   } else {

@@ -20,9 +20,9 @@ template <IndexerFormat F, int D, class Epi>
 struct IndexerKernelOps {
   using Kernel = void (*)(IndexerParams, Epi);
   // The kernel a launch with p runs (p.warps, p.tile_states and p.bulk as the config picker set
-  // them): the warp-local pipeline for an epilogue with kWarpLocal and keys by cp.async (the
-  // 384-thread kernel for 12 warps, 64 states per warp when p.tile_states says so); the CTA-wide
-  // one otherwise.
+  // them): the warp-local pipeline for an epilogue with kWarpLocal and keys by cp.async, or with
+  // kStaged (the 384-thread kernel for 12 warps, 64 states per warp when p.tile_states says so);
+  // the CTA-wide one otherwise.
   static Kernel kernel(const IndexerParams& p);
   static cudaError_t launch(const IndexerParams& p, const Epi& epi, int grid, size_t smem, cudaStream_t stream);
   // CTAs per SM of the kernel a launch with p runs, with p.warps * 32 threads and `smem` bytes.
@@ -31,13 +31,19 @@ struct IndexerKernelOps {
 
 template <IndexerFormat F, int D, class Epi>
 typename IndexerKernelOps<F, D, Epi>::Kernel IndexerKernelOps<F, D, Epi>::kernel(const IndexerParams& p) {
-  if constexpr (EpiWarpLocal<Epi>::value) {
-    if (!p.bulk) {
-      if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
-      return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+  if constexpr (EpiStaged<Epi>::value) {
+    // Staged epilogues run only the warp-local pipeline (their planner keeps p.bulk off).
+    if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
+    return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+  } else {
+    if constexpr (EpiWarpLocal<Epi>::value) {
+      if (!p.bulk) {
+        if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
+        return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+      }
     }
+    return indexer_kernel<F, D, Epi, 0>;
   }
-  return indexer_kernel<F, D, Epi, 0>;
 }
 
 template <IndexerFormat F, int D, class Epi>
