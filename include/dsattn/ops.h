@@ -161,8 +161,9 @@ Status topk(const TopkParams& p, const Exec& ex);
 
 // ---------------------------------------------------------------- fused indexer + top-k
 // paged_mqa_logits followed by topk without a [R, max_context] logits tensor: the workspace
-// (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k),
-// independent of the context length. Each partition's piece of a row keeps the states that can
+// (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k)
+// (on the portable tile kernel also ~12 KB of staged scores per partition), independent of the
+// context length. Each partition's piece of a row keeps the states that can
 // still enter the row's top k. Each piece appends every state until its buffer is full (8 bytes
 // each: score and index), so where no piece is longer than twice its buffer (the block table's
 // states over the partitions) streaming would write at least as many bytes as the scores
@@ -173,7 +174,10 @@ Status topk(const TopkParams& p, const Exec& ex);
 // 457, both pieces between one and two buffers, taken since 2026-12-07). Where streaming would
 // score on the portable tile kernel (sm_80 / sm_86 / sm_89 / sm_120), slower than the kernel
 // paged_mqa_logits runs there, the op takes that route wherever the rows fit, whatever the pieces
-// (see logits_route below). `logits_route` below (or
+// (see logits_route below); where they do not fit it streams on the same warp-local pipeline as
+// paged_mqa_logits, its tiles staged in the workspace for the collector (H100 at sm_120's 99 KiB,
+// k = 2048: 128 x 64K 1000 -> 806 us, the logits op 653; DSATTN_FUSED_STAGED=0: the CTA-wide
+// pipeline, as before 2026-12-07). `logits_route` below (or
 // DSATTN_FUSED_LOGITS=1 for the whole process) takes that route wherever the rows fit, also where
 // longer pieces would have dropped states; where they do not fit (calls of 16 rows or more) it takes the chunked logits
 // route: the block table in column chunks (the fewest whose [R, k + chunk] score rows fit the same
