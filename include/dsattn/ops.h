@@ -163,8 +163,8 @@ Status topk(const TopkParams& p, const Exec& ex);
 // paged_mqa_logits followed by topk without a [R, max_context] logits tensor: the workspace
 // (paged_mqa_topk_workspace) holds per-partition candidate buffers, O(num_sms x k + R x k)
 // (on the portable tile kernel also ~12 KB of staged scores per partition), independent of the
-// context length. Each partition's piece of a row keeps the states that can
-// still enter the row's top k. Each piece appends every state until its buffer is full (8 bytes
+// context length. Each partition's piece of a row keeps the states that can still enter the
+// row's top k. Each piece appends every state until its buffer is full (8 bytes
 // each: score and index), so where no piece is longer than twice its buffer (the block table's
 // states over the partitions) streaming would write at least as many bytes as the scores
 // themselves; there (CUDA), when the call's [R, W] fp32 scores (W = max_pages x S) fit in that

@@ -59,16 +59,17 @@ struct TopkEpilogue {
 // The same collector behind the warp-local pipeline (indexer_body_staged, indexer_kernel.cuh): the
 // warps score M tiles each on their own into this CTA's staging in global memory (L2; M x
 // rows_per_group x tile_states floats per CTA, independent of the context length), then the CTA
-// feeds them to consume() in order, runs of consecutive tiles as one (up to `run` tiles: an append
-// of n states needs ccap - k >= 2 n, so that a compaction leaves room for it). It scores as paged_mqa_logits does on the portable tile
-// kernel (same pipeline, same config), where the CTA-wide pipeline that TopkEpilogue runs on is
-// ~1.6x slower (H100, 128 x 32K at sm_80's 163 KiB: 489 against 292 us, BENCHMARKS.md 2026-12-07).
+// feeds them to consume_tile() in order, runs of consecutive tiles as one (up to `run` tiles: an
+// append of n states needs ccap - k >= 2 n, so that a compaction leaves room for it). It scores as
+// paged_mqa_logits does on the portable tile kernel (same pipeline, same config), where the
+// CTA-wide pipeline that TopkEpilogue runs on is ~1.6x slower (H100, 128 x 32K at sm_80's 163 KiB:
+// 489 against 292 us, BENCHMARKS.md 2026-12-07).
 struct TopkStagedEpilogue : TopkEpilogue {
   static constexpr bool kStaged = true;
   static constexpr int kMaxStageTiles = 16;
   float* stage = nullptr;  // [gridDim.x][rows_per_group][tiles x tile_states]
   int tiles = 1;
-  int run = 1;  // most staged tiles one consume() takes: (ccap - k) / 2 states at most (collector_reserve's room)
+  int run = 1;  // most staged tiles one consume_tile() takes: at most (ccap - k) / 2 states (collector_reserve's room)
   int2* meta = nullptr;  // shared [kMaxStageTiles]: (t0, count) of each staged tile
 
   static constexpr size_t kMetaOff = (sizeof(fused_topk::CollectorShared) + 7) & ~size_t(7);
@@ -85,8 +86,12 @@ struct TopkStagedEpilogue : TopkEpilogue {
   }
   __device__ int stage_tiles() const { return tiles; }
   __device__ int flush_run() const { return run; }
+  // Staged floats per CTA: the planner sizes the workspace by it, the kernel finds its CTA's part.
+  __host__ __device__ static int64_t cta_floats(int tiles, int rows_per_group, int tile_states) {
+    return int64_t(tiles) * rows_per_group * tile_states;
+  }
   __device__ float* stage_base(const IndexerParams& p) const {
-    return stage + int64_t(blockIdx.x) * tiles * p.work.rows_per_group * p.tile_states;
+    return stage + int64_t(blockIdx.x) * cta_floats(tiles, p.work.rows_per_group, p.tile_states);
   }
   __device__ int2* stage_meta() const { return meta; }
 };

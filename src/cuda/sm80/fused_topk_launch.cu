@@ -74,11 +74,14 @@ size_t topk_epi_smem(const IndexerParams& p) { return TopkEpilogue::smem_bytes(p
 size_t topk_staged_epi_smem(const IndexerParams& p) { return TopkStagedEpilogue::smem_bytes(p); }
 
 // The streaming route on the portable tile kernel scores on the warp-local pipeline with staged
-// tiles (TopkStagedEpilogue) unless DSATTN_FUSED_STAGED=0 keeps the CTA-wide one (A/B, tests;
-// =tile appends the staged tiles one at a time, see stage_run).
-bool fused_staged_enabled() {
+// tiles appended in runs (TopkStagedEpilogue, kRuns) unless DSATTN_FUSED_STAGED=0 keeps the
+// CTA-wide one (kOff) or =tile appends the staged tiles one at a time (kTile; A/B, tests).
+enum class StagedMode { kOff, kTile, kRuns };
+StagedMode fused_staged_mode() {
   const char* env = std::getenv("DSATTN_FUSED_STAGED");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env == nullptr) return StagedMode::kRuns;
+  if (std::strcmp(env, "0") == 0) return StagedMode::kOff;
+  return std::strcmp(env, "tile") == 0 ? StagedMode::kTile : StagedMode::kRuns;
 }
 
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
@@ -223,13 +226,15 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // inputs).
 // Where the streaming route would score on the portable tile kernel (`tile_scoring`, !f->wg.use:
 // sm_80, sm_86, sm_89, sm_120 and the sm_100 family's smaller calls), kAuto takes the logits route
-// wherever it fits, the filter plan included: that kernel's candidate collector is block-wide, so
-// it scores on the CTA-wide pipeline of 8 warps, while paged_mqa_logits runs the warp-local one of
-// 12, and streaming lost on every shape that took it (H100 with `DSATTN_INDEXER_KERNEL=warp-local`,
+// wherever it fits, the filter plan included: there streaming lost on every shape that took it.
+// Its candidate collector is block-wide; it then scored on the CTA-wide pipeline of 8 warps, while
+// paged_mqa_logits runs the warp-local one of 12 (H100 with `DSATTN_INDEXER_KERNEL=warp-local`,
 // k = 2048, cold, us, streaming -> this route: sm_80's 163 KiB 128 x 32K 521.6 -> 330.7, 1 x 1M
 // 236.5 -> 126.0, 4 x 256K 211.4 -> 136.0, 128 requests of 4096 states on a 32K table 106.1 ->
-// 79.2; sm_120's 99 KiB 1 x 1M 205.2 -> 129.5; BENCHMARKS.md, 2026-12-07). The chunked route stays
-// opt-in there: on wide tables with short contexts its chunks cost more than streaming.
+// 79.2; sm_120's 99 KiB 1 x 1M 205.2 -> 129.5; BENCHMARKS.md, 2026-12-07). Since it scores on the
+// warp-local pipeline with staged tiles (TopkStagedEpilogue) it still trails this route (128 x 32K
+// streamed 451.2 against 330.7). The chunked route stays opt-in there: on wide tables with short
+// contexts its chunks cost more than streaming.
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                          bool writes_rows_anyway, FusedPlan* f) {
   const bool tile_scoring = !f->wg.use;
@@ -545,7 +550,8 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     DSATTN_RETURN_IF_ERROR(
         plan_mma_ws(kOp, &f->p, a.cache.format, pb.head_dim, sms, budget, topk_epi_smem, /*topk=*/true, &f->wg));
   }
-  if (!f->wg.use && fused_staged_enabled()) {
+  const StagedMode staged_mode = fused_staged_mode();
+  if (!f->wg.use && staged_mode != StagedMode::kOff) {
     // The config paged_mqa_logits picks (same pipeline, same scores), with the staged epilogue's
     // scratch; the CTA-wide pipeline where the keys would come by bulk copies.
     const IndexerParams saved = f->p;
@@ -718,13 +724,13 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
   if (f->staged) {  // the staging slots: partitions (the grid) x stage_tiles tiles
     f->stage_tiles = TopkStagedEpilogue::stage_tiles_for(rps, f->p.tile_states);
     // Runs of staged tiles appended as one: n states need ccap - k >= 2 n (after a compaction,
-    // collector_compact_body keeps at most k + (ccap - k - n) / 2). DSATTN_FUSED_STAGED=tile: one
-    // tile at a time (A/B).
-    const char* st_env = std::getenv("DSATTN_FUSED_STAGED");
-    const bool by_tile = st_env != nullptr && std::strcmp(st_env, "tile") == 0;
-    f->stage_run = by_tile ? 1 : std::max(1, std::min(f->stage_tiles, (f->ccap - kc) / 2 / f->p.tile_states));
+    // collector_compact_body keeps at most k + (ccap - k - n) / 2). kTile: one tile at a time.
+    f->stage_run = staged_mode == StagedMode::kTile
+                       ? 1
+                       : std::max(1, std::min(f->stage_tiles, (f->ccap - kc) / 2 / f->p.tile_states));
     f->off_stage = f->total;
-    f->total = f->off_stage + align256(static_cast<size_t>(f->partitions) * f->stage_tiles * rps * f->p.tile_states * 4);
+    const int64_t cta = TopkStagedEpilogue::cta_floats(f->stage_tiles, rps, f->p.tile_states);
+    f->total = f->off_stage + align256(static_cast<size_t>(f->partitions) * static_cast<size_t>(cta) * 4);
   }
   DSATTN_RETURN_IF_ERROR(plan_logits_route(a, pb, ex, writes_rows_anyway, f));
   return plan_chunked_route(a, pb, ex, f);

@@ -604,9 +604,9 @@ __device__ __forceinline__ void idx_store_logit(const IndexerParams& p, int64_t 
   }
 }
 
-// A warp scores states [base, base + 32) of the tile for all rows of the group, into
-// the score tile (score_dst, else shared memory), or with kDirect straight into the logits (rows row0 + j; the warp's 32 lanes
-// store 32 consecutive columns of a row at once).
+// A warp scores states [base, base + 32) of the tile for all rows of the group, into the score
+// tile (score_dst, else shared memory), or with kDirect straight into the logits (rows row0 + j;
+// the warp's 32 lanes store 32 consecutive columns of a row at once).
 template <IndexerFormat F, int D, bool kDirect = false>
 __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const IdxTile& t, int rows,
                                                  const uint8_t* stage, uint8_t* smem, const IdxSmemLayout& L,

@@ -29,18 +29,22 @@ struct IndexerKernelOps {
   static cudaError_t occupancy(const IndexerParams& p, size_t smem, int* blocks_per_sm);
 };
 
+// The warp-local pipeline's kernel for p's shape: the 384-thread kernel for 12 warps, two halves
+// of 32 states per warp when p.tile_states says so. A function template of its own, so that it is
+// instantiated only for epilogues that run that pipeline.
+template <IndexerFormat F, int D, class Epi>
+typename IndexerKernelOps<F, D, Epi>::Kernel warp_local_indexer_kernel(const IndexerParams& p) {
+  if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
+  return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+}
+
 template <IndexerFormat F, int D, class Epi>
 typename IndexerKernelOps<F, D, Epi>::Kernel IndexerKernelOps<F, D, Epi>::kernel(const IndexerParams& p) {
   if constexpr (EpiStaged<Epi>::value) {
-    // Staged epilogues run only the warp-local pipeline (their planner keeps p.bulk off).
-    if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
-    return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
+    return warp_local_indexer_kernel<F, D, Epi>(p);  // only that pipeline (their planner keeps p.bulk off)
   } else {
     if constexpr (EpiWarpLocal<Epi>::value) {
-      if (!p.bulk) {
-        if (p.warps > 8) return indexer_kernel<F, D, Epi, 1, 384>;
-        return p.tile_states > 32 * p.warps ? indexer_kernel<F, D, Epi, 2> : indexer_kernel<F, D, Epi, 1>;
-      }
+      if (!p.bulk) return warp_local_indexer_kernel<F, D, Epi>(p);
     }
     return indexer_kernel<F, D, Epi, 0>;
   }
