@@ -338,6 +338,86 @@ TEST(GpuTopkPlan, FusedRouteSwitch) {
   EXPECT_EQ(fused_route_mode("", true), FusedRouteMode::kWhereItFits);
 }
 
+TEST(GpuTopkPlan, FusedStagedSwitch) {
+  // The tile kernel's streaming route: staged tiles appended in runs unless DSATTN_FUSED_STAGED
+  // is "0" (the CTA-wide pipeline) or "tile" (one staged tile per append).
+  using cuda::fused_staged_mode;
+  using cuda::StagedMode;
+  EXPECT_EQ(fused_staged_mode(nullptr), StagedMode::kRuns);
+  EXPECT_EQ(fused_staged_mode("0"), StagedMode::kOff);
+  EXPECT_EQ(fused_staged_mode("tile"), StagedMode::kTile);
+  EXPECT_EQ(fused_staged_mode("1"), StagedMode::kRuns);
+  EXPECT_EQ(fused_staged_mode(""), StagedMode::kRuns);
+  EXPECT_EQ(fused_staged_mode("off"), StagedMode::kRuns);  // unknown values: the default
+}
+
+TEST(GpuTopkPlan, StagedShapeHandComputed) {
+  using cuda::staged_shape;
+  using cuda::StagedMode;
+  const auto expect = [](cuda::StagedShape s, int tiles, int run) {
+    EXPECT_EQ(s.tiles, tiles);
+    EXPECT_EQ(s.run, run);
+  };
+  // sm_80's 163 KiB on a large call, N = 1: 12 x 32 = 384-state tiles, 3072 / 384 = 8 staged;
+  // k = 2048 with ccap = 4k = 8192: (8192 - 2048) / 2 = 3072 states = 8 tiles per append.
+  expect(staged_shape(1, 384, 8192, 2048, StagedMode::kRuns), 8, 8);
+  expect(staged_shape(1, 384, 8192, 2048, StagedMode::kTile), 8, 1);
+  // sm_120's 99 KiB: 8 x 32 = 256-state tiles, 12 staged, 12 per append.
+  expect(staged_shape(1, 256, 8192, 2048, StagedMode::kRuns), 12, 12);
+  // next_n = 2: 3072 / 768 = 4 staged tiles.
+  expect(staged_shape(2, 384, 8192, 2048, StagedMode::kRuns), 4, 4);
+  // next_n = 8 at 512-state tiles: fewer than one tile's row-states fit 3072, so one tile a flush.
+  expect(staged_shape(8, 512, 8192, 2048, StagedMode::kRuns), 1, 1);
+  // Small tiles: at most 16 staged (3072 / 128 = 24); k = 512 (ccap 2048): 1536 / 2 / 128 = 6.
+  expect(staged_shape(1, 128, 2048, 512, StagedMode::kRuns), 16, 6);
+  // Short pieces shrink ccap to kc + 512: 512 / 2 < one tile of 384, so one tile per append.
+  expect(staged_shape(1, 384, 2048 + 512, 2048, StagedMode::kRuns), 8, 1);
+}
+
+TEST(GpuTopkPlan, StagedShapeInvariants) {
+  // Over the shapes the planner can give (tiles of 32..512 states, 1..8 rows, ccap from the
+  // planner's floor kc + 512 up to 6k): the staging stays within kMaxStageTiles tiles and about
+  // kStageStates row-states per CTA, and every append of a run finds room in its buffer after
+  // a compaction (n <= ccap - kc; runs of more than one tile keep half that room free).
+  using cuda::staged_shape;
+  using cuda::StagedMode;
+  int cases = 0;
+  for (int rows = 1; rows <= 8; ++rows) {
+    for (int tile = 32; tile <= 512; tile += 32) {
+      for (int k : {1, 100, 511, 512, 1000, 1024, 2047, 2048, 3000, 4096}) {
+        const int kc = (k + 3) & ~3;
+        for (int ccap : {kc + 512, kc + 516, kc + 2 * tile, 2 * kc + 512, 4 * kc, 6 * kc + 1024}) {
+          if (ccap < kc + 512) continue;
+          for (StagedMode mode : {StagedMode::kRuns, StagedMode::kTile}) {
+            const cuda::StagedShape s = staged_shape(rows, tile, ccap, kc, mode);
+            SCOPED_TRACE(testing::Message() << "rows " << rows << " tile " << tile << " k " << k << " ccap " << ccap);
+            ASSERT_GE(s.tiles, 1);
+            ASSERT_LE(s.tiles, cuda::kMaxStageTiles);
+            if (s.tiles > 1) {
+              ASSERT_LE(s.tiles * rows * tile, cuda::kStageStates);
+            }
+            ASSERT_GE(s.run, 1);
+            ASSERT_LE(s.run, s.tiles);
+            ASSERT_LE(s.run * tile, ccap - kc);  // room after an exact compaction (k kept)
+            if (s.run > 1) {
+              ASSERT_LE(2 * s.run * tile, ccap - kc);
+            }
+            if (mode == StagedMode::kTile) {
+              ASSERT_EQ(s.run, 1);
+            }
+            // The longest such run: one more tile would break the half-room rule or the staging.
+            if (mode == StagedMode::kRuns && s.run < s.tiles) {
+              ASSERT_GT(2 * (s.run + 1) * tile, ccap - kc);
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 10000);
+}
+
 TEST(GpuTopkPlan, LogitsRouteEarlyTrigger) {
   // paged_mqa_topk's logits route lets its top-k be scheduled at the scoring kernel's start only
   // with DSATTN_FUSED_EARLY_TRIGGER=1 (off by default, and for any other value), and then only

@@ -4,7 +4,8 @@
 // where streaming would score on the portable tile kernel, where it fits),
 // unless the DSATTN_FUSED_LOGITS environment variable overrides it for the process ("0": streaming
 // only, "1": the logits route where it fits, "force": the logits route wherever the top-k can plan
-// it; tests and benchmarks). Host code, no CUDA.
+// it; tests and benchmarks); and how the streaming route stages its tiles on the portable tile
+// kernel (staged_shape). Host code, no CUDA.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -44,6 +45,40 @@ constexpr int64_t kEarlyTriggerMaxTopkCtas = 8;
 inline bool logits_route_early_trigger(const char* env, int64_t topk_first_ctas) {
   if (env == nullptr || std::strcmp(env, "1") != 0) return false;
   return topk_first_ctas > 0 && topk_first_ctas <= kEarlyTriggerMaxTopkCtas;
+}
+
+// The streaming route on the portable tile kernel scores on the warp-local pipeline with staged
+// tiles (TopkStagedEpilogue, fused_topk_epilogue.cuh) appended in runs (kRuns), unless the
+// DSATTN_FUSED_STAGED environment variable is "0" (kOff: the CTA-wide pipeline) or "tile" (kTile:
+// the staged tiles appended one at a time; A/B, tests). Other values: kRuns.
+enum class StagedMode { kOff, kTile, kRuns };
+inline StagedMode fused_staged_mode(const char* env) {
+  if (env == nullptr) return StagedMode::kRuns;
+  if (std::strcmp(env, "0") == 0) return StagedMode::kOff;
+  return std::strcmp(env, "tile") == 0 ? StagedMode::kTile : StagedMode::kRuns;
+}
+
+// The staged pipeline's shape for tiles of tile_states states (at most 512, the collector's
+// kMaxTileStates) and groups of rows_per_group rows: `tiles` staged tiles per CTA between two
+// flushes (about kStageStates row-states, 1..kMaxStageTiles), and the most staged tiles one append
+// takes, `run`. An append of n states must find room after a compaction, which keeps k entries
+// (exact) or at most k + (ccap - k - n) / 2 (approximate): n <= ccap - kc, which one tile always
+// meets (the planner's ccap >= kc + 512), and a run of several tiles keeps 2 n <= ccap - kc, so
+// that half of the room above k stays free after an approximate compaction. kc: k rounded up to
+// a multiple of 4; ccap: the collector's entries per (slot, row).
+constexpr int kMaxStageTiles = 16;
+constexpr int kStageStates = 3072;
+struct StagedShape {
+  int tiles = 1;
+  int run = 1;
+};
+inline StagedShape staged_shape(int rows_per_group, int tile_states, int ccap, int kc, StagedMode mode) {
+  StagedShape s;
+  const int m = kStageStates / (rows_per_group * tile_states);
+  s.tiles = m < 1 ? 1 : m > kMaxStageTiles ? kMaxStageTiles : m;
+  const int fit = (ccap - kc) / 2 / tile_states;
+  s.run = mode == StagedMode::kTile ? 1 : fit < 1 ? 1 : fit < s.tiles ? fit : s.tiles;
+  return s;
 }
 
 }  // namespace cuda

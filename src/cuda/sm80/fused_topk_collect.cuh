@@ -48,7 +48,9 @@ using topk_detail::kAbsentKey;
 using topk_detail::topk_key;
 
 constexpr int kMaxPieceRows = 8;    // rows per piece (next_n <= 8)
-constexpr int kMaxTileStates = 512;  // most states one append call may add per row
+// Most states of one scoring tile: the planner's ccap >= kc + kMaxTileStates leaves room for a
+// tile after an exact compaction (runs of staged tiles keep their own bound: staged_shape).
+constexpr int kMaxTileStates = 512;
 
 // Candidate storage of all pieces: [slots, rows_per_slot, ccap] keys and indices, plus a
 // header [slots, rows_per_slot, kHeaderInts] = (count, dense, row bound, 0) written when the

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "common/indexer_work.h"
+#include "cuda/sm80/fused_route.h"
 #include "cuda/sm80/fused_topk_collect.cuh"
 #include "cuda/sm80/indexer_kernel.cuh"
 
@@ -66,20 +67,14 @@ struct TopkEpilogue {
 // 489 against 292 us, BENCHMARKS.md 2026-12-07).
 struct TopkStagedEpilogue : TopkEpilogue {
   static constexpr bool kStaged = true;
-  static constexpr int kMaxStageTiles = 16;
+  static constexpr int kMaxStageTiles = cuda::kMaxStageTiles;  // fused_route.h (staged_shape)
   float* stage = nullptr;  // [gridDim.x][rows_per_group][tiles x tile_states]
-  int tiles = 1;
-  int run = 1;  // most staged tiles one consume_tile() takes: at most (ccap - k) / 2 states (collector_reserve's room)
+  int tiles = 1;  // staged tiles between two flushes, and
+  int run = 1;    // the most staged tiles one consume_tile() takes (staged_shape, fused_route.h)
   int2* meta = nullptr;  // shared [kMaxStageTiles]: (t0, count) of each staged tile
 
   static constexpr size_t kMetaOff = (sizeof(fused_topk::CollectorShared) + 7) & ~size_t(7);
   __host__ __device__ static size_t smem_bytes(const IndexerParams&) { return kMetaOff + kMaxStageTiles * sizeof(int2); }
-  // Staging tiles per CTA for a tile shape: about kStageStates row-states between two flushes.
-  static constexpr int kStageStates = 3072;
-  __host__ __device__ static int stage_tiles_for(int rows_per_group, int tile_states) {
-    const int m = kStageStates / (rows_per_group * tile_states);
-    return m < 1 ? 1 : m > kMaxStageTiles ? kMaxStageTiles : m;
-  }
   __device__ void begin(const IndexerParams& p, uint8_t* epi_smem) {
     TopkEpilogue::begin(p, epi_smem);
     meta = reinterpret_cast<int2*>(epi_smem + kMetaOff);

@@ -73,17 +73,6 @@ cudaError_t with_topk_ops(IndexerFormat f, int d, Fn&& fn) {
 size_t topk_epi_smem(const IndexerParams& p) { return TopkEpilogue::smem_bytes(p); }
 size_t topk_staged_epi_smem(const IndexerParams& p) { return TopkStagedEpilogue::smem_bytes(p); }
 
-// The streaming route on the portable tile kernel scores on the warp-local pipeline with staged
-// tiles appended in runs (TopkStagedEpilogue, kRuns) unless DSATTN_FUSED_STAGED=0 keeps the
-// CTA-wide one (kOff) or =tile appends the staged tiles one at a time (kTile; A/B, tests).
-enum class StagedMode { kOff, kTile, kRuns };
-StagedMode fused_staged_mode() {
-  const char* env = std::getenv("DSATTN_FUSED_STAGED");
-  if (env == nullptr) return StagedMode::kRuns;
-  if (std::strcmp(env, "0") == 0) return StagedMode::kOff;
-  return std::strcmp(env, "tile") == 0 ? StagedMode::kTile : StagedMode::kRuns;
-}
-
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 // Rows of the cluster merge (8 CTAs each). H200, paged_mqa_topk k = 2048 (cluster / split merge,
@@ -550,7 +539,7 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     DSATTN_RETURN_IF_ERROR(
         plan_mma_ws(kOp, &f->p, a.cache.format, pb.head_dim, sms, budget, topk_epi_smem, /*topk=*/true, &f->wg));
   }
-  const StagedMode staged_mode = fused_staged_mode();
+  const StagedMode staged_mode = fused_staged_mode(std::getenv("DSATTN_FUSED_STAGED"));
   if (!f->wg.use && staged_mode != StagedMode::kOff) {
     // The config paged_mqa_logits picks (same pipeline, same scores), with the staged epilogue's
     // scratch; the CTA-wide pipeline where the keys would come by bulk copies.
@@ -722,12 +711,9 @@ Status plan_fused_routes(const PagedMqaTopkParams& a, const detail::PagedIndexer
     }
   }
   if (f->staged) {  // the staging slots: partitions (the grid) x stage_tiles tiles
-    f->stage_tiles = TopkStagedEpilogue::stage_tiles_for(rps, f->p.tile_states);
-    // Runs of staged tiles appended as one: n states need ccap - k >= 2 n (after a compaction,
-    // collector_compact_body keeps at most k + (ccap - k - n) / 2). kTile: one tile at a time.
-    f->stage_run = staged_mode == StagedMode::kTile
-                       ? 1
-                       : std::max(1, std::min(f->stage_tiles, (f->ccap - kc) / 2 / f->p.tile_states));
+    const StagedShape shape = staged_shape(rps, f->p.tile_states, f->ccap, kc, staged_mode);
+    f->stage_tiles = shape.tiles;
+    f->stage_run = shape.run;
     f->off_stage = f->total;
     const int64_t cta = TopkStagedEpilogue::cta_floats(f->stage_tiles, rps, f->p.tile_states);
     f->total = f->off_stage + align256(static_cast<size_t>(f->partitions) * static_cast<size_t>(cta) * 4);
