@@ -61,6 +61,23 @@ __device__ __forceinline__ void mma_prepare_a(const uint32_t (&a)[4], uint32_t (
 #endif
 }
 
+// mma_prepare_a for A words that come from different loads (the portable indexer's FP8 keys: rows
+// g and g + 8 of a fragment from two 16-byte shared-memory loads). On the native path the four
+// words get registers of their own, once, by identity byte permutes: with plain copies ptxas keeps
+// the words where the loads left them and assembles the MMA's 4-register operand with 4 moves
+// before every MMA that uses it. SASS of the FP8 logits kernel (D = 128, 8 warps x 32 states), the
+// first 16 MMAs of its head loop: sm_120f 82 -> 31 instructions (54 MOVs -> 0), sm_89 85 -> 47 (52
+// IMAD.MOVs -> 0); 32 permutes per tile instead. Same values, same MMAs, same results. The f16
+// path (sm_80, sm_90, sm_100) converts into registers of its own anyway: mma_prepare_a.
+__device__ __forceinline__ void mma_prepare_a_gathered(const uint32_t (&a)[4], uint32_t (&out)[kMmaARegs]) {
+#if DSATTN_MMA_NATIVE_FP8
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = __byte_perm(a[i], 0u, 0x3210);
+#else
+  mma_prepare_a(a, out);
+#endif
+}
+
 __device__ __forceinline__ void mma_k32(float (&c)[4], const uint32_t (&a)[kMmaARegs], uint32_t b0, uint32_t b1) {
 #if DSATTN_MMA_NATIVE_FP8
   asm(

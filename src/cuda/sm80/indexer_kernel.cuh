@@ -659,7 +659,13 @@ __device__ __forceinline__ void idx_compute_tile(const IndexerParams& p, const I
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int k = 0; k < KS; ++k) mma_prepare_a(ka[mt][k], kf[mt][k]);
+    for (int k = 0; k < KS; ++k) {
+      if constexpr (!Tr::kFp4) {
+        mma_prepare_a_gathered(ka[mt][k], kf[mt][k]);  // rows g8 / g8 + 8 from two loads
+      } else {
+        mma_prepare_a(ka[mt][k], kf[mt][k]);  // e2m1x8_to_e4m3 wrote them
+      }
+    }
 
   // The state this lane reports after the quad reduction: index tig -> (m-tile, half).
   const int my_state = base + (tig >> 1) * 16 + (tig & 1) * 8 + g8;
