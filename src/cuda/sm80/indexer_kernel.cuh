@@ -882,6 +882,23 @@ __device__ __forceinline__ void idx_pipeline_start(const IndexerParams& p, IdxCu
   }
 }
 
+// One tile's step of a warp's copies on the warp-local pipeline (indexer_body_warp,
+// indexer_body_staged): wait for this warp's copies of the tile scored next, then issue the pending
+// tile's copies into ring stage wr and prefetch the one after (issue / prefetch as in
+// idx_pipeline_start), all in one cp.async group.
+template <class Pending, class Issue, class Prefetch>
+__device__ __forceinline__ void idx_warp_copy_step(int stages, IdxRingPos& wr, Pending& pd, Issue&& issue,
+                                                   Prefetch&& prefetch) {
+  cp_async_wait_dyn(stages - 2);
+  __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
+  if (pd.ok) {
+    issue(pd, wr.s);
+    prefetch(pd);
+  }
+  wr.advance(stages);
+  cp_async_commit();
+}
+
 // Epilogues whose consume() only stores and whose group_end() does nothing say so with
 // `static constexpr bool kWarpLocal = true` (the logits epilogue).
 template <class E, class = void>
@@ -939,14 +956,7 @@ __device__ __forceinline__ void indexer_body_warp(const IndexerParams& p, Epi& e
       idx_load_group<F, D>(p, t.g, cur_rows, smem, L);
       __syncthreads();
     }
-    cp_async_wait_dyn(S - 2);
-    __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
-    if (pd.ok) {
-      issue(pd, wr.s);
-      prefetch(pd);
-    }
-    wr.advance(S);
-    cp_async_commit();
+    idx_warp_copy_step(S, wr, pd, issue, prefetch);
 #pragma unroll 1
     for (int h = 0; h < kH; ++h) {  // not unrolled: one copy of the scoring code
       idx_compute_tile<F, D, true>(p, t, cur_rows, smem + L.stage0 + rd.s * L.stage_bytes, smem, L,
@@ -1045,14 +1055,7 @@ __device__ __forceinline__ void indexer_body_staged(const IndexerParams& p, Epi&
       }
     }
     cur_t_end = t.t0 + t.count;
-    cp_async_wait_dyn(S - 2);
-    __syncwarp();  // this warp's copies of tile i visible to all its lanes; its reads of tile i - 1 done
-    if (pd.ok) {
-      issue(pd, wr.s);
-      prefetch(pd);
-    }
-    wr.advance(S);
-    cp_async_commit();
+    idx_warp_copy_step(S, wr, pd, issue, prefetch);
     if (threadIdx.x == 0) meta[staged] = make_int2(t.t0, t.count);
     float* dst = stage + staged * p.tile_states;
 #pragma unroll 1
