@@ -176,7 +176,7 @@ Status topk(const TopkParams& p, const Exec& ex);
 // paged_mqa_logits runs there, the op takes that route wherever the rows fit, whatever the pieces
 // (see logits_route below); where they do not fit it streams on the same warp-local pipeline as
 // paged_mqa_logits, its tiles staged in the workspace for the collector (H100 at sm_120's 99 KiB,
-// k = 2048: 128 x 64K 1000 -> 806 us, the logits op 653; DSATTN_FUSED_STAGED=0: the CTA-wide
+// k = 2048: 128 x 64K 1000 -> 823-827 us, the logits op 656-659; DSATTN_FUSED_STAGED=0: the CTA-wide
 // pipeline, as before 2026-12-07). `logits_route` below (or
 // DSATTN_FUSED_LOGITS=1 for the whole process) takes that route wherever the rows fit, also where
 // longer pieces would have dropped states; where they do not fit (calls of 16 rows or more) it takes the chunked logits

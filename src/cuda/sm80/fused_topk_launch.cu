@@ -222,8 +222,8 @@ PagedMqaLogitsParams route_logits_params(const PagedMqaTopkParams& a, const deta
 // 236.5 -> 126.0, 4 x 256K 211.4 -> 136.0, 128 requests of 4096 states on a 32K table 106.1 ->
 // 79.2; sm_120's 99 KiB 1 x 1M 205.2 -> 129.5; BENCHMARKS.md, 2026-12-07). Since it scores on the
 // warp-local pipeline with staged tiles (TopkStagedEpilogue) it still trails this route (128 x 32K
-// streamed 451.2 against 330.7). The chunked route stays opt-in there: on wide tables with short
-// contexts its chunks cost more than streaming.
+// streamed 501.9-506.3 against 330.7; BENCHMARKS.md, 2026-12-08). The chunked route stays opt-in
+// there: on wide tables with short contexts its chunks cost more than streaming.
 Status plan_logits_route(const PagedMqaTopkParams& a, const detail::PagedIndexerProblem& pb, const Exec& ex,
                          bool writes_rows_anyway, FusedPlan* f) {
   const bool tile_scoring = !f->wg.use;
