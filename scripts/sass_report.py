@@ -11,9 +11,9 @@ unpacked once into $DSATTN_NVTOOLS, default ~/.cache/dsattn-nvtools).
   scripts/sass_report.py diff /tmp/old.cubin /tmp/new.cubin [--filter Staged]
   scripts/sass_report.py spills /tmp/a.cubin KERNEL_SUBSTRING      (a --lineinfo build names the source)
 
-`build` compiles one translation unit the way CMakeLists.txt does (-O3, the arch's defines), without
--lineinfo unless asked, so that two builds of the same device code give byte-identical cubins: `diff`
-then says IDENTICAL per kernel. `kernels` prints, per kernel, the registers and stack frame
+`build` compiles one translation unit the way CMakeLists.txt does (-O3, the arch's defines, the
+headers of the checkout the unit is in), without -lineinfo unless asked, so that two builds of the
+same device code give byte-identical cubins: `diff` then says IDENTICAL per kernel. `kernels` prints, per kernel, the registers and stack frame
 (cuobjdump -res-usage) and counts of instructions, local loads / stores (STL / LDL: spills and
 saves around calls), calls, barriers and MMAs in its SASS.
 """
@@ -63,12 +63,25 @@ def tool(name):
     sys.exit(f"sass_report: {WHEELS[name]}'s wheel holds no {name}")
 
 
+def tree_of(tu):
+    """The source tree a translation unit belongs to (the nearest directory above it with
+    include/dsattn and src), so that a TU of another checkout, an old revision's say, is built
+    against that checkout's headers and not this one's; ROOT where none is found."""
+    d = os.path.dirname(os.path.abspath(tu))
+    while d != os.path.dirname(d):
+        if os.path.isdir(os.path.join(d, "include", "dsattn")) and os.path.isdir(os.path.join(d, "src")):
+            return d
+        d = os.path.dirname(d)
+    return ROOT
+
+
 def build(args):
     arch = args.arch
     defs = [f'-DDSATTN_CUDA_ARCH_LIST="{arch}"', "-DDSATTN_WITH_CUDA=1"]
     if arch == "90a":
         defs.append("-DDSATTN_HAS_SM90A=1")
-    cmd = (["nvcc"] + defs + [f"-I{ROOT}/include", f"-I{ROOT}/src", "-O3", "-DNDEBUG", "-std=c++17",
+    root = tree_of(args.tu)
+    cmd = (["nvcc"] + defs + [f"-I{root}/include", f"-I{root}/src", "-O3", "-DNDEBUG", "-std=c++17",
                               "--expt-relaxed-constexpr", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-cubin",
                               "-o", args.out, args.tu] + (["-lineinfo"] if args.lineinfo else []))
     print("+ " + " ".join(cmd), file=sys.stderr)
