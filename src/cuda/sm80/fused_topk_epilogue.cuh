@@ -67,11 +67,10 @@ struct TopkEpilogue {
 // 489 against 292 us, BENCHMARKS.md 2026-12-07).
 struct TopkStagedEpilogue : TopkEpilogue {
   static constexpr bool kStaged = true;
-  static constexpr int kMaxStageTiles = cuda::kMaxStageTiles;  // fused_route.h (staged_shape)
   float* stage = nullptr;  // [gridDim.x][rows_per_group][tiles x tile_states]
   int tiles = 1;  // staged tiles between two flushes, and
   int run = 1;    // the most staged tiles one consume_tile() takes (staged_shape, fused_route.h)
-  int2* meta = nullptr;  // shared [kMaxStageTiles]: (t0, count) of each staged tile
+  int2* meta = nullptr;  // shared [kMaxStageTiles, fused_route.h]: (t0, count) of each staged tile
 
   static constexpr size_t kMetaOff = (sizeof(fused_topk::CollectorShared) + 7) & ~size_t(7);
   __host__ __device__ static size_t smem_bytes(const IndexerParams&) { return kMetaOff + kMaxStageTiles * sizeof(int2); }
